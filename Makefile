@@ -1,0 +1,60 @@
+# Two commands do all set-up on a fresh machine (Python 3.11 + make; Node comes from the Pipfile):
+#   make run    install everything, then run the census tuning study locally (the embedded default)
+#   make test   install everything, then run the whole test suite
+# Each target installs pipenv if it is missing and runs `pipenv sync --dev` first: slow once, ~1 s when warm.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+PIPENV_VERSION := 2026.10.3
+PIPENV := $(PYTHON) -m pipenv
+
+# The virtualenv lives in .venv so tools, CI caches and the device runner all find it in one place.
+export PIPENV_VENV_IN_PROJECT := 1
+export PIPENV_YES := 1
+export PIPENV_NOSPIN := 1
+export PIPENV_VERBOSITY := -1
+# The CDK CLI otherwise checks for updates and sends telemetry; runs stay offline and deterministic.
+export CHECKPOINT_DISABLE := 1
+
+RUN_JOB ?= jobs/census_tuning.yaml
+RUN_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: run test deps python-deps node-deps pipenv lint synth scan clean
+
+run: python-deps
+	$(PIPENV) run python scripts/run_job.py $(RUN_JOB) --local $(RUN_ARGS)
+
+# pytest exits 5 when it collects nothing (e.g. a PYTEST_ARGS filter matches no test): report it, don't fail.
+test: deps
+	@status=0; $(PIPENV) run pytest $(PYTEST_ARGS) || status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; status=0; fi; exit $$status
+
+deps: python-deps node-deps
+
+pipenv:
+	@$(PIPENV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --user "pipenv==$(PIPENV_VERSION)" \
+	  || $(PYTHON) -m pip install "pipenv==$(PIPENV_VERSION)" \
+	  || $(PYTHON) -m pip install --user --break-system-packages "pipenv==$(PIPENV_VERSION)"
+
+python-deps: pipenv
+	$(PIPENV) sync --dev
+
+# The CDK CLI (cdktn-cli, pinned in package-lock.json) runs on the Node that the Pipfile installs into .venv.
+node-deps: node_modules/.package-lock.json
+
+node_modules/.package-lock.json: package-lock.json | python-deps
+	$(PIPENV) run npm ci --no-audit --no-fund --loglevel=error
+
+lint: python-deps
+	$(PIPENV) run ruff check .
+	$(PIPENV) run actionlint .github/workflows/*.yml
+
+synth: deps
+	$(PIPENV) run npx cdktn synth
+
+scan: synth
+	BC_SKIP_MAPPING=TRUE $(PIPENV) run checkov -d cdktf.out --framework terraform_json --quiet --compact
+
+clean:
+	rm -rf cdktf.out .local dist build *.egg-info
