@@ -1,0 +1,233 @@
+"""Typed environment configs: `infra/environments/<env>.yaml` -> `EnvironmentConfig`.
+
+Pure (stdlib + yaml): the job runner imports this for `--dry-run`, so it must never import the CDK.
+Every error is a `ConfigError` whose message is one line naming the file, the field and what is allowed.
+
+    python -c "from infra.config import load_environment; print(load_environment('dev'))"
+
+`INFRA_ENVIRONMENTS_DIR` points the loader at another directory of configs (tests use it; so can forks that
+keep their real configs outside the repo).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "environments"
+ENVIRONMENTS_DIR_VAR = "INFRA_ENVIRONMENTS_DIR"
+
+# Longest prefix that keeps every derived name valid: service account ids are 6-30 chars and the longest
+# suffix is "-deployer" (9), workload identity pool ids are <= 32 chars.
+MAX_PREFIX_LEN = 21
+
+_ENV_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_PROJECT_NUMBER = re.compile(r"^[1-9][0-9]{5,19}$")
+# Regions are <area>-<direction><digit>: us-central1, europe-west4, northamerica-northeast2, me-central2.
+_REGION = re.compile(r"^[a-z]+-[a-z]+[1-9][0-9]?$")
+_PREFIX = re.compile(rf"^[a-z][a-z0-9-]{{1,{MAX_PREFIX_LEN - 2}}}[a-z0-9]$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
+_GITHUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
+_MEMBER = re.compile(r"^(user|group|serviceAccount|domain|principal|principalSet):\S+$")
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_KMS_KEY = re.compile(
+    r"^projects/(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])/locations/(?P<location>[a-z0-9-]+)"
+    r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}$"
+)
+
+
+class ConfigError(ValueError):
+    """A broken environment config; str() is one line: file, field, what is allowed."""
+
+    def __init__(self, path: Path | str, field_name: str, problem: str) -> None:
+        self.path = str(path)
+        self.field = field_name
+        self.problem = problem
+        super().__init__(f"{self.path}: field '{field_name}': {problem}")
+
+
+@dataclass(frozen=True)
+class GithubConfig:
+    owner: str
+    repository: str
+    # GitHub's numeric id survives renames and cannot be re-registered by someone else, unlike owner/name, so
+    # the OIDC provider trusts the id (`gh api repos/OWNER/REPO --jq .id`).
+    repository_id: int
+    deploy_branch: str = "main"
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.owner}/{self.repository}"
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    name: str
+    project_id: str
+    project_number: str
+    region: str
+    name_prefix: str
+    state_bucket: str
+    github: GithubConfig
+    job_submitters: tuple[str, ...] = ()
+    # Sorted (key, value) pairs rather than a dict so the config stays hashable and deterministic.
+    labels: tuple[tuple[str, str], ...] = ()
+    kms_key: str | None = None
+    staging_retention_days: int = 14
+    noncurrent_retention_days: int = 30
+    registry_keep_versions: int = 10
+    registry_untagged_retention_days: int = 7
+    source: str = ""
+
+    @property
+    def cmek(self) -> bool:
+        return self.kms_key is not None
+
+    @property
+    def all_labels(self) -> dict[str, str]:
+        """User labels plus the two every resource carries, so billing exports can split by environment."""
+        return {**dict(self.labels), "environment": self.name, "managed-by": "cdktn"}
+
+
+def environments_dir() -> Path:
+    override = os.environ.get(ENVIRONMENTS_DIR_VAR)
+    return Path(override) if override else ENVIRONMENTS_DIR
+
+
+def list_environments() -> list[str]:
+    return sorted(p.stem for p in environments_dir().glob("*.yaml"))
+
+
+def load_environment(env: str) -> EnvironmentConfig:
+    directory = environments_dir()
+    path = directory / f"{env}.yaml"
+    if path.is_file() and not _ENV_NAME.match(env):
+        raise ConfigError(path, "<environment>", "the file name is the stack name; allowed: 1-16 lowercase "
+                                                 "letters and digits, starting with a letter")
+    if not path.is_file():
+        allowed = ", ".join(list_environments()) or f"none found in {directory}"
+        raise ConfigError(path, "<environment>", f"unknown environment {env!r}; allowed: {allowed}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(path, "<document>", f"not valid YAML{where}; allowed: a YAML mapping") from None
+    return parse_environment(env, raw, path)
+
+
+def _check(path: Path, name: str, value: Any, ok: Callable[[Any], bool], allowed: str) -> Any:
+    if not ok(value):
+        raise ConfigError(path, name, f"got {value!r}; allowed: {allowed}")
+    return value
+
+
+def _str_matching(pattern: re.Pattern[str]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and bool(pattern.match(v))
+
+
+def _positive_int(limit: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= limit
+
+
+def _mapping(path: Path, name: str, raw: Any, known: set[str], required: set[str]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(path, name,
+                          f"got {type(raw).__name__}; allowed: a mapping with keys {sorted(known)}")
+    for key in raw:
+        if key not in known:
+            raise ConfigError(path, f"{name}.{key}" if name else str(key),
+                              f"unknown key; allowed: {', '.join(sorted(known))}")
+    for key in sorted(required - raw.keys()):
+        raise ConfigError(path, f"{name}.{key}" if name else key, "missing; this field is required")
+    return raw
+
+
+_TOP_REQUIRED = {"project_id", "project_number", "region", "name_prefix", "state_bucket", "github"}
+_TOP_OPTIONAL = {
+    "job_submitters", "labels", "kms_key", "staging_retention_days", "noncurrent_retention_days",
+    "registry_keep_versions", "registry_untagged_retention_days",
+}
+_GITHUB_REQUIRED = {"owner", "repository", "repository_id"}
+
+
+def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> EnvironmentConfig:
+    path = Path(path)
+    doc = _mapping(path, "", raw if raw is not None else {}, _TOP_REQUIRED | _TOP_OPTIONAL, _TOP_REQUIRED)
+    gh = _mapping(path, "github", doc["github"], _GITHUB_REQUIRED | {"deploy_branch"}, _GITHUB_REQUIRED)
+
+    project_number = doc["project_number"]
+    if isinstance(project_number, int) and not isinstance(project_number, bool):
+        project_number = str(project_number)
+
+    labels = doc.get("labels") or {}
+    _check(path, "labels", labels, lambda v: isinstance(v, dict), "a mapping of label key -> value")
+    for key, value in labels.items():
+        _check(path, f"labels.{key}", key, _str_matching(_LABEL_KEY),
+               "lowercase letters, digits, '_' or '-', starting with a letter, <= 63 chars")
+        _check(path, f"labels.{key}", value, _str_matching(_LABEL_VALUE),
+               "lowercase letters, digits, '_' or '-', <= 63 chars")
+
+    submitters = doc.get("job_submitters") or []
+    _check(path, "job_submitters", submitters, lambda v: isinstance(v, list), "a list of IAM members")
+    for i, member in enumerate(submitters):
+        _check(path, f"job_submitters[{i}]", member, _str_matching(_MEMBER),
+               "an IAM member such as group:ml@example.com or user:me@example.com")
+
+    region = _check(path, "region", doc["region"], _str_matching(_REGION),
+                    "a Google Cloud region such as us-central1 or europe-west4")
+    kms_key = doc.get("kms_key")
+    if kms_key is not None:
+        _check(path, "kms_key", kms_key, _str_matching(_KMS_KEY),
+               "null or projects/P/locations/L/keyRings/R/cryptoKeys/K")
+        location = _KMS_KEY.match(kms_key)["location"]
+        # CMEK keys for regional buckets, TensorBoard and Artifact Registry must live in the resources'
+        # region.
+        _check(path, "kms_key", kms_key, lambda _: location == region,
+               f"a key in the environment's region {region!r} (the key is in {location!r})")
+
+    return EnvironmentConfig(
+        name=_check(path, "<environment>", env, _str_matching(_ENV_NAME), "lowercase letters and digits"),
+        project_id=_check(path, "project_id", doc["project_id"], _str_matching(_PROJECT_ID),
+                          "6-30 lowercase letters, digits or hyphens, starting with a letter"),
+        project_number=_check(path, "project_number", project_number, _str_matching(_PROJECT_NUMBER),
+                              "the project's numeric id, e.g. \"123456789012\""),
+        region=region,
+        name_prefix=_check(path, "name_prefix", doc["name_prefix"], _str_matching(_PREFIX),
+                           f"3-{MAX_PREFIX_LEN} lowercase letters, digits or hyphens, starting with a "
+                           "letter"),
+        state_bucket=_check(path, "state_bucket", doc["state_bucket"], _str_matching(_BUCKET),
+                            "a bucket name: 3-63 lowercase letters, digits, '-' or '_'"),
+        github=GithubConfig(
+            owner=_check(path, "github.owner", gh["owner"], _str_matching(_GITHUB_NAME), "a GitHub user/org"),
+            repository=_check(path, "github.repository", gh["repository"], _str_matching(_GITHUB_NAME),
+                              "a GitHub repository name"),
+            repository_id=_check(path, "github.repository_id", gh["repository_id"], _positive_int(10**12),
+                                 "the numeric id from `gh api repos/OWNER/REPO --jq .id`"),
+            deploy_branch=_check(path, "github.deploy_branch", gh.get("deploy_branch", "main"),
+                                 _str_matching(_BRANCH), "a branch name such as main"),
+        ),
+        job_submitters=tuple(submitters),
+        labels=tuple(sorted(labels.items())),
+        kms_key=kms_key,
+        staging_retention_days=_days(path, doc, "staging_retention_days", 14),
+        noncurrent_retention_days=_days(path, doc, "noncurrent_retention_days", 30),
+        registry_keep_versions=_check(path, "registry_keep_versions", doc.get("registry_keep_versions", 10),
+                                      _positive_int(1000), "an integer from 1 to 1000"),
+        registry_untagged_retention_days=_days(path, doc, "registry_untagged_retention_days", 7),
+        source=str(path),
+    )
+
+
+def _days(path: Path, doc: dict[str, Any], key: str, default: int) -> int:
+    return _check(path, key, doc.get(key, default), _positive_int(3650),
+                  "a whole number of days from 1 to 3650")

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from infra.cdk import Construct, TerraformResource, TerraformResourceLifecycle
+from infra.constructs import Grant, checkov_skip
+from infra.google import (
+    StorageBucket,
+    StorageBucketIamMember,
+    StorageBucketLifecycleRule,
+    StorageBucketLifecycleRuleAction,
+    StorageBucketLifecycleRuleCondition,
+)
+
+ACCESS_LOGS_REASON = (
+    "Object access is audited with Cloud Audit Logs (Data Access logs for storage.googleapis.com); "
+    "GCS usage logs are the legacy mechanism and would need a log bucket that itself cannot log (CKV_GCP_63)."
+)
+
+
+@dataclass(frozen=True)
+class BucketProps:
+    name: str
+    project: str
+    location: str
+    labels: Mapping[str, str]
+    grants: tuple[Grant, ...]
+    noncurrent_retention_days: int
+    # Data and models are the expensive-to-recreate buckets: Terraform refuses to plan their destruction.
+    protect_from_destroy: bool = False
+    expire_after_days: int | None = None
+    kms_key: str | None = None
+    depends_on: Sequence[TerraformResource] = field(default=())
+
+
+class TrainingBucket(Construct):
+    """A regional, private, versioned bucket with its lifecycle and its object-level grants.
+
+    `force_destroy` is false so a non-empty bucket is never deleted with its objects; uniform bucket-level
+    access makes IAM the only access path and public access prevention blocks allUsers/allAuthenticatedUsers
+    for good.
+    """
+
+    def __init__(self, scope: Construct, id_: str, props: BucketProps) -> None:
+        super().__init__(scope, id_)
+        rules = [
+            # Versioning keeps overwritten checkpoints and models recoverable for a while, not forever.
+            _rule("Delete", days_since_noncurrent_time=props.noncurrent_retention_days,
+                  with_state="ARCHIVED"),
+            # Interrupted uploads of large packages or SavedModels otherwise bill for their parts
+            # indefinitely.
+            _rule("AbortIncompleteMultipartUpload", age=1),
+        ]
+        if props.expire_after_days is not None:
+            rules.append(_rule("Delete", age=props.expire_after_days, with_state="LIVE"))
+        self.bucket = StorageBucket(
+            self, "bucket",
+            name=props.name,
+            project=props.project,
+            location=props.location.upper(),
+            storage_class="STANDARD",
+            uniform_bucket_level_access=True,
+            public_access_prevention="enforced",
+            force_destroy=False,
+            versioning={"enabled": True},
+            lifecycle_rule=rules,
+            labels=dict(props.labels),
+            encryption={"default_kms_key_name": props.kms_key} if props.kms_key else None,
+            lifecycle=(TerraformResourceLifecycle(prevent_destroy=True)
+                       if props.protect_from_destroy else None),
+            depends_on=list(props.depends_on) or None,
+        )
+        checkov_skip(self.bucket, "CKV_GCP_62", ACCESS_LOGS_REASON)
+        self.name = props.name
+        self.url = f"gs://{props.name}"
+        self.grants = [
+            StorageBucketIamMember(self, grant.key, bucket=self.bucket.name, role=grant.role,
+                                   member=grant.member)
+            for grant in props.grants
+        ]
+
+
+def _rule(action: str, **condition) -> StorageBucketLifecycleRule:
+    return StorageBucketLifecycleRule(action=StorageBucketLifecycleRuleAction(type=action),
+                                      condition=StorageBucketLifecycleRuleCondition(**condition))

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from infra.cdk import Construct, TerraformResource
+from infra.constructs import role_id
+from infra.google import (
+    IamWorkloadIdentityPool,
+    IamWorkloadIdentityPoolProvider,
+    ProjectIamMember,
+    ServiceAccount,
+    ServiceAccountIamMember,
+)
+
+GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
+
+# What applying this stack needs, and nothing broader (no owner/editor, no org-level roles):
+DEPLOYER_PROJECT_ROLES = (
+    # google_project_service: enable the platform's APIs.
+    "roles/serviceusage.serviceUsageAdmin",
+    # Buckets, their IAM policies and the Terraform state objects in the state bucket.
+    "roles/storage.admin",
+    # Creates service accounts only; changing them and their IAM policies is granted per account
+    # (roles/iam.serviceAccountAdmin on the runtime and deployer accounts), never project-wide (CKV_GCP_49).
+    "roles/iam.serviceAccountCreator",
+    # The workload identity pool and its GitHub provider.
+    "roles/iam.workloadIdentityPoolAdmin",
+    # The docker repository, its cleanup policy and its IAM policy (creating a repository needs admin).
+    "roles/artifactregistry.admin",
+    # The TensorBoard instance (aiplatform.tensorboards.*); also lets CI submit jobs.
+    "roles/aiplatform.user",
+)
+# Project IAM admin is the one escalation-capable role a stack with project-level grants needs. The condition
+# (iam.googleapis.com/modifiedGrantsByRole) lets the deployer add/remove only the roles this stack grants.
+PROJECT_IAM_ADMIN = "roles/resourcemanager.projectIamAdmin"
+# Granted on each service account the stack manages, so the deployer can update them and their IAM policies.
+SERVICE_ACCOUNT_ADMIN = "roles/iam.serviceAccountAdmin"
+
+
+@dataclass(frozen=True)
+class GithubCiIdentityProps:
+    project: str
+    pool_id: str
+    provider_id: str
+    repository: str  # owner/name
+    repository_id: int
+    deploy_branch: str
+    deployer_account_id: str
+    project_roles: tuple[str, ...]
+    # Every project-level role the stack grants: the only ones the deployer may add or remove.
+    grantable_project_roles: tuple[str, ...]
+    depends_on: Sequence[TerraformResource] = ()
+
+
+class GithubCiIdentity(Construct):
+    """Keyless CI: GitHub Actions OIDC tokens from one repository and branch may impersonate the deployer.
+
+    The provider's condition pins the numeric repository id (stable across renames, not re-registrable by
+    others), the ref of the deploy branch, and the default `sub` claim
+    (repo:OWNER/REPO:ref:refs/heads/BRANCH), so a fork, another branch, a pull request or a workflow that uses
+    a GitHub deployment environment cannot obtain a token.
+    """
+
+    def __init__(self, scope: Construct, id_: str, props: GithubCiIdentityProps) -> None:
+        super().__init__(scope, id_)
+        deps = list(props.depends_on) or None
+        ref = f"refs/heads/{props.deploy_branch}"
+        self.condition = (
+            f"assertion.repository_id == '{props.repository_id}' && assertion.ref == '{ref}' && "
+            f"assertion.sub == 'repo:{props.repository}:ref:{ref}'"
+        )
+        self.pool = IamWorkloadIdentityPool(
+            self, "pool", project=props.project, workload_identity_pool_id=props.pool_id,
+            display_name="GitHub Actions", description=f"CI for {props.repository} (managed by infra/)",
+            depends_on=deps,
+        )
+        self.provider = IamWorkloadIdentityPoolProvider(
+            self, "provider", project=props.project,
+            workload_identity_pool_id=self.pool.workload_identity_pool_id,
+            workload_identity_pool_provider_id=props.provider_id,
+            display_name="GitHub OIDC",
+            attribute_mapping={
+                "google.subject": "assertion.sub",
+                "attribute.repository": "assertion.repository",
+                "attribute.repository_id": "assertion.repository_id",
+                "attribute.ref": "assertion.ref",
+            },
+            attribute_condition=self.condition,
+            oidc={"issuer_uri": GITHUB_ISSUER},
+        )
+        self.account = ServiceAccount(
+            self, "deployer", project=props.project, account_id=props.deployer_account_id,
+            display_name="CI deployer",
+            description=f"Applies infra/ from {props.repository} CI (managed by infra/)",
+            depends_on=deps,
+        )
+        self.member = f"serviceAccount:{self.account.email}"
+        principal_set = (f"principalSet://iam.googleapis.com/{self.pool.name}"
+                         f"/attribute.repository_id/{props.repository_id}")
+        self.account_grants = [
+            ServiceAccountIamMember(self, key, service_account_id=self.account.name, role=role, member=member)
+            for key, role, member in (
+                ("workload-identity-user", "roles/iam.workloadIdentityUser", principal_set),
+                ("deployer-sa-admin", SERVICE_ACCOUNT_ADMIN, self.member),
+            )
+        ]
+        self.project_grants = [
+            ProjectIamMember(self, role_id(role), project=props.project, role=role, member=self.member)
+            for role in props.project_roles
+        ]
+        allowed = ", ".join(f"'{role}'" for role in sorted(set(props.grantable_project_roles)))
+        self.project_grants.append(ProjectIamMember(
+            self, "projectIamAdmin", project=props.project, role=PROJECT_IAM_ADMIN, member=self.member,
+            condition={
+                "title": "only-this-stacks-roles",
+                "description": "May grant or revoke only the project roles that infra/ manages",
+                "expression": (f"api.getAttribute('iam.googleapis.com/modifiedGrantsByRole', [])"
+                               f".hasOnly([{allowed}])"),
+            },
+        ))

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.cdk import Construct
+from infra.google import ProjectService
+
+
+@dataclass(frozen=True)
+class ProjectServicesProps:
+    project: str
+    services: tuple[str, ...]
+
+
+class ProjectServices(Construct):
+    """Enables every API the platform uses.
+
+    `disable_on_destroy` is false: destroying this stack must never switch off an API that other workloads in
+    the project (or the state bucket) depend on. Enabling aiplatform.googleapis.com and tpu.googleapis.com is
+    also what creates their service agents, which the grants in this stack refer to.
+    """
+
+    def __init__(self, scope: Construct, id_: str, props: ProjectServicesProps) -> None:
+        super().__init__(scope, id_)
+        self.services = [
+            ProjectService(self, service.split(".", 1)[0], project=props.project, service=service,
+                           disable_on_destroy=False, disable_dependent_services=False)
+            for service in props.services
+        ]

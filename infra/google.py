@@ -1,0 +1,59 @@
+"""The one place that imports Google provider bindings (prebuilt `cdktn-provider-google`, GA provider only).
+
+google-beta is deliberately absent: its bindings add ~500 MB and ~3 s per synth, and the only beta resource
+this platform would want (`google_project_service_identity`) is replaced by building service agent emails from
+the project number (see infra/constructs/service_agents.py).
+
+Nested blocks inside lists must be built from these struct classes, not dicts: jsii converts a dict only where
+a struct is passed directly, so snake_case keys inside list elements would be silently dropped.
+"""
+
+from cdktn_provider_google.artifact_registry_repository import (
+    ArtifactRegistryRepository,
+    ArtifactRegistryRepositoryCleanupPolicies,
+    ArtifactRegistryRepositoryCleanupPoliciesCondition,
+    ArtifactRegistryRepositoryCleanupPoliciesMostRecentVersions,
+)
+from cdktn_provider_google.artifact_registry_repository_iam_member import ArtifactRegistryRepositoryIamMember
+from cdktn_provider_google.data_google_storage_project_service_account import (
+    DataGoogleStorageProjectServiceAccount,
+)
+from cdktn_provider_google.iam_workload_identity_pool import IamWorkloadIdentityPool
+from cdktn_provider_google.iam_workload_identity_pool_provider import IamWorkloadIdentityPoolProvider
+from cdktn_provider_google.kms_crypto_key_iam_member import KmsCryptoKeyIamMember
+from cdktn_provider_google.project_iam_member import ProjectIamMember
+from cdktn_provider_google.project_service import ProjectService
+from cdktn_provider_google.provider import GoogleProvider
+from cdktn_provider_google.service_account import ServiceAccount
+from cdktn_provider_google.service_account_iam_member import ServiceAccountIamMember
+from cdktn_provider_google.storage_bucket import (
+    StorageBucket,
+    StorageBucketLifecycleRule,
+    StorageBucketLifecycleRuleAction,
+    StorageBucketLifecycleRuleCondition,
+)
+from cdktn_provider_google.storage_bucket_iam_member import StorageBucketIamMember
+from cdktn_provider_google.vertex_ai_tensorboard import VertexAiTensorboard
+
+__all__ = [
+    "ArtifactRegistryRepository",
+    "ArtifactRegistryRepositoryCleanupPolicies",
+    "ArtifactRegistryRepositoryCleanupPoliciesCondition",
+    "ArtifactRegistryRepositoryCleanupPoliciesMostRecentVersions",
+    "ArtifactRegistryRepositoryIamMember",
+    "DataGoogleStorageProjectServiceAccount",
+    "GoogleProvider",
+    "IamWorkloadIdentityPool",
+    "IamWorkloadIdentityPoolProvider",
+    "KmsCryptoKeyIamMember",
+    "ProjectIamMember",
+    "ProjectService",
+    "ServiceAccount",
+    "ServiceAccountIamMember",
+    "StorageBucket",
+    "StorageBucketLifecycleRule",
+    "StorageBucketLifecycleRuleAction",
+    "StorageBucketLifecycleRuleCondition",
+    "StorageBucketIamMember",
+    "VertexAiTensorboard",
+]

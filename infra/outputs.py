@@ -1,0 +1,135 @@
+"""The names a training job needs from the infrastructure, before and after a deploy (pure: no CDK import).
+
+    from infra.outputs import resolve_outputs
+    resolve_outputs("dev")  # .infra-outputs/dev.json if a deploy wrote it, else planned from config
+
+A deploy writes the CLI's outputs file: `cdktn deploy dev --outputs-file .infra-outputs/dev.json`. Its shape
+is `{"<stack>": {"<output id>": value, "<construct id>": {...nested outputs...}}}` (cdktn-cli `saveOutputs`
+over `getConstructIdsForOutputs`): one key per deployed stack, outputs keyed by their construct id. The stacks
+define their outputs directly on the stack with exactly the ids in `OUTPUT_KEYS`, so
+`data["dev"]["data_bucket"]` is the value. Sensitive outputs are omitted by the CLI; none of ours is
+sensitive.
+
+The TensorBoard's numeric id is assigned by Vertex AI at creation, so before a deploy its resource name
+carries the placeholder id `PENDING_DEPLOY`; `is_pending(value)` tells. Everything else is identical before
+and after.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from infra.config import ConfigError, EnvironmentConfig, load_environment
+from infra.naming import registry_url, resource_names, service_account_email
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OUTPUTS_DIR = REPO_ROOT / ".infra-outputs"
+
+OUTPUT_KEYS = (
+    "project",
+    "project_number",
+    "region",
+    "data_bucket",
+    "staging_bucket",
+    "models_bucket",
+    "tensorboard_logs_bucket",
+    "runtime_service_account",
+    "tensorboard",
+    "artifact_registry",
+    "trainer_image",
+)
+
+PENDING_DEPLOY = "PENDING_DEPLOY"
+
+# Output key -> bucket role in infra.naming.
+BUCKET_OUTPUTS = {
+    "data_bucket": "data",
+    "staging_bucket": "staging",
+    "models_bucket": "models",
+    "tensorboard_logs_bucket": "tensorboard-logs",
+}
+
+
+def tensorboard_prefix(cfg: EnvironmentConfig) -> str:
+    return f"projects/{cfg.project_id}/locations/{cfg.region}/tensorboards/"
+
+
+def is_pending(value: str) -> bool:
+    """True for a value that only a deploy can fill in (today: the planned TensorBoard resource name)."""
+    return value.rsplit("/", 1)[-1] == PENDING_DEPLOY
+
+
+def planned_outputs(cfg: EnvironmentConfig) -> dict[str, str]:
+    names = resource_names(cfg)
+    registry = registry_url(cfg)
+    planned = {
+        "project": cfg.project_id,
+        "project_number": cfg.project_number,
+        "region": cfg.region,
+        **{key: f"gs://{names.bucket(role)}" for key, role in BUCKET_OUTPUTS.items()},
+        "runtime_service_account": service_account_email(cfg, names.runtime_account_id),
+        "tensorboard": tensorboard_prefix(cfg) + PENDING_DEPLOY,
+        "artifact_registry": registry,
+        "trainer_image": f"{registry}/trainer",
+    }
+    return {key: planned[key] for key in OUTPUT_KEYS}
+
+
+def default_outputs_file(env: str) -> Path:
+    return OUTPUTS_DIR / f"{env}.json"
+
+
+def deployed_outputs(path: Path | str, env: str) -> dict[str, str]:
+    """Read the outputs of stack `env` from a `cdktn deploy --outputs-file` JSON file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, "<file>",
+                          f"cannot read ({exc.__class__.__name__}); allowed: a readable file") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(path, "<document>", f"not valid JSON at line {exc.lineno}; allowed: the CLI's "
+                                              "outputs file") from None
+    if not isinstance(data, dict) or not isinstance(data.get(env), dict):
+        stacks = ", ".join(sorted(data)) if isinstance(data, dict) else "none"
+        raise ConfigError(path, env, f"no outputs for stack {env!r} (stacks in file: {stacks or 'none'}); "
+                                     f"allowed: the file `cdktn deploy {env} --outputs-file {path}` writes")
+    stack = data[env]
+    result = {}
+    for key in OUTPUT_KEYS:
+        value = stack.get(key)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(path, f"{env}.{key}", f"got {value!r}; allowed: a non-empty string (redeploy "
+                                                    "the stack to refresh the outputs file)")
+        result[key] = value
+    return result
+
+
+def resolve_outputs(env: str, outputs_file: Path | str | None = None) -> dict[str, str]:
+    """Deployed outputs when the outputs file has this stack, else the outputs planned from the config.
+
+    An explicitly named `outputs_file` must exist and hold the stack; the default `.infra-outputs/<env>.json`
+    is used only when it exists and holds the stack (a file from another environment's deploy is not an
+    error).
+    """
+    cfg = load_environment(env)
+    path = Path(outputs_file) if outputs_file is not None else default_outputs_file(env)
+    if outputs_file is None and not (path.is_file() and _has_stack(path, env)):
+        return planned_outputs(cfg)
+    deployed = deployed_outputs(path, env)
+    # A file left from a deploy of another project/region would send jobs to the wrong place.
+    for key, expected in (("project", cfg.project_id), ("region", cfg.region)):
+        if deployed[key] != expected:
+            raise ConfigError(path, f"{env}.{key}",
+                              f"got {deployed[key]!r} but {cfg.source} says {expected!r}; allowed: the "
+                              f"outputs of a deploy of this config (cdktn deploy {env} --outputs-file ...)")
+    return deployed
+
+
+def _has_stack(path: Path, env: str) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True  # let deployed_outputs report the broken file
+    return not isinstance(data, dict) or env in data

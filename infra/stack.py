@@ -1,0 +1,190 @@
+"""One stack per environment: everything a Vertex AI training job needs, built from `EnvironmentConfig`."""
+
+from __future__ import annotations
+
+from infra.cdk import Construct, Fn, GcsBackend, TerraformOutput, TerraformStack
+from infra.config import EnvironmentConfig
+from infra.constructs import Grant, member_id, role_id
+from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
+from infra.constructs.buckets import BucketProps, TrainingBucket
+from infra.constructs.ci_identity import (
+    DEPLOYER_PROJECT_ROLES,
+    PROJECT_IAM_ADMIN,
+    SERVICE_ACCOUNT_ADMIN,
+    GithubCiIdentity,
+    GithubCiIdentityProps,
+)
+from infra.constructs.cmek import CmekKey, CmekKeyProps
+from infra.constructs.project_services import ProjectServices, ProjectServicesProps
+from infra.constructs.runtime_identity import RUNTIME_PROJECT_ROLES, RuntimeIdentity, RuntimeIdentityProps
+from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
+from infra.constructs.tensorboard import Tensorboard, TensorboardProps
+from infra.google import GoogleProvider, ProjectIamMember
+from infra.naming import resource_names
+from infra.outputs import BUCKET_OUTPUTS, OUTPUT_KEYS, planned_outputs, tensorboard_prefix
+
+SERVICES = (
+    "aiplatform.googleapis.com",
+    "artifactregistry.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+    "iam.googleapis.com",
+    "iamcredentials.googleapis.com",
+    "logging.googleapis.com",
+    "monitoring.googleapis.com",
+    "serviceusage.googleapis.com",
+    "storage.googleapis.com",
+    "sts.googleapis.com",  # token exchange for workload identity federation
+    "tpu.googleapis.com",
+)
+CMEK_SERVICES = ("cloudkms.googleapis.com",)
+
+SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
+OBJECT_VIEWER = "roles/storage.objectViewer"
+# objectUser = read, list, create, overwrite (delete): what checkpointing and restoring needs.
+OBJECT_USER = "roles/storage.objectUser"
+SUBMITTER_PROJECT_ROLES = ("roles/aiplatform.user",)
+STATE_PREFIX = "infra"
+
+
+class PlatformStack(TerraformStack):
+    """Stack `cfg.name` (`cdktn deploy dev`). Resource names come from `infra.naming`, the same source as
+    `infra.outputs.planned_outputs`, so outputs planned before a deploy match what the deploy creates."""
+
+    def __init__(self, scope: Construct, cfg: EnvironmentConfig) -> None:
+        super().__init__(scope, cfg.name)
+        self.cfg = cfg
+        names = resource_names(cfg)
+        labels = cfg.all_labels
+        project = cfg.project_id
+
+        GoogleProvider(self, "google", project=project, region=cfg.region)
+        GcsBackend(self, bucket=cfg.state_bucket, prefix=f"{STATE_PREFIX}/{cfg.name}")
+
+        services = ProjectServices(self, "services", ProjectServicesProps(
+            project=project, services=SERVICES + (CMEK_SERVICES if cfg.cmek else ())))
+        enabled = services.services
+        agents = ServiceAgents(self, "service-agents", ServiceAgentsProps(
+            project=project, project_number=cfg.project_number, with_storage_agent=cfg.cmek,
+            depends_on=enabled))
+
+        submitters = tuple((member_id(member), member) for member in cfg.job_submitters)
+        ci = GithubCiIdentity(self, "ci", GithubCiIdentityProps(
+            project=project,
+            pool_id=names.wif_pool_id,
+            provider_id=names.wif_provider_id,
+            repository=cfg.github.full_name,
+            repository_id=cfg.github.repository_id,
+            deploy_branch=cfg.github.deploy_branch,
+            deployer_account_id=names.deployer_account_id,
+            project_roles=DEPLOYER_PROJECT_ROLES,
+            grantable_project_roles=(RUNTIME_PROJECT_ROLES + SUBMITTER_PROJECT_ROLES + DEPLOYER_PROJECT_ROLES
+                                     + (PROJECT_IAM_ADMIN,)),
+            depends_on=enabled,
+        ))
+        runtime = RuntimeIdentity(self, "runtime", RuntimeIdentityProps(
+            project=project,
+            account_id=names.runtime_account_id,
+            display_name="Vertex AI training runtime",
+            project_roles=RUNTIME_PROJECT_ROLES,
+            account_grants=(
+                *(Grant(f"{key}-sa-user", SERVICE_ACCOUNT_USER, member)
+                  for key, member in (*submitters, ("ci-deployer", ci.member))),
+                Grant("ci-deployer-sa-admin", SERVICE_ACCOUNT_ADMIN, ci.member),
+            ),
+            depends_on=enabled,
+        ))
+        # Submitting a job is a project-level permission (aiplatform.customJobs.create); acting as the
+        # runtime account is granted on that account only (RuntimeIdentity).
+        submitter_scope = Construct(self, "job-submitters")
+        self.submitter_grants = [
+            ProjectIamMember(submitter_scope, f"{key}-{role_id(role)}", project=project, role=role,
+                             member=member)
+            for key, member in submitters for role in SUBMITTER_PROJECT_ROLES
+        ]
+
+        encryption_deps = list(enabled)
+        if cfg.kms_key:
+            key = CmekKey(self, "cmek", CmekKeyProps(kms_key=cfg.kms_key, grants=(
+                Grant("storage-agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter", agents.storage),
+                Grant("artifact-registry-agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter",
+                      agents.artifact_registry),
+                Grant("vertex-ai-agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter", agents.vertex_ai),
+            )))
+            encryption_deps += key.grants
+
+        rt = ("runtime", runtime.member)
+        vertex = ("vertex-ai-agent", agents.vertex_ai)
+        tpu = ("cloud-tpu-agent", agents.cloud_tpu)
+        access = {  # bucket role -> (object viewers, object users), each as (key, member)
+            # Jobs read data; the agents read it for TPU input pipelines and dataset/model imports.
+            "data": ((rt, vertex, tpu), submitters),
+            # Submitters and CI upload trainer packages; jobs and Vertex AI only read them.
+            "staging": ((rt, vertex), (*submitters, ("ci-deployer", ci.member))),
+            # Jobs (and TPU workers) write checkpoints, models and event files; people read results.
+            "models": ((vertex, *submitters), (rt, tpu)),
+            "tensorboard-logs": ((vertex, *submitters), (rt, tpu)),
+        }
+        self.buckets: dict[str, TrainingBucket] = {}
+        for role, (viewers, users) in access.items():
+            grants = tuple(Grant(f"{key}-objectViewer", OBJECT_VIEWER, m) for key, m in viewers) + tuple(
+                Grant(f"{key}-objectUser", OBJECT_USER, m) for key, m in users)
+            self.buckets[role] = TrainingBucket(self, f"{role}-bucket", BucketProps(
+                name=names.bucket(role),
+                project=project,
+                # All buckets sit in the TensorBoard's region: Vertex AI TensorBoard reads logs regionally and
+                # training reads data without cross-region egress.
+                location=cfg.region,
+                labels={**labels, "bucket-role": role},
+                grants=grants,
+                noncurrent_retention_days=cfg.noncurrent_retention_days,
+                protect_from_destroy=role in ("data", "models"),
+                expire_after_days=cfg.staging_retention_days if role == "staging" else None,
+                kms_key=cfg.kms_key,
+                depends_on=tuple(encryption_deps),
+            ))
+
+        self.registry = ImageRegistry(self, "registry", ImageRegistryProps(
+            project=project,
+            location=cfg.region,
+            repository_id=names.registry_id,
+            labels=labels,
+            keep_versions=cfg.registry_keep_versions,
+            untagged_retention_days=cfg.registry_untagged_retention_days,
+            grants=(
+                Grant("runtime-reader", "roles/artifactregistry.reader", runtime.member),
+                Grant("vertex-ai-agent-reader", "roles/artifactregistry.reader", agents.vertex_ai),
+                Grant("ci-deployer-writer", "roles/artifactregistry.writer", ci.member),
+                # Submitters push the trainer images their jobs run.
+                *(Grant(f"{key}-writer", "roles/artifactregistry.writer", m) for key, m in submitters),
+            ),
+            kms_key=cfg.kms_key,
+            depends_on=tuple(encryption_deps),
+        ))
+        self.tensorboard = Tensorboard(self, "vertex-ai-tensorboard", TensorboardProps(
+            project=project, region=cfg.region, display_name=names.tensorboard_display_name, labels=labels,
+            kms_key=cfg.kms_key, depends_on=tuple(encryption_deps),
+        ))
+        self.runtime = runtime
+        self.ci = ci
+        self._add_outputs(runtime)
+
+    def _add_outputs(self, runtime: RuntimeIdentity) -> None:
+        cfg = self.cfg
+        planned = planned_outputs(cfg)
+        # References (not literals) so the deployed file reports what Terraform actually created; the tests
+        # prove each reference resolves to the planned value.
+        values = {
+            "project": planned["project"],
+            "project_number": planned["project_number"],
+            "region": planned["region"],
+            **{key: f"gs://{self.buckets[role].bucket.name}" for key, role in BUCKET_OUTPUTS.items()},
+            "runtime_service_account": runtime.email,
+            # Vertex returns the name with the project *number*; rebuild it with the project id like the plan.
+            "tensorboard": tensorboard_prefix(cfg)
+            + Fn.element(Fn.split("/", self.tensorboard.tensorboard.name), 5),
+            "artifact_registry": self.registry.repository.registry_uri,
+            "trainer_image": f"{self.registry.repository.registry_uri}/trainer",
+        }
+        assert tuple(values) == OUTPUT_KEYS, "stack outputs must be exactly infra.outputs.OUTPUT_KEYS"
+        for key, value in values.items():
+            TerraformOutput(self, key, value=value, description=f"{key} (see infra/outputs.py)")

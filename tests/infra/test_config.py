@@ -1,0 +1,205 @@
+"""Environment configs and outputs resolution: pure code, no synthesis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra import outputs
+from infra.config import ENVIRONMENTS_DIR, ConfigError, list_environments, load_environment
+from infra.outputs import (
+    OUTPUT_KEYS,
+    PENDING_DEPLOY,
+    deployed_outputs,
+    is_pending,
+    planned_outputs,
+    resolve_outputs,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dev_doc() -> dict:
+    return yaml.safe_load((ENVIRONMENTS_DIR / "dev.yaml").read_text())
+
+
+@pytest.fixture
+def env_dir(tmp_path, monkeypatch):
+    """A private environments directory; tests write broken configs into it, never into infra/environments."""
+    monkeypatch.setenv("INFRA_ENVIRONMENTS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _write(env_dir: Path, doc, name: str = "dev") -> Path:
+    path = env_dir / f"{name}.yaml"
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    return path
+
+
+def test_shipped_environments_load():
+    assert list_environments() == ["dev", "prod"]
+    dev, prod = load_environment("dev"), load_environment("prod")
+    assert (dev.name, dev.project_id, dev.region, dev.cmek) == ("dev", "acme-ml-dev", "us-central1", False)
+    assert prod.cmek and prod.kms_key.split("/")[3] == prod.region
+    assert dev.github.repository_id == 123456789 and dev.github.deploy_branch == "main"
+    assert dev.all_labels["environment"] == "dev" and dev.all_labels["managed-by"] == "cdktn"
+    with pytest.raises(AttributeError):
+        dev.region = "europe-west4"  # frozen
+
+
+def _set(doc, dotted, value):
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        doc = doc[key]
+    if value is _DELETE:
+        del doc[leaf]
+    else:
+        doc[leaf] = value
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reported", "allowed"),
+    [
+        ("project_id", _DELETE, "project_id", "required"),
+        ("region", "US-Central1", "region", "us-central1"),
+        ("region", "uscentral", "region", "us-central1"),
+        ("surprise", 1, "surprise", "allowed: github, job_submitters"),
+        ("github.branch", "main", "github.branch", "deploy_branch"),
+        ("github.repository_id", "acme/repo", "github.repository_id", "gh api repos"),
+        ("project_number", "12ab", "project_number", "numeric"),
+        ("name_prefix", "a-very-long-prefix-that-overflows", "name_prefix", "3-21"),
+        ("job_submitters", ["ml@acme.example"], "job_submitters[0]", "group:"),
+        ("labels", {"Team": "x"}, "labels.Team", "lowercase"),
+        ("kms_key", "projects/sec-proj/locations/europe-west4/keyRings/r/cryptoKeys/k", "kms_key",
+         "'us-central1'"),
+        ("staging_retention_days", 0, "staging_retention_days", "1 to 3650"),
+    ],
+)
+def test_broken_config_is_one_line_naming_file_and_field(env_dir, field, value, reported, allowed):
+    doc = _dev_doc()
+    _set(doc, field, value)
+    path = _write(env_dir, doc)
+    with pytest.raises(ConfigError) as info:
+        load_environment("dev")
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: field '{reported}'")
+    assert allowed in message
+
+
+def test_invalid_yaml_and_unknown_environment(env_dir):
+    _write(env_dir, "project_id: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"dev.yaml: field '<document>': not valid YAML at line \d"):
+        load_environment("dev")
+    with pytest.raises(ConfigError, match=r"field '<environment>': unknown environment 'qa'; allowed: dev"):
+        load_environment("qa")
+    _write(env_dir, _dev_doc(), name="ml-dev")  # would be silently skipped if the loader filtered names
+    with pytest.raises(ConfigError, match=r"ml-dev.yaml: field '<environment>': the file name is the stack"):
+        load_environment("ml-dev")
+
+
+def _run_app(env_dir: Path, cwd: Path, **extra_env) -> subprocess.CompletedProcess:
+    env = {**os.environ, "INFRA_ENVIRONMENTS_DIR": str(env_dir), "PYTHONPATH": str(REPO_ROOT), **extra_env}
+    return subprocess.run([sys.executable, "-m", "infra.main"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_app_exits_2_with_one_line_on_broken_config(env_dir, tmp_path_factory):
+    doc = _dev_doc()
+    del doc["project_id"]
+    path = _write(env_dir, doc)
+    _write(env_dir, _dev_doc(), name="prod")
+    cwd = tmp_path_factory.mktemp("cwd")
+    result = _run_app(env_dir, cwd, CDKTF_OUTDIR=str(cwd / "out"))
+    assert result.returncode == 2
+    assert result.stderr == f"error: {path}: field 'project_id': missing; this field is required\n"
+    assert "Traceback" not in result.stdout + result.stderr
+    assert list(cwd.iterdir()) == []  # nothing synthesized, nothing written
+
+
+def test_pure_modules_do_not_import_the_cdk():
+    code = ("import sys, infra.config, infra.outputs, infra.naming, infra.policy; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('cdktn', 'cdktn_provider_google', 'jsii', 'constructs', 'tensorflow')))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+# --- outputs
+# -------------------------------------------------------------------------------------------------
+
+
+def test_planned_outputs_from_config_alone():
+    planned = planned_outputs(load_environment("dev"))
+    assert tuple(planned) == OUTPUT_KEYS
+    assert planned["data_bucket"] == "gs://acme-ml-dev-data"
+    assert planned["tensorboard_logs_bucket"] == "gs://acme-ml-dev-tensorboard-logs"
+    assert planned["runtime_service_account"] == "acme-ml-dev-runtime@acme-ml-dev.iam.gserviceaccount.com"
+    assert planned["artifact_registry"] == "us-central1-docker.pkg.dev/acme-ml-dev/acme-ml-dev-images"
+    assert planned["trainer_image"] == planned["artifact_registry"] + "/trainer"
+    tensorboards = "projects/acme-ml-dev/locations/us-central1/tensorboards"
+    assert planned["tensorboard"] == f"{tensorboards}/{PENDING_DEPLOY}"
+    assert is_pending(planned["tensorboard"])
+    assert not any(is_pending(v) for k, v in planned.items() if k != "tensorboard")
+    assert not is_pending("projects/acme-ml-dev/locations/us-central1/tensorboards/123")
+
+
+def _cli_outputs_file(tmp_path: Path, env: str, values: dict) -> Path:
+    """The shape cdktn-cli's `deploy --outputs-file` writes: stack -> output id -> value, nested constructs as
+    nested objects, sensitive outputs left out, other deployed stacks side by side."""
+    path = tmp_path / f"{env}.json"
+    path.write_text(json.dumps({
+        env: {**values, "some-construct": {"inner_output": "x"}},
+        "other": {"project": "elsewhere"},
+    }, indent=2))
+    return path
+
+
+def test_deployed_outputs_reads_the_cli_outputs_file(tmp_path):
+    values = {**planned_outputs(load_environment("dev")),
+              "tensorboard": "projects/acme-ml-dev/locations/us-central1/tensorboards/4711"}
+    path = _cli_outputs_file(tmp_path, "dev", values)
+    assert deployed_outputs(path, "dev") == values
+    assert resolve_outputs("dev", path) == values
+
+
+def test_deployed_outputs_errors_are_one_line(tmp_path):
+    path = _cli_outputs_file(tmp_path, "dev", {"project": "acme-ml-dev"})
+    with pytest.raises(ConfigError, match=r"field 'dev.project_number': got None"):
+        deployed_outputs(path, "dev")
+    with pytest.raises(ConfigError, match=r"field 'prod': no outputs for stack 'prod' \(stacks in file: dev"):
+        deployed_outputs(path, "prod")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ConfigError, match="not valid JSON at line 1"):
+        deployed_outputs(broken, "dev")
+
+
+def test_resolve_outputs_prefers_the_default_file_for_that_environment(tmp_path, monkeypatch):
+    assert outputs.default_outputs_file("dev") == REPO_ROOT / ".infra-outputs" / "dev.json"
+    monkeypatch.setattr(outputs, "OUTPUTS_DIR", tmp_path)
+    planned = planned_outputs(load_environment("dev"))
+    assert resolve_outputs("dev") == planned  # no deploy yet
+    (tmp_path / "dev.json").write_text(json.dumps({"prod": {"project": "acme-ml-prod"}}))
+    assert resolve_outputs("dev") == planned  # a file without this stack is not this environment's deploy
+    deployed = {**planned, "tensorboard": planned["tensorboard"].replace(PENDING_DEPLOY, "99")}
+    _cli_outputs_file(tmp_path, "dev", deployed)
+    assert resolve_outputs("dev") == deployed
+
+
+def test_outputs_of_another_deploy_are_refused(tmp_path):
+    stale = {**planned_outputs(load_environment("dev")), "project": "someone-elses-project"}
+    path = _cli_outputs_file(tmp_path, "dev", stale)
+    expected = r"field 'dev.project': got 'someone-elses-project' but .*dev.yaml says 'acme-ml-dev'"
+    with pytest.raises(ConfigError, match=expected):
+        resolve_outputs("dev", path)
