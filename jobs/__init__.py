@@ -1,0 +1,9 @@
+"""Job definitions (jobs/*.yaml) and the code that validates them, compiles them into Vertex AI requests and
+submits them. Entry point: ``python scripts/run_job.py JOB_FILE [--dry-run | --local]``.
+
+Modules, in the order a run uses them: ``loader`` (strict YAML) -> ``overrides`` (--set) -> ``references``
+(${infra.*}, ${job.*}) -> ``compile`` (the pure definition -> request function) -> ``validate`` (the real
+aiplatform_v1 schema via ``schema``/``vertex_types``, ``machines``, ``trainer_contract``) -> ``plan``
+(steps, executed through the one SDK factory in ``cloud``; the trainer sdist from ``package``). ``local``
+runs a compiled job on this machine. Importing this package imports nothing heavy.
+"""

@@ -1,0 +1,251 @@
+"""Definition -> Vertex AI request: the pure heart of the jobs layer.
+
+``compile_job(document, context)`` normalizes either form of definition (ours, with a thin header, or a plain
+gcloud config file), resolves references, names the job and labels it with its submission hash, and returns
+the exact REST body that gets POSTed together with its parent. No I/O, no clock, no SDK: the run-time values
+(time, code hash, infra outputs) come in through ``Context`` so the same inputs always give the same request.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobs.errors import JobError, one_of
+from jobs.loader import Document
+from jobs.references import resolve
+
+CUSTOM_JOB = "CustomJob"
+TUNING_JOB = "HyperparameterTuningJob"
+KINDS = (CUSTOM_JOB, TUNING_JOB)
+PYTHON_PACKAGE = "python-package"
+CONTAINER = "container"
+DELIVERIES = (PYTHON_PACKAGE, CONTAINER)
+HEADER_KEYS = ("kind", "trainer")
+SUBMISSION_LABEL = "submission-hash"
+
+# What the request field is called in Create{Custom,HyperparameterTuning}JobRequest (JSON names).
+REQUEST_FIELD = {CUSTOM_JOB: "customJob", TUNING_JOB: "hyperparameterTuningJob"}
+COLLECTION = {CUSTOM_JOB: "customJobs", TUNING_JOB: "hyperparameterTuningJobs"}
+
+
+@dataclass(frozen=True)
+class JobFlags:
+    """What ``gcloud ai ... create`` takes as flags rather than from the config file."""
+
+    display_name: str | None = None
+    max_trial_count: int | None = None
+    parallel_trial_count: int | None = None
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything outside the file that shapes the request."""
+
+    env: str
+    outputs: Mapping[str, str]
+    code_hash: str
+    now: datetime
+    sdist_name: str = "trainer-0.1.0.tar.gz"
+    flags: JobFlags = field(default_factory=JobFlags)
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompiledJob:
+    file: str
+    kind: str
+    delivery: str
+    project: str
+    region: str
+    body: dict[str, Any]
+    job_id: str
+    submission_hash: str
+    package_uri: str
+    document: Document
+    # The body path of a field minus this prefix is its path in the file (gcloud CustomJobSpec files have no
+    # jobSpec level of their own).
+    prefix: str = ""
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.region}"
+
+    @property
+    def request_field(self) -> str:
+        return REQUEST_FIELD[self.kind]
+
+    def request(self) -> dict[str, Any]:
+        """The Create*JobRequest in its JSON form: what --dry-run prints and what the client sends."""
+        return {"parent": self.parent, self.request_field: self.body}
+
+    def file_path(self, body_path: str) -> str:
+        if self.prefix and body_path.startswith(self.prefix):
+            return body_path[len(self.prefix) :]
+        return body_path
+
+    def error(self, body_path: str, problem: str, allowed: str = "") -> JobError:
+        path = self.file_path(body_path)
+        line = self.document.line_of(path)
+        return JobError(self.file, path, f"{problem} (line {line})" if line else problem, allowed)
+
+    def worker_pools(self) -> list[tuple[str, dict[str, Any]]]:
+        """(body path, pool) for each worker pool, whichever kind of job this is."""
+        spec_path = "jobSpec" if self.kind == CUSTOM_JOB else "trialJobSpec"
+        pools = (self.body.get(spec_path) or {}).get("workerPoolSpecs") or []
+        return [(f"{spec_path}.workerPoolSpecs.{i}", p) for i, p in enumerate(pools) if isinstance(p, dict)]
+
+
+def job_name(file: str) -> str:
+    """census_tuning.yaml -> census-tuning: the stem, lowercased, safe for ids, labels and paths."""
+    stem = re.split(r"[\\/]", file)[-1].rsplit(".", 1)[0]
+    return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:40] or "job"
+
+
+def submission_hash(body: Mapping[str, Any], context: Context, parent: str) -> str:
+    """Same definition + same code + same overrides -> same hash, so a retried submit finds its job."""
+    material = {
+        "body": body,
+        "code": context.code_hash,
+        "overrides": list(context.overrides),
+        "parent": parent,
+    }
+    canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def compile_job(document: Document, context: Context) -> CompiledJob:
+    file = document.file
+    outputs = {k: str(v) for k, v in context.outputs.items()}
+    data = resolve(document.data, {"infra": outputs}, file, final=False)
+    kind, delivery, body, prefix = _normalize(data, file)
+    _apply_flags(body, kind, context.flags, file)
+
+    project = outputs.get("project", "")
+    region = context.flags.region or outputs.get("region", "")
+    for key, value in (("project", project), ("region", region)):
+        if not value:
+            raise JobError(
+                file,
+                f"${{infra.{key}}}",
+                "no value in the environment's outputs",
+                "an environment whose infra config defines it",
+            )
+    parent = f"projects/{project}/locations/{region}"
+    # Content-addressed folder, original file name: pip checks an sdist's file name against its metadata.
+    package_uri = f"{outputs.get('staging_bucket', '')}/packages/{context.code_hash}/{context.sdist_name}"
+    if delivery == PYTHON_PACKAGE:
+        _default_package_uris(body, kind)
+
+    digest = submission_hash(body, context, parent)
+    name = job_name(file)
+    job_id = f"{name}-{context.now:%Y%m%d-%H%M%S}-{digest[:6]}"
+    job_values = {
+        "id": job_id,
+        "name": name,
+        "env": context.env,
+        "submission_hash": digest,
+        "code_hash": context.code_hash,
+        "package_uri": package_uri,
+        "region": region,
+    }
+
+    def to_file_path(p: str) -> str:
+        return p[len(prefix) :] if prefix and p.startswith(prefix) else p
+
+    body = resolve(body, {"infra": outputs, "job": job_values}, file, to_file_path=to_file_path)
+    labels = body.setdefault("labels", {})
+    if not isinstance(labels, dict):
+        raise JobError(file, to_file_path("labels"), "labels must be a mapping", "key: value pairs")
+    labels[SUBMISSION_LABEL] = digest
+    return CompiledJob(
+        file=file,
+        kind=kind,
+        delivery=delivery,
+        project=project,
+        region=region,
+        body=body,
+        job_id=job_id,
+        submission_hash=digest,
+        package_uri=package_uri,
+        document=document,
+        prefix=prefix,
+    )
+
+
+def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any], str]:
+    """(kind, delivery, body, prefix) from either form of definition."""
+    data = copy.deepcopy(data)
+    if "kind" in data:
+        kind = data.pop("kind")
+        if kind not in KINDS:
+            raise JobError(file, "kind", f"unknown kind {kind!r}", one_of(KINDS))
+        trainer = data.pop("trainer", {"delivery": PYTHON_PACKAGE})
+        if not isinstance(trainer, dict) or set(trainer) - {"delivery"}:
+            raise JobError(
+                file,
+                "trainer",
+                "must be a mapping with only 'delivery'",
+                f"trainer: {{delivery: {'|'.join(DELIVERIES)}}}",
+            )
+        delivery = trainer.get("delivery", PYTHON_PACKAGE)
+        if delivery not in DELIVERIES:
+            raise JobError(file, "trainer.delivery", f"unknown delivery {delivery!r}", one_of(DELIVERIES))
+        return kind, delivery, data, ""
+    if "trainer" in data:
+        raise JobError(file, "trainer", "a 'trainer' header needs a 'kind'", "kind: " + "|".join(KINDS))
+    if "workerPoolSpecs" in data:
+        # gcloud ai custom-jobs create --config: the file is a CustomJobSpec.
+        return CUSTOM_JOB, _delivery_of(data.get("workerPoolSpecs")), {"jobSpec": data}, "jobSpec."
+    if "studySpec" in data or "trialJobSpec" in data:
+        trial = data.get("trialJobSpec") if isinstance(data.get("trialJobSpec"), dict) else {}
+        return TUNING_JOB, _delivery_of(trial.get("workerPoolSpecs")), data, ""
+    raise JobError(
+        file,
+        "(top level)",
+        "cannot tell what kind of job this is",
+        "a 'kind: CustomJob|HyperparameterTuningJob' header, or a gcloud config "
+        "(workerPoolSpecs at the top, or studySpec + trialJobSpec)",
+    )
+
+
+def _delivery_of(pools: Any) -> str:
+    pools = pools if isinstance(pools, list) else []
+    uses_container = any(isinstance(p, dict) and "containerSpec" in p for p in pools)
+    return CONTAINER if uses_container else PYTHON_PACKAGE
+
+
+def _apply_flags(body: dict[str, Any], kind: str, flags: JobFlags, file: str) -> None:
+    if flags.display_name is not None:
+        body["displayName"] = flags.display_name
+    body.setdefault("displayName", "${job.id}")
+    trial_flags = {"maxTrialCount": flags.max_trial_count, "parallelTrialCount": flags.parallel_trial_count}
+    for key, value in trial_flags.items():
+        if value is None:
+            continue
+        if kind != TUNING_JOB:
+            flag = "--" + re.sub(r"([A-Z])", r"-\1", key).lower()
+            raise JobError(
+                file, flag, "only a hyperparameter tuning job has trial counts", "omit it for a CustomJob"
+            )
+        body[key] = value
+    if kind == TUNING_JOB:
+        # gcloud's defaults when the flags are absent.
+        body.setdefault("maxTrialCount", 1)
+        body.setdefault("parallelTrialCount", 1)
+
+
+def _default_package_uris(body: dict[str, Any], kind: str) -> None:
+    spec = body.get("jobSpec" if kind == CUSTOM_JOB else "trialJobSpec")
+    pools = spec.get("workerPoolSpecs") if isinstance(spec, dict) else None
+    for pool in pools if isinstance(pools, list) else []:
+        package = pool.get("pythonPackageSpec") if isinstance(pool, dict) else None
+        if isinstance(package, dict) and not package.get("packageUris"):
+            package["packageUris"] = ["${job.package_uri}"]

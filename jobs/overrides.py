@@ -1,0 +1,78 @@
+"""``--set PATH=VALUE``: override one field of a definition by its dotted path as written in the file."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.errors import JobError, one_of
+from jobs.loader import join, parse_scalar
+
+
+@dataclass(frozen=True)
+class Override:
+    path: str
+    value: Any
+    text: str  # as given on the command line; part of the submission hash
+
+    @classmethod
+    def parse(cls, text: str, file: str) -> Override:
+        path, sep, raw = text.partition("=")
+        if not sep or not path.strip():
+            raise JobError(
+                file,
+                f"--set {text}",
+                "expected PATH=VALUE",
+                "a dotted path as written in the file, e.g. --set maxTrialCount=2",
+            )
+        return cls(path.strip(), parse_scalar(raw), text)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[Override], file: str) -> dict[str, Any]:
+    """A copy of ``data`` with each override applied in order.
+
+    Only fields already written in the file can be set: a typo must not silently add a field (the schema check
+    would then blame the file for a field the user never wrote). List items are addressed by index.
+    """
+    data = copy.deepcopy(data)
+    for override in overrides:
+        parts = override.path.split(".")
+        node: Any = data
+        walked = ""
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            where = join(walked, part)
+            if isinstance(node, dict):
+                if part not in node:
+                    raise JobError(
+                        file,
+                        f"--set {where}",
+                        "no such field in the file",
+                        one_of(join(walked, k) for k in node) or "(no fields here)",
+                    )
+                if last:
+                    node[part] = override.value
+                else:
+                    node = node[part]
+            elif isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise JobError(
+                        file,
+                        f"--set {where}",
+                        f"not an index of this {len(node)}-item list",
+                        f"0..{len(node) - 1}" if node else "(empty list)",
+                    )
+                if last:
+                    node[int(part)] = override.value
+                else:
+                    node = node[int(part)]
+            else:
+                raise JobError(
+                    file,
+                    f"--set {where}",
+                    f"{walked} is a single value, not a mapping or list",
+                    f"--set {walked}=VALUE",
+                )
+            walked = where
+    return data

@@ -1,0 +1,478 @@
+"""Everything checked before any money is spent: the real message schema, then what the API would only reject
+after submission (or never): machine/accelerator combinations, pool shapes, study parameter ranges, trial
+counts, and the contract with this repo's trainer (its flags and the metrics it reports).
+
+``validate(job, trainer)`` is pure: it reads the compiled job and the trainer's contract and raises a JobError
+whose path is the field as written in the definition file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from jobs import machines
+from jobs.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
+from jobs.errors import JobError, one_of
+from jobs.loader import join
+from jobs.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
+
+LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+SERVICE_ACCOUNT = re.compile(
+    r"[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com|[0-9]+-compute@developer\.gserviceaccount\.com"
+)
+TENSORBOARD = re.compile(r"projects/[^/]+/locations/([^/]+)/tensorboards/[^/]+")
+VALUE_SPECS = {
+    "DOUBLE": "doubleValueSpec",
+    "INTEGER": "integerValueSpec",
+    "DISCRETE": "discreteValueSpec",
+    "CATEGORICAL": "categoricalValueSpec",
+}
+LOG_SCALES = ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+GOALS = ("MAXIMIZE", "MINIMIZE")
+
+
+def validate(
+    job: CompiledJob,
+    trainer: TrainerContract | Callable[[], TrainerContract] | None = None,
+    trainer_image: str = "",
+) -> None:
+    """Raise JobError for the first problem; ``trainer`` may be a loader, called only if the trainer runs."""
+    from jobs.schema import SchemaError, check_message
+    from jobs.vertex_types import job_message_classes
+
+    custom_cls, tuning_cls = job_message_classes()
+    try:
+        check_message(job.body, custom_cls if job.kind == CUSTOM_JOB else tuning_cls)
+    except SchemaError as exc:
+        raise job.error(exc.path, exc.problem, exc.allowed) from None
+
+    _check_top(job)
+    spec_path = "jobSpec" if job.kind == CUSTOM_JOB else "trialJobSpec"
+    _check_job_spec(job, spec_path)
+    if job.kind == TUNING_JOB:
+        _check_study(job)
+    pools = [(p, pool) for p, pool in job.worker_pools() if _runs_repo_trainer(pool, trainer_image)]
+    if pools and trainer is not None:
+        try:
+            contract = trainer if isinstance(trainer, TrainerContract) else trainer()
+        except Exception as exc:  # noqa: BLE001 - a broken trainer/config.py is bad input, not a crash
+            raise JobError(
+                "trainer/config.py",
+                "build_parser",
+                f"cannot read the trainer's flags ({type(exc).__name__}: {exc})",
+                "an importable trainer.config that does not import TensorFlow",
+            ) from None
+        _check_trainer_contract(job, contract, pools)
+
+
+def _check_top(job: CompiledJob) -> None:
+    name = job.body.get("displayName", "")
+    if not name or len(name) > 128:
+        raise job.error("displayName", f"must be 1-128 characters, got {len(name)}", "a shorter display name")
+    labels = job.body.get("labels", {})
+    if len(labels) > 64:
+        raise job.error("labels", f"{len(labels)} labels", "at most 64 (one is used for submission-hash)")
+    for key, value in labels.items():
+        if not LABEL_KEY.fullmatch(key):
+            raise job.error(
+                join("labels", key),
+                "invalid label key",
+                "lowercase letters, digits, _ and -, starting with a letter, at most 63",
+            )
+        if not LABEL_VALUE.fullmatch(str(value)):
+            raise job.error(
+                join("labels", key),
+                f"invalid label value {value!r}",
+                "lowercase letters, digits, _ and -, at most 63",
+            )
+
+
+def _check_job_spec(job: CompiledJob, spec_path: str) -> None:
+    spec = job.body.get(spec_path)
+    if not isinstance(spec, dict):
+        raise job.error(spec_path, "missing", "a CustomJobSpec with workerPoolSpecs")
+    pools = spec.get("workerPoolSpecs")
+    if not pools:
+        raise job.error(
+            join(spec_path, "workerPoolSpecs"),
+            "no worker pools",
+            "1-4 pools: chief, workers, parameter servers, evaluators",
+        )
+    if len(pools) > 4:
+        raise job.error(
+            join(spec_path, "workerPoolSpecs"),
+            f"{len(pools)} worker pools",
+            "at most 4: chief, workers, parameter servers, evaluators",
+        )
+    for index, pool in enumerate(pools):
+        _check_pool(job, join(spec_path, f"workerPoolSpecs.{index}"), index, pool)
+
+    prefix = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix")
+    if prefix is not None and not str(prefix).startswith("gs://"):
+        raise job.error(
+            join(spec_path, "baseOutputDirectory.outputUriPrefix"),
+            f"{prefix!r} is not a gs:// URI",
+            "gs://<bucket>/<path>, e.g. ${infra.models_bucket}/<name>/${job.id}",
+        )
+    account = spec.get("serviceAccount")
+    if account is not None and not SERVICE_ACCOUNT.fullmatch(account):
+        raise job.error(
+            join(spec_path, "serviceAccount"),
+            f"{account!r} is not a service account email",
+            "${infra.runtime_service_account}",
+        )
+    tensorboard = spec.get("tensorboard")
+    if tensorboard:
+        found = TENSORBOARD.fullmatch(tensorboard)
+        if not found:
+            raise job.error(
+                join(spec_path, "tensorboard"),
+                f"{tensorboard!r} is not a TensorBoard resource name",
+                "projects/<p>/locations/<r>/tensorboards/<id>, i.e. ${infra.tensorboard}",
+            )
+        if found.group(1) != job.region:
+            raise job.error(
+                join(spec_path, "tensorboard"),
+                f"TensorBoard is in {found.group(1)}, the job in {job.region}",
+                f"a TensorBoard instance in {job.region}",
+            )
+        if not account:
+            raise job.error(
+                join(spec_path, "serviceAccount"),
+                "TensorBoard upload needs a service account",
+                "serviceAccount: ${infra.runtime_service_account}",
+            )
+        if prefix is None:
+            raise job.error(
+                join(spec_path, "baseOutputDirectory"),
+                "TensorBoard upload needs an output directory",
+                "baseOutputDirectory: {outputUriPrefix: gs://...}",
+            )
+
+
+def _check_pool(job: CompiledJob, path: str, index: int, pool: dict[str, Any]) -> None:
+    if not pool:
+        if index == 0:
+            raise job.error(
+                path,
+                "the first pool (the chief) cannot be empty",
+                "machineSpec, replicaCount, and pythonPackageSpec or containerSpec",
+            )
+        return  # an empty placeholder pool keeps later pools at their positions (e.g. no parameter servers)
+    replicas = int(pool.get("replicaCount", 0) or 0)
+    if replicas < 1:
+        raise job.error(join(path, "replicaCount"), f"replicaCount is {replicas}", "an integer >= 1")
+    if index == 0 and replicas != 1:
+        raise job.error(
+            join(path, "replicaCount"),
+            f"the first pool is the chief and has {replicas} replicas",
+            "1; put further replicas in pool 1 (workers)",
+        )
+    programs = [k for k in ("pythonPackageSpec", "containerSpec") if k in pool]
+    if len(programs) != 1:
+        raise job.error(
+            path,
+            f"has {' and '.join(programs) or 'neither'} of pythonPackageSpec/containerSpec",
+            "exactly one of pythonPackageSpec, containerSpec",
+        )
+    wanted = "pythonPackageSpec" if job.delivery == PYTHON_PACKAGE else "containerSpec"
+    if programs[0] != wanted:
+        raise job.error(
+            join(path, programs[0]),
+            f"the header says trainer.delivery: {job.delivery}",
+            f"{wanted} in every pool, or trainer.delivery: "
+            f"{CONTAINER if job.delivery == PYTHON_PACKAGE else PYTHON_PACKAGE}",
+        )
+    if programs[0] == "pythonPackageSpec":
+        package = pool["pythonPackageSpec"]
+        for key in ("executorImageUri", "pythonModule"):
+            if not package.get(key):
+                raise job.error(
+                    join(path, f"pythonPackageSpec.{key}"),
+                    "missing",
+                    "a prebuilt training image URI" if key == "executorImageUri" else TRAINER_MODULE,
+                )
+        for i, uri in enumerate(package.get("packageUris") or []):
+            if not str(uri).startswith("gs://"):
+                raise job.error(
+                    join(path, f"pythonPackageSpec.packageUris.{i}"),
+                    f"{uri!r} is not a gs:// URI",
+                    "${job.package_uri} (the trainer sdist run_job.py uploads)",
+                )
+    elif not pool["containerSpec"].get("imageUri"):
+        raise job.error(join(path, "containerSpec.imageUri"), "missing", "${infra.trainer_image}:<tag>")
+    machine = pool.get("machineSpec")
+    if not machine:
+        raise job.error(join(path, "machineSpec"), "missing", "machineSpec: {machineType: n1-standard-4}")
+    _check_machine(job, join(path, "machineSpec"), machine)
+
+
+def _check_machine(job: CompiledJob, path: str, machine: dict[str, Any]) -> None:
+    machine_type = machine.get("machineType", "")
+    family = machines.family_of(machine_type)
+    if family is None:
+        raise job.error(
+            join(path, "machineType"),
+            f"unknown machine type {machine_type!r}",
+            machines.allowed_types(machine_type),
+        )
+    accelerator = machine.get("acceleratorType", "ACCELERATOR_TYPE_UNSPECIFIED")
+    count = int(machine.get("acceleratorCount", 0) or 0)
+    has_accelerator = accelerator != "ACCELERATOR_TYPE_UNSPECIFIED"
+    if has_accelerator and count == 0:
+        raise job.error(
+            join(path, "acceleratorCount"),
+            f"acceleratorType {accelerator} without a count",
+            one_of(family.allowed_counts(machine_type)) or "an acceleratorCount",
+        )
+    if count and not has_accelerator:
+        raise job.error(
+            join(path, "acceleratorType"),
+            f"acceleratorCount {count} without a type",
+            one_of(family.accelerators) or f"no accelerators on {machine_type}",
+        )
+    if has_accelerator and accelerator not in family.accelerators:
+        raise job.error(
+            join(path, "acceleratorType"),
+            f"{machine_type} does not take {accelerator}",
+            one_of(family.accelerators) if family.accelerators else f"none: {family.name} is CPU-only",
+        )
+    if not has_accelerator and family.accelerator_required:
+        raise job.error(
+            join(path, "acceleratorType"),
+            f"{machine_type} comes with accelerators; none given",
+            one_of(family.accelerators),
+        )
+    if has_accelerator and count not in family.allowed_counts(machine_type):
+        raise job.error(
+            join(path, "acceleratorCount"),
+            f"{count} x {accelerator} on {machine_type}",
+            one_of(family.allowed_counts(machine_type)),
+        )
+    topology = machine.get("tpuTopology")
+    allowed_topologies = family.allowed_topologies(machine_type)
+    if topology and not allowed_topologies:
+        raise job.error(
+            join(path, "tpuTopology"),
+            f"{machine_type} takes no tpuTopology",
+            "ct5lp-hightpu-* (TPU v5e) machine types only",
+        )
+    if allowed_topologies and topology not in allowed_topologies:
+        raise job.error(
+            join(path, "tpuTopology"), f"topology {topology!r} on {machine_type}", one_of(allowed_topologies)
+        )
+
+
+def _check_study(job: CompiledJob) -> None:
+    body = job.body
+    max_trials = int(body.get("maxTrialCount", 0))
+    parallel = int(body.get("parallelTrialCount", 0))
+    if max_trials < 1:
+        raise job.error("maxTrialCount", f"maxTrialCount is {max_trials}", "an integer >= 1")
+    if parallel < 1:
+        raise job.error("parallelTrialCount", f"parallelTrialCount is {parallel}", "an integer >= 1")
+    if parallel > max_trials:
+        raise job.error(
+            "parallelTrialCount",
+            f"{parallel} parallel trials but maxTrialCount is {max_trials}",
+            f"1..{max_trials}",
+        )
+    failures = int(body.get("maxFailedTrialCount", 0))
+    if failures < 0 or failures > max_trials:
+        raise job.error("maxFailedTrialCount", f"maxFailedTrialCount is {failures}", f"0..{max_trials}")
+    study = body.get("studySpec")
+    if not isinstance(study, dict):
+        raise job.error("studySpec", "missing", "a StudySpec with metrics and parameters")
+    metrics = study.get("metrics") or []
+    if not metrics:
+        raise job.error("studySpec.metrics", "no metric to optimize", "one metric: {metricId, goal}")
+    for i, metric in enumerate(metrics):
+        if not metric.get("metricId"):
+            raise job.error(f"studySpec.metrics.{i}.metricId", "missing", "a metric tag the trainer reports")
+        if metric.get("goal") not in GOALS:
+            raise job.error(
+                f"studySpec.metrics.{i}.goal", f"goal is {metric.get('goal', 'unset')}", one_of(GOALS)
+            )
+    parameters = study.get("parameters") or []
+    if not parameters:
+        raise job.error("studySpec.parameters", "no parameters to tune", "one or more ParameterSpecs")
+    grid = study.get("algorithm") == "GRID_SEARCH"
+    _check_parameters(job, "studySpec.parameters", parameters, grid, set())
+
+
+def _check_parameters(job: CompiledJob, path: str, parameters: list, grid: bool, seen: set[str]) -> None:
+    for i, parameter in enumerate(parameters):
+        where = f"{path}.{i}"
+        pid = parameter.get("parameterId", "")
+        if not pid:
+            raise job.error(f"{where}.parameterId", "missing", "the trainer flag name without '--'")
+        if pid in seen:
+            raise job.error(
+                f"{where}.parameterId", f"parameter {pid!r} is tuned twice", "unique parameterIds"
+            )
+        seen.add(pid)
+        specs = [k for k in VALUE_SPECS.values() if k in parameter]
+        if len(specs) != 1:
+            raise job.error(
+                where, f"parameter {pid!r} has {len(specs)} value specs", one_of(VALUE_SPECS.values())
+            )
+        spec_name = specs[0]
+        spec = parameter[spec_name] or {}
+        spec_path = f"{where}.{spec_name}"
+        if spec_name in ("doubleValueSpec", "integerValueSpec"):
+            number = float if spec_name == "doubleValueSpec" else int
+            if "minValue" not in spec or "maxValue" not in spec:
+                raise job.error(spec_path, "needs minValue and maxValue", "minValue < maxValue")
+            low, high = number(spec["minValue"]), number(spec["maxValue"])
+            if low >= high:
+                raise job.error(
+                    f"{spec_path}.minValue", f"minValue {low} >= maxValue {high}", "minValue < maxValue"
+                )
+            if parameter.get("scaleType") in LOG_SCALES and low <= 0:
+                raise job.error(
+                    f"{spec_path}.minValue",
+                    f"{parameter['scaleType']} with minValue {low}",
+                    "minValue > 0 on a log scale, or UNIT_LINEAR_SCALE",
+                )
+        elif spec_name == "discreteValueSpec":
+            values = [float(v) for v in spec.get("values") or []]
+            if not values:
+                raise job.error(f"{spec_path}.values", "no values", "one or more numbers, increasing")
+            bad = next((k for k in range(1, len(values)) if values[k] <= values[k - 1]), None)
+            if bad is not None:
+                raise job.error(
+                    f"{spec_path}.values.{bad}",
+                    f"{values[bad]:g} after {values[bad - 1]:g}: values are not strictly increasing",
+                    "strictly increasing numbers",
+                )
+            if parameter.get("scaleType") in LOG_SCALES and values[0] <= 0:
+                raise job.error(
+                    f"{spec_path}.values.0",
+                    f"{parameter['scaleType']} with value {values[0]:g}",
+                    "values > 0 on a log scale",
+                )
+        else:
+            values = spec.get("values") or []
+            if not values or len(set(values)) != len(values):
+                raise job.error(f"{spec_path}.values", "values are empty or repeated", "distinct strings")
+        if grid and spec_name == "doubleValueSpec":
+            raise job.error(
+                spec_path,
+                f"GRID_SEARCH cannot enumerate the DOUBLE parameter {pid!r}",
+                "integerValueSpec, discreteValueSpec or categoricalValueSpec with GRID_SEARCH",
+            )
+        for j, child in enumerate(parameter.get("conditionalParameterSpecs") or []):
+            child_spec = child.get("parameterSpec")
+            if isinstance(child_spec, dict):
+                _check_parameters(
+                    job, f"{where}.conditionalParameterSpecs.{j}.parameterSpec", [child_spec], grid, seen
+                )
+
+
+def _runs_repo_trainer(pool: dict[str, Any], trainer_image: str) -> bool:
+    package = pool.get("pythonPackageSpec")
+    if package is not None:
+        return package.get("pythonModule") == TRAINER_MODULE
+    container = pool.get("containerSpec") or {}
+    image = container.get("imageUri", "")
+    command = " ".join(container.get("command") or [])
+    return (
+        bool(trainer_image and image.split("@")[0].rsplit(":", 1)[0] == trainer_image)
+        or TRAINER_MODULE in command
+    )
+
+
+def _args_of(pool: dict[str, Any]) -> tuple[str, list]:
+    if "pythonPackageSpec" in pool:
+        return "pythonPackageSpec.args", list(pool["pythonPackageSpec"].get("args") or [])
+    return "containerSpec.args", list(pool["containerSpec"].get("args") or [])
+
+
+def _metric_arg(args: list) -> tuple[int, str] | None:
+    for i, arg in enumerate(args):
+        if arg == METRIC_FLAG and i + 1 < len(args):
+            return i + 1, str(args[i + 1])
+        if str(arg).startswith(METRIC_FLAG + "="):
+            return i, str(arg).split("=", 1)[1]
+    return None
+
+
+def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, pools: list) -> None:
+    tuned: list[tuple[str, dict]] = []
+    if job.kind == TUNING_JOB:
+        tuned = [(f"studySpec.parameters.{i}", p) for i, p in enumerate(job.body["studySpec"]["parameters"])]
+        for where, parameter in tuned:
+            flag = "--" + parameter["parameterId"]
+            if flag not in trainer.flags:
+                raise job.error(
+                    f"{where}.parameterId",
+                    f"the trainer has no flag {flag}",
+                    ", ".join(sorted(f[2:] for f in trainer.flags if "_" not in f and f != "--help")),
+                )
+    # What a trial's command line looks like: the pool's args plus one --<parameterId>=<value> per parameter.
+    sample = [f"--{p['parameterId']}={_sample_value(p)}" for _, p in tuned]
+    _check_replicas_agree(job, pools)
+    for path, pool in pools:
+        args_path, args = _args_of(pool)
+        try:
+            trainer.check_args([str(a) for a in args] + sample)
+        except TrainerArgsError as exc:
+            raise job.error(
+                join(path, args_path),
+                f"the trainer rejects these args: {exc}",
+                f"python -m {TRAINER_MODULE} --help",
+            ) from None
+        if job.kind == TUNING_JOB:
+            found = _metric_arg(args)
+            metric = found[1] if found else trainer.default_metric
+            for i, wanted in enumerate(m["metricId"] for m in job.body["studySpec"]["metrics"]):
+                if wanted not in trainer.reportable_metrics:
+                    raise job.error(
+                        f"studySpec.metrics.{i}.metricId",
+                        f"the trainer cannot report {wanted!r}",
+                        one_of(trainer.reportable_metrics),
+                    )
+                if wanted != metric:
+                    source = f"{METRIC_FLAG} {metric}" if found else f"the default {METRIC_FLAG} ({metric})"
+                    raise job.error(
+                        f"studySpec.metrics.{i}.metricId",
+                        f"trials report {metric!r} ({source} in {join(path, args_path)}), not {wanted!r}",
+                        f"metricId: {metric}, or {METRIC_FLAG} {wanted} in the args",
+                    )
+
+
+def _check_replicas_agree(job: CompiledJob, pools: list) -> None:
+    """Chief, workers and parameter servers are replicas of one distributed program: with different args (say
+    a --set that changed the chief's epochs only) the cluster waits forever in its first collective op."""
+    chief = next((pool for path, pool in pools if path.endswith(".0")), None)
+    if chief is None:
+        return
+    _, chief_args = _args_of(chief)
+    for path, pool in pools:
+        index = int(path.rsplit(".", 1)[1])
+        args_path, args = _args_of(pool)
+        if index in (1, 2) and args != chief_args:
+            differs = next(
+                (i for i, (a, b) in enumerate(zip(args, chief_args, strict=False)) if a != b),
+                min(len(args), len(chief_args)),
+            )
+            raise job.error(
+                join(path, f"{args_path}.{differs}") if differs < len(args) else join(path, args_path),
+                f"worker pool {index} runs the trainer with other args than the chief (pool 0)",
+                "the same args in pools 0-2: they are replicas of one multi-worker program",
+            )
+
+
+def _sample_value(parameter: dict[str, Any]) -> str:
+    """A value of the parameter's type, so the parser checks the flag's type too (e.g. int vs float)."""
+    if "doubleValueSpec" in parameter:
+        return str(float(parameter["doubleValueSpec"]["minValue"]))
+    if "integerValueSpec" in parameter:
+        return str(int(parameter["integerValueSpec"]["minValue"]))
+    if "discreteValueSpec" in parameter:
+        value = float(parameter["discreteValueSpec"]["values"][0])
+        return str(int(value)) if value.is_integer() else str(value)
+    return str(parameter["categoricalValueSpec"]["values"][0])

@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Validate, package, submit and follow a Vertex AI training or tuning job defined in jobs/*.yaml.
+
+Usage (from the repo root, inside the Pipenv environment):
+  python scripts/run_job.py jobs/census_cpu.yaml --dry-run         # print the exact request; no cloud, no TF
+  python scripts/run_job.py jobs/census_tuning.yaml --local        # run the study on this machine
+  python scripts/run_job.py jobs/census_cpu.yaml --env dev         # build + upload trainer, submit, follow
+  python scripts/run_job.py jobs/census_tuning.yaml --set maxTrialCount=20 --set parallelTrialCount=4
+  python scripts/run_job.py jobs/census_cpu.yaml --no-wait         # submit and return
+  python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID
+
+A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
+with a thin header (`kind`, `trainer.delivery`) and references: ${infra.<output>} from the environment's infra
+outputs (deployed .infra-outputs/<env>.json, else planned from infra/environments/<env>.yaml) and ${job.id},
+${job.package_uri}, ... filled in per submission. Plain gcloud config files work too (--display-name,
+--max-trial-count, --parallel-trial-count, --region supply what gcloud takes as flags).
+
+Submitting is idempotent: each submission is labelled submission-hash=<hash of definition, code, overrides>
+and a live job with the same label is followed instead of creating a duplicate. Bad input prints one line
+(file: field: problem; allowed: ...) and exits 2 before anything is uploaded or submitted. A job that ends in
+any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.
+"""
+
+import sys
+from pathlib import Path
+
+# Run as a script: make the repo root importable (jobs/, infra/, trainer/).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from jobs.cli import main  # noqa: E402 - after the path setup above
+
+if __name__ == "__main__":
+    sys.exit(main(description=__doc__))

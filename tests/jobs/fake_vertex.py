@@ -1,0 +1,141 @@
+"""A fake Vertex AI JobService REST endpoint on 127.0.0.1, for the real JobServiceClient (REST transport,
+anonymous credentials) to talk to. It records every request and plays a scripted sequence of job states."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from jobs.cloud import Clients, LocalDirStorage, VertexJobs
+
+COLLECTIONS = ("customJobs", "hyperparameterTuningJobs")
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict
+    body: dict | None
+
+
+@dataclass
+class FakeVertex:
+    # States a job reports on successive GETs after creation; the last one sticks.
+    states: list[str] = field(
+        default_factory=lambda: ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
+    )
+    error_message: str = ""
+    requests: list[Request] = field(default_factory=list)
+    jobs: dict[str, dict] = field(default_factory=dict)
+    polls: dict[str, int] = field(default_factory=dict)
+    next_id: int = 1000
+
+    def created(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "POST"]
+
+    def handle(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
+        self.requests.append(Request(method, path, query, body))
+        path = path.removeprefix("/v1/")
+        collection = next((c for c in COLLECTIONS if path.endswith("/" + c)), None)
+        if method == "POST" and collection:
+            name = f"{path}/{self.next_id}"
+            self.next_id += 1
+            job = {
+                **body,
+                "name": name,
+                "state": self.states[0],
+                "createTime": f"2026-01-02T03:04:{len(self.jobs):02d}Z",
+            }
+            self.jobs[name] = job
+            self.polls[name] = 0
+            return 200, job
+        if method == "GET" and collection:
+            wanted = re.fullmatch(r'labels\.([\w-]+)="?([^"]*)"?', query.get("filter", [""])[0])
+            found = [
+                j
+                for n, j in self.jobs.items()
+                if n.startswith(path + "/")
+                and (not wanted or j.get("labels", {}).get(wanted.group(1)) == wanted.group(2))
+            ]
+            return 200, {collection: found}
+        if method == "GET" and path in self.jobs:
+            self.polls[path] += 1
+            job = self.jobs[path]
+            job["state"] = self.states[min(self.polls[path], len(self.states) - 1)]
+            if job["state"] == "JOB_STATE_FAILED":
+                job["error"] = {"code": 3, "message": self.error_message}
+            return 200, job
+        return 404, {"error": {"code": 404, "message": f"no such resource {path}", "status": "NOT_FOUND"}}
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
+    """Answer an HTTP request with a JSON body, as Google's JSON APIs do."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeVertex
+
+    def _reply(self, method: str) -> None:
+        url = urlparse(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        send_json(self, *self.server.fake.handle(method, url.path, parse_qs(url.query), body))
+
+    def do_GET(self):  # noqa: N802 - http.server naming
+        self._reply("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._reply("POST")
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+
+class FakeVertexServer:
+    def __init__(self, fake: FakeVertex | None = None) -> None:
+        self.fake = fake or FakeVertex()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.fake = self.fake
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> FakeVertexServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def factory(self, storage_root):
+        """A client factory for run_job.py: the real JobServiceClient on this endpoint, gs:// in a dir."""
+        calls = []
+
+        def make(project: str, region: str) -> Clients:
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+
+            calls.append((project, region))
+            client = JobServiceClient(
+                credentials=AnonymousCredentials(),
+                transport="rest",
+                client_options={"api_endpoint": self.endpoint},
+            )
+            return Clients(jobs=VertexJobs(client), storage=LocalDirStorage(storage_root))
+
+        make.calls = calls
+        return make

@@ -1,0 +1,96 @@
+"""GcsStorage (the real google-cloud-storage client) against a fake Cloud Storage JSON API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import email
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlparse
+
+import pytest
+
+from jobs.cloud import GcsStorage
+from tests.jobs.fake_vertex import send_json
+
+
+class _Gcs(BaseHTTPRequestHandler):
+    objects: dict[str, bytes]
+    uploads: list[dict]
+
+    def _send(self, status: int, payload: dict) -> None:
+        send_json(self, status, payload)
+
+    def do_GET(self):  # noqa: N802 - http.server naming
+        path = urlparse(self.path).path  # /storage/v1/b/<bucket>/o/<name>
+        bucket, _, name = path.removeprefix("/storage/v1/b/").partition("/o/")
+        key = f"{bucket}/{unquote(name)}"
+        if key in self.server.objects:
+            self._send(200, {"bucket": bucket, "name": unquote(name)})
+        else:
+            self._send(404, {"error": {"code": 404, "message": "No such object"}})
+
+    def do_POST(self):  # noqa: N802
+        url = urlparse(self.path)  # /upload/storage/v1/b/<bucket>/o?uploadType=multipart&ifGenerationMatch=0
+        bucket = url.path.removeprefix("/upload/storage/v1/b/").split("/")[0]
+        query = parse_qs(url.query)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        message = email.message_from_bytes(
+            b"Content-Type: " + self.headers["Content-Type"].encode() + b"\r\n\r\n" + body
+        )
+        metadata_part, media_part = message.get_payload()
+        name = json.loads(metadata_part.get_payload())["name"]
+        self.server.uploads.append({"name": name, "query": query})
+        key = f"{bucket}/{name}"
+        if query.get("ifGenerationMatch") == ["0"] and key in self.server.objects:
+            self._send(
+                412,
+                {
+                    "error": {
+                        "code": 412,
+                        "message": "At least one of the pre-conditions you specified did not hold.",
+                    }
+                },
+            )
+            return
+        self.server.objects[key] = media_part.get_payload(decode=True)
+        self._send(200, {"bucket": bucket, "name": name, "generation": "1"})
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def gcs():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Gcs)
+    server.objects, server.uploads = {}, []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_exists_and_upload_only_if_absent(gcs, tmp_path):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(
+        project="demo-project",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": f"http://127.0.0.1:{gcs.server_address[1]}"},
+    )
+    store = GcsStorage("demo-project", client=client)
+    uri = "gs://demo-staging/packages/0123/trainer-0.1.0.tar.gz"
+    package = tmp_path / "trainer-0.1.0.tar.gz"
+    package.write_bytes(b"sdist bytes")
+
+    assert store.exists(uri) is False
+    store.upload(package, uri)
+    assert gcs.objects == {"demo-staging/packages/0123/trainer-0.1.0.tar.gz": b"sdist bytes"}
+    assert gcs.uploads[0]["query"]["ifGenerationMatch"] == ["0"]
+    assert store.exists(uri) is True
+    # A concurrent submit that uploaded first: the precondition fails, which is success for us.
+    package.write_bytes(b"other bytes")
+    store.upload(package, uri)
+    assert gcs.objects["demo-staging/packages/0123/trainer-0.1.0.tar.gz"] == b"sdist bytes"

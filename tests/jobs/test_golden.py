@@ -1,0 +1,67 @@
+"""Golden files: the exact --dry-run output of every shipped definition (fixed clock, code hash and outputs).
+
+A change to a definition or to the compiler shows up as a reviewable diff of the request Vertex AI receives.
+Regenerate after an intended change: UPDATE_GOLDEN=1 pytest tests/jobs/test_golden.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.jobs.conftest import REPO_ROOT, SHIPPED, run_cli
+
+GOLDEN = REPO_ROOT / "tests" / "jobs" / "golden"
+
+
+def test_every_issue_definition_is_shipped():
+    names = {p.stem for p in SHIPPED}
+    assert {
+        "census_cpu",
+        "census_tuning",
+        "census_tuning_grid",
+        "census_multiworker",
+        "census_gpu",
+        "census_tpu",
+    } <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_dry_run_matches_golden(path):
+    rc, out, err = run_cli([path.relative_to(REPO_ROOT), "--dry-run"])
+    assert rc == 0, err
+    request = json.loads(out)
+    golden = GOLDEN / f"{path.stem}.json"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.write_text(out, encoding="utf-8")
+    assert golden.is_file(), f"missing {golden}; run UPDATE_GOLDEN=1 pytest {__file__}"
+    assert request == json.loads(golden.read_text(encoding="utf-8"))
+    assert out == golden.read_text(encoding="utf-8")  # key order too: it is what a reviewer reads
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_definitions_follow_the_house_rules(path):
+    rc, out, _ = run_cli([path.relative_to(REPO_ROOT), "--dry-run"])
+    request = json.loads(out)
+    kind, body = next((k, v) for k, v in request.items() if k != "parent")
+    spec = body["jobSpec"] if kind == "customJob" else body["trialJobSpec"]
+    job_id = body["displayName"]
+    assert spec["serviceAccount"] == "vertex-runtime@demo-project.iam.gserviceaccount.com"
+    assert spec["baseOutputDirectory"]["outputUriPrefix"].startswith("gs://demo-project-models/")
+    assert spec["baseOutputDirectory"]["outputUriPrefix"].endswith(job_id)
+    assert spec["tensorboard"] == "projects/demo-project/locations/us-central1/tensorboards/1234567890"
+    assert spec["scheduling"]["timeout"].endswith("s")
+    assert {"app", "submission-hash"} <= set(body["labels"])
+    if kind == "hyperparameterTuningJob":
+        assert body["maxFailedTrialCount"] >= 1
+    for pool in spec["workerPoolSpecs"]:
+        package = pool["pythonPackageSpec"]
+        assert package["pythonModule"] == "trainer.task"
+        assert package["executorImageUri"].startswith("us-docker.pkg.dev/vertex-ai/training/tf-")
+        assert package["packageUris"] == [
+            "gs://demo-project-staging/packages/0123456789abcdef/trainer-0.1.0.tar.gz"
+        ]
+        assert "--train-files=gs://demo-project-data/census/adult.data" in package["args"]
+        assert "--eval-files=gs://demo-project-data/census/adult.test" in package["args"]

@@ -1,0 +1,326 @@
+"""Submission end to end against a fake Vertex AI REST endpoint and a directory standing in for gs://.
+
+Everything but the network is real: the definition is compiled and validated, the trainer sdist is built with
+`python -m build`, and the generated JobServiceClient (REST transport) sends the request.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import pytest
+from google.protobuf import json_format
+
+import jobs.plan
+from tests.jobs.conftest import CODE_HASH, JOBS_DIR, OUTPUTS, PLANNED_OUTPUTS, run_cli
+from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
+
+CPU = JOBS_DIR / "census_cpu.yaml"
+TUNING = JOBS_DIR / "census_tuning.yaml"
+PACKAGE = f"demo-project-staging/packages/{CODE_HASH}/trainer-0.1.0.tar.gz"
+
+
+@pytest.fixture(autouse=True)
+def no_poll_sleep(monkeypatch):
+    monkeypatch.setattr(jobs.plan, "POLL_SECONDS", 0)
+
+
+@pytest.fixture(scope="module")
+def gcs_root(tmp_path_factory):
+    # Shared by the module's tests so the trainer sdist is built (for real) once, by the first submission.
+    return tmp_path_factory.mktemp("gcs")
+
+
+@pytest.fixture
+def vertex():
+    with FakeVertexServer(FakeVertex()) as server:
+        yield server
+
+
+def normalized(body: dict, kind: str) -> dict:
+    """A job body as the proto sees it (enum ints/names, int64 strings, doubles) for exact comparison."""
+    from google.cloud import aiplatform_v1
+
+    cls = aiplatform_v1.CustomJob if kind == "customJobs" else aiplatform_v1.HyperparameterTuningJob
+    message = cls()._pb
+    json_format.ParseDict(body, message)
+    return json_format.MessageToDict(message)
+
+
+def dry_run_request(path, *args) -> dict:
+    rc, out, err = run_cli([path, "--dry-run", *args])
+    assert rc == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize(
+    "path, collection, field",
+    [
+        (CPU, "customJobs", "customJob"),
+        (TUNING, "hyperparameterTuningJobs", "hyperparameterTuningJob"),
+    ],
+)
+def test_submit_sends_exactly_the_dry_run_request(vertex, gcs_root, path, collection, field):
+    rc, out, err = run_cli([path], factory=vertex.factory(gcs_root))
+    assert rc == 0, err
+
+    expected = dry_run_request(path)
+    posts = vertex.fake.created()
+    assert len(posts) == 1
+    assert posts[0].path == f"/v1/{expected['parent']}/{collection}"
+    assert normalized(posts[0].body, collection) == normalized(expected[field], collection)
+    # Idempotency check before the create: a list filtered by this submission's label.
+    listing = [r for r in vertex.fake.requests if r.method == "GET" and r.path.endswith(collection)]
+    digest = expected[field]["labels"]["submission-hash"]
+    assert listing and listing[0].query["filter"] == [f'labels.submission-hash="{digest}"']
+
+    name = vertex.fake.jobs and next(iter(vertex.fake.jobs))
+    assert f"created {name}" in out
+    assert (
+        f"https://console.cloud.google.com/agent-platform/locations/us-central1/training/"
+        f"{name.rsplit('/', 1)[1]}?project=demo-project"
+    ) in out
+    assert (
+        "https://us-central1.tensorboard.googleusercontent.com/experiment/projects+demo-project+locations+"
+        in out
+    )
+    assert "JOB_STATE_SUCCEEDED" in out
+    assert "JOB_STATE_RUNNING" in out
+
+
+def test_uploaded_package_is_the_trainer_sdist_and_is_not_uploaded_twice(vertex, gcs_root, monkeypatch):
+    rc, _, err = run_cli([CPU, "--no-wait"], factory=vertex.factory(gcs_root))
+    assert rc == 0, err
+    sdist = gcs_root / PACKAGE
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+    assert "trainer-0.1.0/trainer/config.py" in names
+    assert "trainer-0.1.0/pyproject.toml" in names
+    assert not any("__pycache__" in n for n in names)
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("identical code must not be rebuilt or re-uploaded")
+
+    monkeypatch.setattr(jobs.plan, "build_sdist", no_build)
+    before = sdist.stat().st_mtime_ns
+    rc, out, err = run_cli(
+        [CPU, "--no-wait", "--set", "jobSpec.scheduling.timeout=600s"], factory=vertex.factory(gcs_root)
+    )
+    assert rc == 0, err
+    assert "already uploaded" in out
+    assert sdist.stat().st_mtime_ns == before
+
+
+def test_retried_submit_reuses_the_live_job(gcs_root):
+    with FakeVertexServer(FakeVertex(states=["JOB_STATE_PENDING", "JOB_STATE_RUNNING"])) as server:
+        first = run_cli([TUNING, "--no-wait"], factory=server.factory(gcs_root))
+        assert first[0] == 0, first[2]
+        # A retry a minute later (new job id, same definition/code/overrides) must not create a second job.
+        later = jobs_now_plus_minutes(1)
+        second = run_cli([TUNING, "--no-wait"], factory=server.factory(gcs_root), now=later)
+        assert second[0] == 0, second[2]
+        assert len(server.fake.created()) == 1
+        assert (
+            "reusing projects/demo-project/locations/us-central1/hyperparameterTuningJobs/1000" in second[1]
+        )
+        # A different override is a different submission.
+        third = run_cli([TUNING, "--no-wait", "--set", "maxTrialCount=4"], factory=server.factory(gcs_root))
+        assert third[0] == 0, third[2]
+        assert len(server.fake.created()) == 2
+
+
+def test_a_finished_job_is_not_reused(vertex, gcs_root):
+    assert run_cli([CPU], factory=vertex.factory(gcs_root))[0] == 0
+    assert run_cli([CPU], factory=vertex.factory(gcs_root))[0] == 0
+    assert len(vertex.fake.created()) == 2
+
+
+def test_failed_job_exits_nonzero_with_its_error(gcs_root):
+    message = "The replica workerpool0-0 exited with a non-zero status of 1."
+    fake = FakeVertex(
+        states=["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_FAILED"], error_message=message
+    )
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli([CPU], factory=server.factory(gcs_root))
+    assert rc == 1
+    assert (
+        err.strip()
+        == f"projects/demo-project/locations/us-central1/customJobs/1000 ended JOB_STATE_FAILED: {message}"
+    )
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "final, rc",
+    [
+        ("JOB_STATE_SUCCEEDED", 0),
+        ("JOB_STATE_CANCELLED", 1),
+        ("JOB_STATE_EXPIRED", 1),
+        ("JOB_STATE_FAILED", 1),
+    ],
+)
+def test_following_stops_at_the_first_terminal_state(gcs_root, final, rc):
+    states = ["JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", final, "JOB_STATE_RUNNING"]
+    with FakeVertexServer(FakeVertex(states=states)) as server:
+        assert run_cli([CPU], factory=server.factory(gcs_root))[0] == rc
+        name = next(iter(server.fake.jobs))
+        assert server.fake.polls[name] == 3  # one GET per state change until the terminal one, none after
+
+
+def test_no_wait_returns_without_polling(vertex, gcs_root):
+    rc, out, _ = run_cli([CPU, "--no-wait"], factory=vertex.factory(gcs_root))
+    assert rc == 0
+    assert vertex.fake.polls[next(iter(vertex.fake.jobs))] == 0
+
+
+def test_ctrl_c_stops_following_not_the_job(gcs_root, monkeypatch):
+    def interrupt(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs.plan, "_sleep", interrupt)
+    with FakeVertexServer(FakeVertex(states=["JOB_STATE_PENDING", "JOB_STATE_RUNNING"])) as server:
+        rc, out, err = run_cli([CPU], factory=server.factory(gcs_root))
+        name = next(iter(server.fake.jobs))
+        assert rc == 130
+        assert f"run_job.py --follow {name}" in err
+        assert "keeps running" in err
+        assert not [r for r in server.fake.requests if ":cancel" in r.path]
+        # ... and following again picks it up.
+        monkeypatch.setattr(jobs.plan, "_sleep", lambda seconds: None)
+        server.fake.states = ["JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
+        rc, out, err = run_cli(["--follow", name], factory=server.factory(gcs_root))
+        assert rc == 0, err
+        assert "JOB_STATE_SUCCEEDED" in out
+
+
+def test_tuning_progress_reports_trials_and_best(monkeypatch):
+    lines = []
+
+    class Jobs:
+        def get(self, kind, name):
+            return {
+                "name": name,
+                "state": "JOB_STATE_SUCCEEDED",
+                "maxTrialCount": 4,
+                "studySpec": {"metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}]},
+                "trials": [
+                    {
+                        "id": "1",
+                        "state": "SUCCEEDED",
+                        "finalMeasurement": {"metrics": [{"metricId": "accuracy", "value": 0.81}]},
+                    },
+                    {
+                        "id": "2",
+                        "state": "SUCCEEDED",
+                        "finalMeasurement": {"metrics": [{"metricId": "accuracy", "value": 0.85}]},
+                    },
+                    {"id": "3", "state": "INFEASIBLE"},
+                    {"id": "4", "state": "ACTIVE"},
+                ],
+            }
+
+    class Out:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    remote = jobs.plan.follow(
+        Jobs(), "HyperparameterTuningJob", {"name": "n", "state": "JOB_STATE_RUNNING"}, Out()
+    )
+    assert remote["state"] == "JOB_STATE_SUCCEEDED"
+    text = "".join(lines)
+    assert "trials: 2 succeeded, 1 failed, 1 active of 4; best accuracy=0.85 (trial 2)" in text
+
+
+def test_planned_outputs_cannot_be_submitted(vertex, tmp_path):
+    rc, out, err = run_cli([CPU], outputs=PLANNED_OUTPUTS, factory=vertex.factory(tmp_path))
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert err.startswith(f"{CPU}: jobSpec.tensorboard: ")
+    assert "cdktn deploy" in err
+    assert vertex.fake.requests == [] and not any(tmp_path.iterdir())
+
+
+def test_cloud_errors_are_one_line(gcs_root):
+    # A server that refuses everything: the client raises; run_job.py prints one line, exit 1.
+    fake = FakeVertex()
+    fake.handle = lambda *a: (
+        fake.requests.append(a),
+        (
+            403,
+            {
+                "error": {
+                    "code": 403,
+                    "message": "Permission 'aiplatform.customJobs.create' denied",
+                    "status": "PERMISSION_DENIED",
+                }
+            },
+        ),
+    )[1]
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli([CPU, "--no-wait"], factory=server.factory(gcs_root))
+    assert rc == 1
+    assert err.count("\n") == 1 and "Forbidden" in err and "denied" in err and "Traceback" not in err
+    assert not [r for r in fake.requests if r[0] == "POST" and r[1].endswith("customJobs")]
+
+
+def jobs_now_plus_minutes(minutes):
+    from datetime import timedelta
+
+    from tests.jobs.conftest import NOW
+
+    return NOW + timedelta(minutes=minutes)
+
+
+def test_outputs_fixture_is_complete():
+    # The fixed outputs mirror Interface 1's keys, so the tests exercise every reference the definitions use.
+    assert set(OUTPUTS) >= {
+        "project",
+        "region",
+        "data_bucket",
+        "staging_bucket",
+        "models_bucket",
+        "runtime_service_account",
+        "tensorboard",
+        "trainer_image",
+    }
+
+
+def test_missing_credentials_is_one_helpful_line(tmp_path):
+    from google.auth.exceptions import DefaultCredentialsError
+
+    def factory(project, region):
+        raise DefaultCredentialsError("Your default credentials were not found.")
+
+    rc, out, err = run_cli([CPU, "--no-wait"], factory=factory)
+    assert rc == 1
+    assert err.count("\n") == 1 and "gcloud auth application-default login" in err
+
+
+def test_gcloud_container_config_submits_without_packaging(vertex, tmp_path, write_job):
+    from tests.jobs.test_compile import GCLOUD_CUSTOM
+
+    path = write_job(GCLOUD_CUSTOM, "gcloud_job.yaml")
+    rc, out, err = run_cli(
+        [path, "--display-name", "nightly-census", "--no-wait"], factory=vertex.factory(tmp_path)
+    )
+    assert rc == 0, err
+    (post,) = vertex.fake.created()
+    assert post.body["displayName"] == "nightly-census"
+    pool = post.body["jobSpec"]["workerPoolSpecs"][0]
+    assert pool["containerSpec"]["imageUri"] == "us-central1-docker.pkg.dev/demo-project/ml/trainer:latest"
+    assert "trainer package" not in out and not any(tmp_path.rglob("*.tar.gz"))
+
+
+def test_ctrl_c_before_the_job_exists_says_a_rerun_is_safe(vertex, gcs_root, monkeypatch):
+    def interrupted_list(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("jobs.cloud.VertexJobs.find_live", interrupted_list)
+    rc, out, err = run_cli([CPU], factory=vertex.factory(gcs_root))
+    assert rc == 130
+    assert "running the same command again reuses the job" in err and "Traceback" not in err
+    assert vertex.fake.created() == []

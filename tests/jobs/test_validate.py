@@ -1,0 +1,624 @@
+"""Table-driven tests of jobs.validate: each row breaks one thing in a valid definition and names the field
+path and the words the one-line error must contain."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+
+from jobs.errors import JobError
+from tests.jobs.helpers import CUSTOM, DELETE, TUNING, check, set_path
+
+POOL = "jobSpec.workerPoolSpecs.0"
+MACHINE = f"{POOL}.machineSpec"
+TRIAL_POOL = "trialJobSpec.workerPoolSpecs.0"
+PARAM = "studySpec.parameters"
+
+
+def test_the_base_definitions_are_valid():
+    check(CUSTOM)
+    check(TUNING)
+
+
+VALID = [
+    (
+        "t4",
+        CUSTOM,
+        {
+            MACHINE: {
+                "machineType": "n1-standard-8",
+                "acceleratorType": "NVIDIA_TESLA_T4",
+                "acceleratorCount": 1,
+            }
+        },
+    ),
+    (
+        "v100x8",
+        CUSTOM,
+        {
+            MACHINE: {
+                "machineType": "n1-highmem-16",
+                "acceleratorType": "NVIDIA_TESLA_V100",
+                "acceleratorCount": 8,
+            }
+        },
+    ),
+    (
+        "a100",
+        CUSTOM,
+        {
+            MACHINE: {
+                "machineType": "a2-highgpu-2g",
+                "acceleratorType": "NVIDIA_TESLA_A100",
+                "acceleratorCount": 2,
+            }
+        },
+    ),
+    (
+        "a100-80",
+        CUSTOM,
+        {
+            MACHINE: {
+                "machineType": "a2-ultragpu-1g",
+                "acceleratorType": "NVIDIA_A100_80GB",
+                "acceleratorCount": 1,
+            }
+        },
+    ),
+    (
+        "h100",
+        CUSTOM,
+        {
+            MACHINE: {
+                "machineType": "a3-highgpu-8g",
+                "acceleratorType": "NVIDIA_H100_80GB",
+                "acceleratorCount": 8,
+            }
+        },
+    ),
+    (
+        "l4",
+        CUSTOM,
+        {MACHINE: {"machineType": "g2-standard-8", "acceleratorType": "NVIDIA_L4", "acceleratorCount": 1}},
+    ),
+    (
+        "l4x4",
+        CUSTOM,
+        {MACHINE: {"machineType": "g2-standard-48", "acceleratorType": "NVIDIA_L4", "acceleratorCount": 4}},
+    ),
+    (
+        "tpu-v2",
+        CUSTOM,
+        {MACHINE: {"machineType": "cloud-tpu", "acceleratorType": "TPU_V2", "acceleratorCount": 8}},
+    ),
+    (
+        "v5e",
+        CUSTOM,
+        {
+            MACHINE: {
+                "machineType": "ct5lp-hightpu-4t",
+                "acceleratorType": "TPU_V5_LITEPOD",
+                "acceleratorCount": 4,
+                "tpuTopology": "2x2",
+            }
+        },
+    ),
+    ("v5e-1", CUSTOM, {MACHINE: {"machineType": "ct5lp-hightpu-1t", "tpuTopology": "1x1"}}),
+    ("e2", CUSTOM, {MACHINE: {"machineType": "e2-standard-8"}}),
+    ("c2", CUSTOM, {MACHINE: {"machineType": "c2-standard-16"}}),
+    (
+        "workers",
+        CUSTOM,
+        {
+            "jobSpec.workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "n1-standard-4"},
+                    "replicaCount": 1,
+                    "pythonPackageSpec": {
+                        "executorImageUri": "x",
+                        "pythonModule": "trainer.task",
+                        "args": ["--train-files=a", "--eval-files=b"],
+                    },
+                },
+                {},  # empty placeholder pool
+                {
+                    "machineSpec": {"machineType": "n1-standard-4"},
+                    "replicaCount": 3,
+                    "pythonPackageSpec": {
+                        "executorImageUri": "x",
+                        "pythonModule": "trainer.task",
+                        "args": ["--train-files=a", "--eval-files=b"],
+                    },
+                },
+            ]
+        },
+    ),
+    (
+        "other-module",
+        CUSTOM,
+        {
+            f"{POOL}.pythonPackageSpec.pythonModule": "mypkg.train",
+            f"{POOL}.pythonPackageSpec.args": ["--anything"],
+        },
+    ),
+    (
+        "grid",
+        TUNING,
+        {
+            "studySpec.algorithm": "GRID_SEARCH",
+            f"{PARAM}.1": {"parameterId": "learning-rate", "discreteValueSpec": {"values": [0.001, 0.01]}},
+        },
+    ),
+    (
+        "metric-from-args",
+        TUNING,
+        {
+            "studySpec.metrics.0.metricId": "auc",
+            f"{TRIAL_POOL}.pythonPackageSpec.args": [
+                "--train-files=a",
+                "--eval-files=b",
+                "--hypertune-metric",
+                "auc",
+            ],
+        },
+    ),
+    (
+        "minimize-loss",
+        TUNING,
+        {
+            "studySpec.metrics.0": {"metricId": "loss", "goal": "MINIMIZE"},
+            f"{TRIAL_POOL}.pythonPackageSpec.args": [
+                "--train-files=a",
+                "--eval-files=b",
+                "--hypertune-metric=loss",
+            ],
+        },
+    ),
+    ("underscore-id", TUNING, {f"{PARAM}.0.parameterId": "first_layer_size"}),
+]
+
+
+@pytest.mark.parametrize("base, mutations", [v[1:] for v in VALID], ids=[v[0] for v in VALID])
+def test_valid_variants(base, mutations):
+    check(base, mutations)
+
+
+INVALID = [
+    # id, base, mutations, field path in the error, words in the error
+    (
+        "unknown-field",
+        CUSTOM,
+        {f"{MACHINE}.machineTyp": "x"},
+        f"{MACHINE}.machineTyp",
+        "unknown field for MachineSpec; allowed: acceleratorCount, acceleratorType",
+    ),
+    ("unknown-top-field", TUNING, {"maxTrials": 3}, "maxTrials", "unknown field for HyperparameterTuningJob"),
+    (
+        "bad-enum",
+        TUNING,
+        {"studySpec.algorithm": "BAYESIAN"},
+        "studySpec.algorithm",
+        "invalid value 'BAYESIAN' for Algorithm; allowed: ALGORITHM_UNSPECIFIED, GRID_SEARCH, RANDOM_SEARCH",
+    ),
+    (
+        "bad-accelerator-enum",
+        CUSTOM,
+        {f"{MACHINE}.acceleratorType": "T4"},
+        f"{MACHINE}.acceleratorType",
+        "invalid value 'T4' for AcceleratorType",
+    ),
+    ("bad-int", CUSTOM, {f"{POOL}.replicaCount": "two"}, f"{POOL}.replicaCount", "expected an integer"),
+    (
+        "bad-duration",
+        CUSTOM,
+        {"jobSpec.scheduling.timeout": "2h"},
+        "jobSpec.scheduling.timeout",
+        "not a duration: '2h'; allowed: seconds with an 's' suffix",
+    ),
+    (
+        "list-expected",
+        CUSTOM,
+        {"jobSpec.workerPoolSpecs": {"a": 1}},
+        "jobSpec.workerPoolSpecs",
+        "expected a list",
+    ),
+    ("output-only", CUSTOM, {"state": "JOB_STATE_RUNNING"}, "state", "output only"),
+    (
+        "unknown-machine",
+        CUSTOM,
+        {f"{MACHINE}.machineType": "n1-standard-3"},
+        f"{MACHINE}.machineType",
+        "unknown machine type 'n1-standard-3'; allowed: n1-standard-4, n1-standard-8, n1-standard-16",
+    ),
+    (
+        "unknown-family",
+        CUSTOM,
+        {f"{MACHINE}.machineType": "m1-ultramem-40"},
+        f"{MACHINE}.machineType",
+        "allowed: n1-standard-*, n1-highmem-*, n1-highcpu-*, a2-highgpu-*",
+    ),
+    (
+        "gpu-on-cpu-family",
+        CUSTOM,
+        {
+            f"{MACHINE}.machineType": "e2-standard-4",
+            f"{MACHINE}.acceleratorType": "NVIDIA_TESLA_T4",
+            f"{MACHINE}.acceleratorCount": 1,
+        },
+        f"{MACHINE}.acceleratorType",
+        "e2-standard-4 does not take NVIDIA_TESLA_T4; allowed: none",
+    ),
+    (
+        "wrong-gpu",
+        CUSTOM,
+        {
+            f"{MACHINE}.machineType": "g2-standard-8",
+            f"{MACHINE}.acceleratorType": "NVIDIA_TESLA_T4",
+            f"{MACHINE}.acceleratorCount": 1,
+        },
+        f"{MACHINE}.acceleratorType",
+        "allowed: NVIDIA_L4",
+    ),
+    (
+        "type-without-count",
+        CUSTOM,
+        {f"{MACHINE}.machineType": "n1-standard-8", f"{MACHINE}.acceleratorType": "NVIDIA_TESLA_T4"},
+        f"{MACHINE}.acceleratorCount",
+        "acceleratorType NVIDIA_TESLA_T4 without a count",
+    ),
+    (
+        "count-without-type",
+        CUSTOM,
+        {f"{MACHINE}.acceleratorCount": 2},
+        f"{MACHINE}.acceleratorType",
+        "acceleratorCount 2 without a type",
+    ),
+    (
+        "a2-count",
+        CUSTOM,
+        {
+            f"{MACHINE}.machineType": "a2-highgpu-4g",
+            f"{MACHINE}.acceleratorType": "NVIDIA_TESLA_A100",
+            f"{MACHINE}.acceleratorCount": 2,
+        },
+        f"{MACHINE}.acceleratorCount",
+        "allowed: 4",
+    ),
+    (
+        "a2-no-gpu",
+        CUSTOM,
+        {f"{MACHINE}.machineType": "a2-highgpu-1g"},
+        f"{MACHINE}.acceleratorType",
+        "comes with accelerators",
+    ),
+    (
+        "t4-x3",
+        CUSTOM,
+        {
+            f"{MACHINE}.machineType": "n1-standard-8",
+            f"{MACHINE}.acceleratorType": "NVIDIA_TESLA_T4",
+            f"{MACHINE}.acceleratorCount": 3,
+        },
+        f"{MACHINE}.acceleratorCount",
+        "allowed: 1, 2, 4, 8",
+    ),
+    (
+        "tpu-count",
+        CUSTOM,
+        {
+            f"{MACHINE}.machineType": "cloud-tpu",
+            f"{MACHINE}.acceleratorType": "TPU_V3",
+            f"{MACHINE}.acceleratorCount": 4,
+        },
+        f"{MACHINE}.acceleratorCount",
+        "allowed: 8",
+    ),
+    (
+        "tpu-type",
+        CUSTOM,
+        {
+            f"{MACHINE}.machineType": "cloud-tpu",
+            f"{MACHINE}.acceleratorType": "TPU_V5_LITEPOD",
+            f"{MACHINE}.acceleratorCount": 8,
+        },
+        f"{MACHINE}.acceleratorType",
+        "allowed: TPU_V2, TPU_V3",
+    ),
+    (
+        "v5e-topology",
+        CUSTOM,
+        {f"{MACHINE}.machineType": "ct5lp-hightpu-4t", f"{MACHINE}.tpuTopology": "4x4"},
+        f"{MACHINE}.tpuTopology",
+        "allowed: 2x2",
+    ),
+    (
+        "v5e-no-topology",
+        CUSTOM,
+        {f"{MACHINE}.machineType": "ct5lp-hightpu-8t"},
+        f"{MACHINE}.tpuTopology",
+        "allowed: 2x4",
+    ),
+    (
+        "topology-on-gpu",
+        CUSTOM,
+        {f"{MACHINE}.tpuTopology": "2x2"},
+        f"{MACHINE}.tpuTopology",
+        "takes no tpuTopology",
+    ),
+    (
+        "chief-replicas",
+        CUSTOM,
+        {f"{POOL}.replicaCount": 2},
+        f"{POOL}.replicaCount",
+        "the first pool is the chief and has 2 replicas; allowed: 1",
+    ),
+    ("zero-replicas", CUSTOM, {f"{POOL}.replicaCount": 0}, f"{POOL}.replicaCount", "replicaCount is 0"),
+    ("no-pools", CUSTOM, {"jobSpec.workerPoolSpecs": []}, "jobSpec.workerPoolSpecs", "no worker pools"),
+    (
+        "two-programs",
+        CUSTOM,
+        {f"{POOL}.containerSpec": {"imageUri": "x"}},
+        POOL,
+        "sets both pythonPackageSpec and containerSpec, which exclude each other; allowed: exactly one of",
+    ),
+    (
+        "delivery-mismatch",
+        CUSTOM,
+        {"trainer.delivery": "container"},
+        f"{POOL}.pythonPackageSpec",
+        "the header says trainer.delivery: container",
+    ),
+    (
+        "bad-delivery",
+        CUSTOM,
+        {"trainer.delivery": "wheel"},
+        "trainer.delivery",
+        "allowed: python-package, container",
+    ),
+    ("bad-kind", CUSTOM, {"kind": "TrainingPipeline"}, "kind", "allowed: CustomJob, HyperparameterTuningJob"),
+    (
+        "output-not-gs",
+        CUSTOM,
+        {"jobSpec.baseOutputDirectory.outputUriPrefix": "/tmp/out"},
+        "jobSpec.baseOutputDirectory.outputUriPrefix",
+        "is not a gs:// URI",
+    ),
+    (
+        "bad-service-account",
+        CUSTOM,
+        {"jobSpec.serviceAccount": "trainer"},
+        "jobSpec.serviceAccount",
+        "not a service account email",
+    ),
+    (
+        "tensorboard-region",
+        CUSTOM,
+        {"jobSpec.tensorboard": "projects/p/locations/europe-west4/tensorboards/1"},
+        "jobSpec.tensorboard",
+        "TensorBoard is in europe-west4, the job in us-central1",
+    ),
+    (
+        "tensorboard-needs-sa",
+        CUSTOM,
+        {"jobSpec.serviceAccount": DELETE},
+        "jobSpec.serviceAccount",
+        "TensorBoard upload needs a service account",
+    ),
+    ("bad-label", CUSTOM, {"labels.App": "x"}, "labels.App", "invalid label key"),
+    ("bad-label-value", CUSTOM, {"labels.app": "Census Income"}, "labels.app", "invalid label value"),
+    (
+        "unknown-trainer-flag",
+        CUSTOM,
+        {f"{POOL}.pythonPackageSpec.args": ["--train-files=a", "--eval-files=b", "--epochs=3"]},
+        f"{POOL}.pythonPackageSpec.args",
+        "the trainer rejects these args: unrecognized arguments: --epochs=3",
+    ),
+    (
+        "missing-required-flag",
+        CUSTOM,
+        {f"{POOL}.pythonPackageSpec.args": ["--train-files=a"]},
+        f"{POOL}.pythonPackageSpec.args",
+        "--eval-files",
+    ),
+    (
+        "bad-model",
+        CUSTOM,
+        {f"{POOL}.pythonPackageSpec.args": ["--train-files=a", "--eval-files=b", "--model=xgb"]},
+        f"{POOL}.pythonPackageSpec.args",
+        "invalid choice: 'xgb'",
+    ),
+    (
+        "workers-differ-from-chief",
+        CUSTOM,
+        {
+            "jobSpec.workerPoolSpecs.1": {
+                "machineSpec": {"machineType": "n1-standard-4"},
+                "replicaCount": 2,
+                "pythonPackageSpec": {
+                    "executorImageUri": "x",
+                    "pythonModule": "trainer.task",
+                    "args": ["--train-files=gs://demo-project-data/a.csv", "--eval-files=other"],
+                },
+            }
+        },
+        "jobSpec.workerPoolSpecs.1.pythonPackageSpec.args.1",
+        "worker pool 1 runs the trainer with other args than the chief (pool 0)",
+    ),
+    # Studies
+    (
+        "min-ge-max",
+        TUNING,
+        {f"{PARAM}.0.integerValueSpec.minValue": 128},
+        f"{PARAM}.0.integerValueSpec.minValue",
+        "minValue 128 >= maxValue 128",
+    ),
+    (
+        "double-min-gt-max",
+        TUNING,
+        {f"{PARAM}.1.doubleValueSpec.minValue": 0.5},
+        f"{PARAM}.1.doubleValueSpec.minValue",
+        "minValue 0.5 >= maxValue 0.1",
+    ),
+    (
+        "log-scale-zero",
+        TUNING,
+        {f"{PARAM}.1.doubleValueSpec.minValue": 0.0},
+        f"{PARAM}.1.doubleValueSpec.minValue",
+        "UNIT_LOG_SCALE with minValue 0.0; allowed: minValue > 0",
+    ),
+    (
+        "reverse-log-negative",
+        TUNING,
+        {f"{PARAM}.0.scaleType": "UNIT_REVERSE_LOG_SCALE", f"{PARAM}.0.integerValueSpec.minValue": -1},
+        f"{PARAM}.0.integerValueSpec.minValue",
+        "UNIT_REVERSE_LOG_SCALE with minValue -1",
+    ),
+    (
+        "discrete-not-increasing",
+        TUNING,
+        {f"{PARAM}.2.discreteValueSpec.values": [1, 3, 2]},
+        f"{PARAM}.2.discreteValueSpec.values.2",
+        "2 after 3: values are not strictly increasing",
+    ),
+    (
+        "discrete-repeated",
+        TUNING,
+        {f"{PARAM}.2.discreteValueSpec.values": [1, 1]},
+        f"{PARAM}.2.discreteValueSpec.values.1",
+        "not strictly increasing",
+    ),
+    (
+        "grid-with-double",
+        TUNING,
+        {"studySpec.algorithm": "GRID_SEARCH"},
+        f"{PARAM}.1.doubleValueSpec",
+        "GRID_SEARCH cannot enumerate the DOUBLE parameter 'learning-rate'",
+    ),
+    (
+        "parallel-gt-max",
+        TUNING,
+        {"parallelTrialCount": 5},
+        "parallelTrialCount",
+        "5 parallel trials but maxTrialCount is 4; allowed: 1..4",
+    ),
+    ("failures-gt-max", TUNING, {"maxFailedTrialCount": 9}, "maxFailedTrialCount", "allowed: 0..4"),
+    (
+        "metric-not-reportable",
+        TUNING,
+        {"studySpec.metrics.0.metricId": "f1"},
+        "studySpec.metrics.0.metricId",
+        "the trainer cannot report 'f1'; allowed: accuracy",
+    ),
+    (
+        "metric-not-the-reported-one",
+        TUNING,
+        {"studySpec.metrics.0.metricId": "auc"},
+        "studySpec.metrics.0.metricId",
+        "trials report 'accuracy' (the default --hypertune-metric (accuracy)",
+    ),
+    (
+        "metric-vs-args",
+        TUNING,
+        {
+            f"{TRIAL_POOL}.pythonPackageSpec.args": [
+                "--train-files=a",
+                "--eval-files=b",
+                "--hypertune-metric=loss",
+            ]
+        },
+        "studySpec.metrics.0.metricId",
+        "trials report 'loss' (--hypertune-metric loss",
+    ),
+    (
+        "no-goal",
+        TUNING,
+        {"studySpec.metrics.0.goal": DELETE},
+        "studySpec.metrics.0.goal",
+        "allowed: MAXIMIZE",
+    ),
+    (
+        "param-not-a-flag",
+        TUNING,
+        {f"{PARAM}.0.parameterId": "hidden-units"},
+        f"{PARAM}.0.parameterId",
+        "the trainer has no flag --hidden-units",
+    ),
+    (
+        "param-twice",
+        TUNING,
+        {f"{PARAM}.2.parameterId": "first-layer-size"},
+        f"{PARAM}.2.parameterId",
+        "tuned twice",
+    ),
+    (
+        "param-two-specs",
+        TUNING,
+        {f"{PARAM}.0.doubleValueSpec": {"minValue": 1, "maxValue": 2}},
+        f"{PARAM}.0",
+        "sets both integerValueSpec and doubleValueSpec",
+    ),
+    ("param-no-spec", TUNING, {f"{PARAM}.0.integerValueSpec": DELETE}, f"{PARAM}.0", "has 0 value specs"),
+    (
+        "param-wrong-type",
+        TUNING,
+        {f"{PARAM}.2": {"parameterId": "num-layers", "doubleValueSpec": {"minValue": 1.5, "maxValue": 3.5}}},
+        f"{TRIAL_POOL}.pythonPackageSpec.args",
+        "invalid int value",
+    ),
+    ("no-parameters", TUNING, {f"{PARAM}": []}, f"{PARAM}", "no parameters to tune"),
+    (
+        "zero-trials",
+        TUNING,
+        {"maxTrialCount": 0, "parallelTrialCount": 0},
+        "maxTrialCount",
+        "allowed: an integer >= 1",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "base, mutations, path, words", [v[1:] for v in INVALID], ids=[v[0] for v in INVALID]
+)
+def test_invalid_definitions_name_the_field(base, mutations, path, words):
+    with pytest.raises(JobError) as caught:
+        check(base, mutations)
+    error = caught.value
+    assert error.file == "job.yaml"
+    assert error.path == path, str(error)
+    assert words in re.sub(r" \(line \d+\)", "", str(error)), str(error)
+    assert "\n" not in str(error)
+
+
+def test_errors_carry_the_source_line():
+    with pytest.raises(JobError) as caught:
+        check(CUSTOM, {f"{MACHINE}.machineType": "n1-standard-3"})
+    assert "(line 6)" in str(caught.value)  # the machineSpec line of the pool in CUSTOM
+
+
+def _field_paths(node, prefix=""):
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        path = f"{prefix}.{key}" if prefix else str(key)
+        yield path
+        yield from _field_paths(value, path)
+
+
+@pytest.mark.parametrize("name", ["census_tuning", "census_multiworker", "census_tpu"])
+def test_any_single_broken_field_is_a_job_error_never_a_crash(name):
+    from jobs.loader import load_file
+    from tests.jobs.conftest import JOBS_DIR
+
+    text = (JOBS_DIR / f"{name}.yaml").read_text()
+    data = load_file(JOBS_DIR / f"{name}.yaml").data
+    for path in _field_paths(data):
+        for value in (DELETE, None, -1, [], "x"):
+            try:
+                set_path(copy.deepcopy(data), path, value)
+            except (IndexError, KeyError, TypeError):
+                continue  # not applicable here (e.g. DELETE inside a list)
+            try:
+                check(text, {path: value})
+            except JobError as exc:
+                assert "\n" not in str(exc)
