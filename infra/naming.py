@@ -46,6 +46,13 @@ def service_account_email(cfg: EnvironmentConfig, account_id: str) -> str:
     return f"{account_id}@{cfg.project_id}.iam.gserviceaccount.com"
 
 
+def workload_identity_provider(cfg: EnvironmentConfig) -> str:
+    """Full provider name as google-github-actions/auth takes it (pools are global, keyed by project number)."""
+    names = resource_names(cfg)
+    return (f"projects/{cfg.project_number}/locations/global/workloadIdentityPools/{names.wif_pool_id}"
+            f"/providers/{names.wif_provider_id}")
+
+
 def registry_url(cfg: EnvironmentConfig) -> str:
     return f"{cfg.region}-docker.pkg.dev/{cfg.project_id}/{resource_names(cfg).registry_id}"
 

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from infra.config import ConfigError, EnvironmentConfig, load_environment
-from infra.naming import registry_url, resource_names, service_account_email
+from infra.naming import registry_url, resource_names, service_account_email, workload_identity_provider
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS_DIR = REPO_ROOT / ".infra-outputs"
@@ -38,6 +38,9 @@ OUTPUT_KEYS = (
     "tensorboard",
     "artifact_registry",
     "trainer_image",
+    # What .github/workflows/deploy.yml authenticates with (repository variables set once from these).
+    "workload_identity_provider",
+    "deployer_service_account",
 )
 
 PENDING_DEPLOY = "PENDING_DEPLOY"
@@ -72,6 +75,8 @@ def planned_outputs(cfg: EnvironmentConfig) -> dict[str, str]:
         "tensorboard": tensorboard_prefix(cfg) + PENDING_DEPLOY,
         "artifact_registry": registry,
         "trainer_image": f"{registry}/trainer",
+        "workload_identity_provider": workload_identity_provider(cfg),
+        "deployer_service_account": service_account_email(cfg, names.deployer_account_id),
     }
     return {key: planned[key] for key in OUTPUT_KEYS}
 

@@ -184,6 +184,8 @@ class PlatformStack(TerraformStack):
             + Fn.element(Fn.split("/", self.tensorboard.tensorboard.name), 5),
             "artifact_registry": self.registry.repository.registry_uri,
             "trainer_image": f"{self.registry.repository.registry_uri}/trainer",
+            "workload_identity_provider": self.ci.provider.name,
+            "deployer_service_account": self.ci.account.email,
         }
         assert tuple(values) == OUTPUT_KEYS, "stack outputs must be exactly infra.outputs.OUTPUT_KEYS"
         for key, value in values.items():

@@ -305,6 +305,11 @@ def simulate_apply(stack: dict, tensorboard_id: str) -> dict[str, str]:
             return f"{body['account_id']}@{body['project']}.iam.gserviceaccount.com"
         if (rtype, attr) == ("google_artifact_registry_repository", "registry_uri"):
             return f"{body['location']}-docker.pkg.dev/{body['project']}/{body['repository_id']}"
+        if (rtype, attr) == ("google_iam_workload_identity_pool", "workload_identity_pool_id"):
+            return body["workload_identity_pool_id"]
+        if (rtype, attr) == ("google_iam_workload_identity_pool_provider", "name"):
+            return (f"projects/{project_number}/locations/global/workloadIdentityPools/"
+                    f"{evaluate(body['workload_identity_pool_id'])}/providers/{body['workload_identity_pool_provider_id']}")
         if (rtype, attr) == ("google_vertex_ai_tensorboard", "name"):
             return f"projects/{project_number}/locations/{body['region']}/tensorboards/{tensorboard_id}"
         raise AssertionError(f"output refers to {rtype}.{attr}, which this simulation does not know")
