@@ -1,0 +1,202 @@
+"""The runtime contract a Vertex AI replica sees, rebuilt on this machine.
+
+Per replica Vertex AI sets (https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec and the
+distributed-training page): ``AIP_MODEL_DIR``/``AIP_CHECKPOINT_DIR``/``AIP_TENSORBOARD_LOG_DIR`` under
+``baseOutputDirectory`` (``<base>/<trial_id>/...`` for a tuning trial), ``CLUSTER_SPEC`` (pools named
+``workerpool0..3``) and ``TF_CONFIG`` (chief/worker/ps/evaluator), ``CLOUD_ML_TRIAL_ID`` and
+``CLOUD_ML_HP_METRIC_FILE`` for trials, plus the pool's own ``env``.
+
+Deliberate differences, all because this is one machine:
+- ``gs://bucket/path`` anywhere in args, env and output dirs becomes ``<local_root>/gs/bucket/path``.
+- ``CLUSTER_SPEC``/``TF_CONFIG`` are set only for multi-replica jobs (hosts are 127.0.0.1 with free ports);
+  a single replica gets neither, so the trainer picks its single-machine strategy without binding a port.
+- The evaluator (pool 3) is listed in ``CLUSTER_SPEC`` but not in ``TF_CONFIG['cluster']``: TensorFlow's
+  multi-worker strategies reject an evaluator inside the cluster.
+- ``CLOUD_ML_JOB_ID`` is a local id (``local-<name>``); the AIP_TENSORBOARD_* API variables are not set
+  (no TensorBoard service here; the logs are plain files for ``tensorboard --logdir``).
+- Thread pools: trials that run side by side would each size TensorFlow's pools to every core and thrash, so
+  each replica gets ``TF_NUM_INTRAOP_THREADS``/``TF_NUM_INTEROP_THREADS``/``OMP_NUM_THREADS`` = its share of
+  the cores, unless the job's own env sets them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+from pathlib import Path
+
+from jobs.local.spec import TF_TASK_TYPES, JobSpec, LocalRunError, PoolSpec
+
+_GS = re.compile(r"gs://")
+
+
+def to_local(value: str, local_root: Path) -> str:
+    """Map every gs:// URI inside ``value`` (a path, a glob, a comma list, a ``--flag=uri``) to local_root."""
+    return _GS.sub(f"{local_root / 'gs'}/", value)
+
+
+def bucket_name(uri: str) -> str:
+    return uri[len("gs://") :].split("/", 1)[0] if uri.startswith("gs://") else uri.strip("/")
+
+
+def stage_data(repo_root: Path, local_root: Path, data_bucket: str) -> int:
+    """Mirror the shipped ``data/`` tree into the local data bucket: copies missing files, never overwrites.
+
+    Returns the number of files copied.
+    """
+    source = repo_root / "data"
+    if not data_bucket or not source.is_dir():
+        return 0
+    target = local_root / "gs" / bucket_name(data_bucket)
+    copied = 0
+    for path in sorted(source.rglob("*")):
+        dest = target / path.relative_to(source)
+        if path.is_file() and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(dest.name + ".staging")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, dest)  # a half-copied file never looks staged
+            copied += 1
+    return copied
+
+
+def local_gpu_count() -> int:
+    """NVIDIA GPUs visible to this machine, without importing TensorFlow."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return len(list(gpus.iterdir())) if gpus.is_dir() else 0
+
+
+def has_local_tpu() -> bool:
+    return any(Path("/dev").glob("accel*")) or any(Path("/dev").glob("vfio/[0-9]*"))
+
+
+def missing_accelerators(job: JobSpec) -> list[str]:
+    """Human descriptions of requested accelerators this machine lacks, one per worker pool."""
+    missing = []
+    gpus = local_gpu_count()
+    for pool in job.pools:
+        where = f"workerpool{pool.index} ({pool.machine_type or 'unspecified machine'})"
+        is_tpu = pool.accelerator_type.startswith("TPU") or pool.machine_type.startswith(("ct", "cloud-tpu"))
+        if is_tpu and not has_local_tpu():
+            topo = f" topology {pool.tpu_topology}" if pool.tpu_topology else ""
+            what = pool.accelerator_type or "TPU"
+            missing.append(f"{what} x{pool.accelerator_count or 1}{topo} for {where}")
+        elif pool.accelerator_type and not is_tpu and pool.accelerator_count > gpus:
+            missing.append(
+                f"{pool.accelerator_type} x{pool.accelerator_count} for {where} ({gpus} GPU(s) here)"
+            )
+    return missing
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def output_dirs(base_local: Path | None, trial_id: str | None) -> dict[str, str]:
+    """The AIP_* dirs Vertex AI derives from baseOutputDirectory (with the trailing slash Vertex writes)."""
+    if base_local is None:
+        return {}
+    root = base_local / trial_id if trial_id else base_local
+    return {
+        "AIP_MODEL_DIR": f"{root / 'model'}/",
+        "AIP_CHECKPOINT_DIR": f"{root / 'checkpoints'}/",
+        "AIP_TENSORBOARD_LOG_DIR": f"{root / 'logs'}/",
+    }
+
+
+def cluster_envs(job: JobSpec, trial_id: str | None) -> dict[tuple[int, int], dict[str, str]]:
+    """CLUSTER_SPEC and TF_CONFIG for each (pool index, replica index) of a multi-replica job."""
+    if job.replica_total < 2:
+        return {}
+    ports = iter(free_ports(job.replica_total))
+    cluster = {
+        f"workerpool{p.index}": [f"127.0.0.1:{next(ports)}" for _ in range(p.replica_count)]
+        for p in job.pools
+    }
+    tf_cluster = {
+        TF_TASK_TYPES[p.index]: cluster[f"workerpool{p.index}"]
+        for p in job.pools
+        if TF_TASK_TYPES[p.index] != "evaluator"
+    }
+    envs = {}
+    for pool in job.pools:
+        for i in range(pool.replica_count):
+            task: dict[str, object] = {"type": f"workerpool{pool.index}", "index": i}
+            tf_task: dict[str, object] = {"type": TF_TASK_TYPES[pool.index], "index": i}
+            if trial_id:
+                task["trial"] = tf_task["trial"] = trial_id
+            envs[(pool.index, i)] = {
+                "CLUSTER_SPEC": json.dumps(
+                    {"cluster": cluster, "environment": "cloud", "task": task, "job": job.raw}
+                ),
+                "TF_CONFIG": json.dumps(
+                    {"cluster": tf_cluster, "environment": "cloud", "task": tf_task, "job": job.raw}
+                ),
+            }
+    return envs
+
+
+_THREAD_VARS = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+
+
+def replica_env(
+    pool: PoolSpec,
+    *,
+    base_env: dict[str, str],
+    local_root: Path,
+    repo_root: Path,
+    dirs: dict[str, str],
+    cluster: dict[str, str],
+    extra: dict[str, str],
+    threads: int,
+    cpu_only: bool,
+) -> dict[str, str]:
+    env = dict(base_env)
+    # Stale contract variables from the caller's shell must not leak into a replica.
+    for key in (
+        "TF_CONFIG",
+        "CLUSTER_SPEC",
+        "CLOUD_ML_TRIAL_ID",
+        "CLOUD_ML_HP_METRIC_FILE",
+        *output_dirs(Path("x"), None),
+    ):
+        env.pop(key, None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo_root), base_env.get("PYTHONPATH", "")) if p)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONUNBUFFERED"] = "1"
+    if cpu_only:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    own = {k: to_local(v, local_root) for k, v in pool.env}
+    for var in _THREAD_VARS:
+        if var not in own:
+            env[var] = str(threads)
+    env.update(dirs)
+    env.update(cluster)
+    env.update(extra)
+    env.update(own)
+    return env
+
+
+def check_module_root(argv: tuple[str, ...], repo_root: Path, path: str) -> None:
+    """Fail early, with the field, when the module to run is not importable from the repo."""
+    if len(argv) < 2 or argv[0] != "-m":
+        return
+    top = argv[1].split(".", 1)[0]
+    if not ((repo_root / top).is_dir() or (repo_root / f"{top}.py").is_file()):
+        import importlib.util
+
+        if importlib.util.find_spec(top) is None:
+            raise LocalRunError(f"{path}: module {argv[1]!r} is not in this repo ({repo_root}) nor installed")

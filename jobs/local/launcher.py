@@ -1,0 +1,179 @@
+"""Start the replicas of one CustomJob (or one tuning trial) as processes, watch them, stop them.
+
+Every replica runs in its own session (process group): Ctrl-C in the terminal reaches only the runner, which
+then stops each group with SIGTERM (what Vertex sends on preemption) and SIGKILL after a grace period, so no
+process is left behind. On Linux the replicas also get PR_SET_PDEATHSIG so they die if the runner is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.local import environment
+from jobs.local.spec import JobSpec
+
+GRACE_S = 10.0
+
+
+def _load_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()  # resolved in the parent: the child between fork and exec should only call it
+
+
+def _die_with_parent() -> None:
+    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Replica:
+    name: str  # workerpool0-0
+    proc: subprocess.Popen
+    log_path: Path
+    returncode: int | None = None
+
+
+@dataclass
+class JobRun:
+    """One running job: its replicas, their logs, and how it ended."""
+
+    replicas: list[Replica]
+    started: float
+    timeout_s: float | None
+    failure: str = ""  # one line: which replica failed and where its log is
+    failed_log: Path | None = None
+    returncode: int | None = None
+
+    @property
+    def chief_log(self) -> Path:
+        return self.replicas[0].log_path
+
+    def poll(self) -> int | None:
+        """None while running; else 0 when every replica succeeded, or the first failing replica's status."""
+        if self.returncode is not None:
+            return self.returncode
+        for rep in self.replicas:
+            if rep.returncode is None:
+                rep.returncode = rep.proc.poll()
+            if rep.returncode not in (None, 0):
+                # One failed replica fails the job, as on Vertex: the others are stopped.
+                self.failure = f"{rep.name} exited with status {rep.returncode}; log: {rep.log_path}"
+                self.failed_log = rep.log_path
+                self.terminate()
+                self.returncode = rep.returncode if rep.returncode > 0 else 128 - rep.returncode
+                return self.returncode
+        if self.timeout_s and time.monotonic() - self.started > self.timeout_s:
+            self.failure = f"exceeded scheduling.timeout of {self.timeout_s:.0f}s; log: {self.chief_log}"
+            self.terminate()
+            self.returncode = 124
+            return self.returncode
+        if all(rep.returncode == 0 for rep in self.replicas):
+            self.returncode = 0
+        return self.returncode
+
+    def terminate(self, grace_s: float = GRACE_S) -> None:
+        live = [r for r in self.replicas if r.proc.poll() is None]
+        for rep in live:
+            _signal_group(rep.proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for rep in live:
+            try:
+                rep.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(rep.proc, signal.SIGKILL)
+                rep.proc.wait()
+        for rep in self.replicas:
+            # Stray grandchildren of a finished replica share its group; make sure they go too.
+            _signal_group(rep.proc, signal.SIGKILL)
+            if rep.returncode is None:
+                rep.returncode = rep.proc.poll()
+
+    def wait(self, interval: float = 0.2) -> int:
+        while (rc := self.poll()) is None:
+            time.sleep(interval)
+        return rc
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def start_job(
+    job: JobSpec,
+    *,
+    run_dir: Path,
+    base_local: Path | None,
+    local_root: Path,
+    repo_root: Path,
+    trial_id: str | None = None,
+    extra_env: dict[str, str] | None = None,
+    extra_args: tuple[str, ...] = (),
+    threads: int = 1,
+    cpu_only: bool = True,
+) -> JobRun:
+    """Launch one process per replica of each worker pool; logs go to ``run_dir/<workerpoolN>-<i>.log``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dirs = environment.output_dirs(base_local, trial_id)
+    for d in dirs.values():
+        Path(d).mkdir(parents=True, exist_ok=True)
+    clusters = environment.cluster_envs(job, trial_id)
+    run = JobRun(replicas=[], started=time.monotonic(), timeout_s=job.timeout_s)
+    for pool in job.pools:
+        argv = [sys.executable, *(environment.to_local(a, local_root) for a in pool.python_argv)]
+        argv += [environment.to_local(a, local_root) for a in extra_args]
+        for i in range(pool.replica_count):
+            name = f"workerpool{pool.index}-{i}"
+            env = environment.replica_env(
+                pool,
+                base_env=dict(os.environ),
+                local_root=local_root,
+                repo_root=repo_root,
+                dirs=dirs,
+                cluster=clusters.get((pool.index, i), {}),
+                extra=extra_env or {},
+                threads=threads,
+                cpu_only=cpu_only,
+            )
+            log_path = run_dir / f"{name}.log"
+            with open(log_path, "wb") as log:
+                try:
+                    proc = subprocess.Popen(
+                        argv,
+                        cwd=run_dir,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=_die_with_parent if _PRCTL else None,
+                    )
+                except OSError as exc:
+                    run.terminate()
+                    raise RuntimeError(f"cannot start {name}: {exc}") from exc
+            run.replicas.append(Replica(name=name, proc=proc, log_path=log_path))
+    return run
+
+
+def tail(path: Path, lines: int = 5) -> list[str]:
+    try:
+        text = path.read_text(errors="replace").rstrip().splitlines()
+    except OSError:
+        return []
+    return text[-lines:]

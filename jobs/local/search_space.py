@@ -1,0 +1,106 @@
+"""Vertex AI StudySpec parameters and algorithms expressed with Optuna.
+
+- ALGORITHM_UNSPECIFIED (Vertex: Bayesian optimization) -> seeded multivariate TPE with a short random
+  start-up, "constant liar" so parallel trials do not pile onto the same point.
+- GRID_SEARCH -> GridSampler over every INTEGER value in [min, max] and every DISCRETE/CATEGORICAL value.
+- RANDOM_SEARCH -> seeded RandomSampler.
+
+Scales: UNIT_LOG_SCALE uses Optuna's log-uniform. Optuna has no reverse-log scale, so UNIT_REVERSE_LOG_SCALE
+samples y log-uniformly on [min, max] and uses x = min + max - y: the reflection puts log-scale resolution
+near the top of the range, which is what Vertex's reverse log does (e.g. momentum 0.9..0.999). Optuna stores
+y; the value the trial receives (x) is kept in the trial's user attributes. DISCRETE values are treated as an
+unordered choice; scale types apply to DOUBLE and INTEGER parameters only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from jobs.local.spec import ParameterSpec, StudyConfig
+
+SEED = 0
+
+
+def make_sampler(cfg: StudyConfig, resumed_trials: int = 0) -> optuna.samplers.BaseSampler:
+    """The sampler for cfg.algorithm; a resumed study reseeds it so random draws do not replay old trials.
+
+    The grid keeps its seed: it fixes the grid's order, which the stored trials' grid ids refer to.
+    """
+    if cfg.algorithm == "GRID_SEARCH":
+        return _AskTellGridSampler(grid(cfg.parameters), seed=SEED)
+    seed = SEED + resumed_trials
+    if cfg.algorithm == "RANDOM_SEARCH":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # The default 10 random start-up trials would make a small study pure random search.
+    startup = min(10, max(2, cfg.parallel_trials, round(cfg.max_trials * 0.3)))
+    return optuna.samplers.TPESampler(
+        seed=seed,
+        n_startup_trials=startup,
+        multivariate=True,
+        constant_liar=True,
+    )
+
+
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler whose after_trial does not call study.stop(), which raises outside study.optimize().
+
+    The runner caps the study at the grid size itself (tuning.StudyRunner.target_trials).
+    """
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
+def grid(params: tuple[ParameterSpec, ...]) -> dict[str, list[Any]]:
+    space: dict[str, list[Any]] = {}
+    for p in params:
+        if p.kind == "INTEGER":
+            space[p.parameter_id] = list(range(int(p.low), int(p.high) + 1))
+        else:
+            space[p.parameter_id] = list(p.values)
+    return space
+
+
+def grid_size(params: tuple[ParameterSpec, ...]) -> int:
+    size = 1
+    for values in grid(params).values():
+        size *= len(values)
+    return size
+
+
+def suggest(trial: optuna.Trial, params: tuple[ParameterSpec, ...]) -> dict[str, Any]:
+    """The values this trial passes to the trainer, by parameterId."""
+    values: dict[str, Any] = {}
+    for p in params:
+        name = p.parameter_id
+        if p.kind == "DISCRETE":
+            value = trial.suggest_categorical(name, list(p.values))
+            values[name] = int(value) if float(value).is_integer() else value  # 32.0 is shown as 32
+        elif p.kind == "CATEGORICAL":
+            values[name] = trial.suggest_categorical(name, list(p.values))
+        elif p.kind == "INTEGER":
+            y = trial.suggest_int(name, int(p.low), int(p.high), log=p.scale != "UNIT_LINEAR_SCALE")
+            values[name] = int(p.low + p.high - y) if p.scale == "UNIT_REVERSE_LOG_SCALE" else y
+        else:
+            y = trial.suggest_float(name, p.low, p.high, log=p.scale != "UNIT_LINEAR_SCALE")
+            values[name] = _clip(p.low + p.high - y, p) if p.scale == "UNIT_REVERSE_LOG_SCALE" else y
+    return values
+
+
+def _clip(x: float, p: ParameterSpec) -> float:
+    return min(p.high, max(p.low, x))
+
+
+def format_value(value: Any) -> str:
+    """A value as Vertex AI appends it (``--<parameterId>=<value>``): integral numbers without a fraction."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def trial_args(values: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(f"--{name}={format_value(v)}" for name, v in values.items())

@@ -1,0 +1,296 @@
+"""Typed view of the compiled Vertex AI REST body (camelCase), limited to what a local run needs.
+
+The body was already validated against ``google.cloud.aiplatform_v1`` by ``jobs/``; this module only reads it,
+and raises :class:`LocalRunError` (one line naming the field path) for what cannot run on this machine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class LocalRunError(ValueError):
+    """A job that cannot run locally; ``str()`` is one line naming the field and what is allowed."""
+
+
+# Vertex AI's worker pool positions and the TF_CONFIG task type each one gets (chief, workers, ps, evaluator).
+TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    index: int  # position in workerPoolSpecs: decides the workerpoolN name and the TF task type
+    replica_count: int
+    # Exactly what runs as the replica's argv after the Python interpreter, e.g. ["-m", "trainer.task", ...].
+    python_argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    machine_type: str = ""
+    accelerator_type: str = ""
+    accelerator_count: int = 0
+    tpu_topology: str = ""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    pools: tuple[PoolSpec, ...]
+    base_output_uri: str  # "" when the job has no baseOutputDirectory (then Vertex sets no AIP_* dirs)
+    timeout_s: float | None
+    raw: dict[str, Any]  # the CustomJobSpec as given: CLUSTER_SPEC's "job" field carries it
+
+    @property
+    def replica_total(self) -> int:
+        return sum(p.replica_count for p in self.pools)
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    parameter_id: str
+    kind: str  # DOUBLE | INTEGER | DISCRETE | CATEGORICAL
+    scale: str = "UNIT_LINEAR_SCALE"
+    low: float = 0.0
+    high: float = 0.0
+    values: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    metric_id: str
+    goal: str  # MAXIMIZE | MINIMIZE
+    parameters: tuple[ParameterSpec, ...]
+    algorithm: str
+    measurement_selection: str  # LAST_MEASUREMENT | BEST_MEASUREMENT
+    max_trials: int
+    parallel_trials: int
+    max_failed_trials: int  # 0: "Vertex AI decides" (see tuning.failure_budget)
+    trial_job: JobSpec
+    raw_study_spec: dict[str, Any] = field(default_factory=dict)
+
+
+_PY_LAUNCHERS = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$")
+
+
+def _int(value: Any, path: str) -> int:
+    # int64 fields arrive as JSON strings from MessageToJson; YAML written by hand gives ints.
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise LocalRunError(f"{path}: {value!r} is not an integer") from None
+
+
+def _env_pairs(items: Any, path: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for i, item in enumerate(items or []):
+        if not isinstance(item, dict) or "name" not in item:
+            raise LocalRunError(f"{path}[{i}]: expected {{name, value}}, got {item!r}")
+        pairs.append((str(item["name"]), str(item.get("value", ""))))
+    return tuple(pairs)
+
+
+def _container_argv(spec: dict[str, Any], path: str, trainer_image: str) -> tuple[str, ...]:
+    """The python argv that runs a container's entrypoint here, or an error: there is no Docker engine."""
+    image = str(spec.get("imageUri", ""))
+    command = [str(c) for c in spec.get("command", []) or []]
+    args = [str(a) for a in spec.get("args", []) or []]
+    if command:
+        if (
+            len(command) >= 3
+            and _PY_LAUNCHERS.match(command[0])
+            and command[1] == "-m"
+            and _is_trainer(command[2])
+        ):
+            return ("-m", *command[2:], *args)
+        raise LocalRunError(
+            f"{path}.command: {' '.join(command)!r} cannot run locally (no Docker engine here); a container "
+            "job runs locally only when its command is `python -m trainer.<module>` or it uses the trainer "
+            "image without a command"
+        )
+    if trainer_image and _strip_tag(image) == _strip_tag(trainer_image):
+        # The trainer image's entrypoint is `python -m trainer.task` (built from this repo).
+        return ("-m", "trainer.task", *args)
+    raise LocalRunError(
+        f"{path}.imageUri: {image!r} cannot run locally (no Docker engine here); only this repo's trainer "
+        f"image ({trainer_image or '${infra.trainer_image}'}) or a `python -m trainer.<module>` command can"
+    )
+
+
+def _is_trainer(module: str) -> bool:
+    return module == "trainer" or module.startswith("trainer.")
+
+
+def _strip_tag(image: str) -> str:
+    image = image.split("@", 1)[0]
+    name, _, tag = image.rpartition(":")
+    return name if name and "/" not in tag else image
+
+
+def parse_job_spec(spec: Any, path: str, trainer_image: str = "") -> JobSpec:
+    if not isinstance(spec, dict):
+        raise LocalRunError(f"{path}: expected a CustomJobSpec object")
+    pools_raw = spec.get("workerPoolSpecs")
+    if not isinstance(pools_raw, list) or not pools_raw:
+        raise LocalRunError(f"{path}.workerPoolSpecs: at least one worker pool is required")
+    pools = []
+    for i, pool in enumerate(pools_raw):
+        ppath = f"{path}.workerPoolSpecs[{i}]"
+        if not pool:  # Vertex: pools after the first may be skipped with an empty value
+            if i == 0:
+                raise LocalRunError(f"{ppath}: the first worker pool (the chief) cannot be empty")
+            continue
+        count = _int(pool.get("replicaCount", 1), f"{ppath}.replicaCount")
+        if count < 1 or (i == 0 and count != 1):
+            allowed = "1" if i == 0 else ">= 1"
+            raise LocalRunError(f"{ppath}.replicaCount: {count} is not allowed; use {allowed}")
+        if "pythonPackageSpec" in pool:
+            pkg = pool["pythonPackageSpec"]
+            module = str(pkg.get("pythonModule", ""))
+            if not module:
+                raise LocalRunError(f"{ppath}.pythonPackageSpec.pythonModule: required (e.g. trainer.task)")
+            argv = ("-m", module, *(str(a) for a in pkg.get("args", []) or []))
+            env = _env_pairs(pkg.get("env"), f"{ppath}.pythonPackageSpec.env")
+        elif "containerSpec" in pool:
+            argv = _container_argv(pool["containerSpec"], f"{ppath}.containerSpec", trainer_image)
+            env = _env_pairs(pool["containerSpec"].get("env"), f"{ppath}.containerSpec.env")
+        else:
+            raise LocalRunError(f"{ppath}: needs pythonPackageSpec or containerSpec")
+        machine = pool.get("machineSpec", {}) or {}
+        accel = str(machine.get("acceleratorType", ""))
+        pools.append(
+            PoolSpec(
+                index=i,
+                replica_count=count,
+                python_argv=argv,
+                env=env,
+                machine_type=str(machine.get("machineType", "")),
+                accelerator_type="" if accel == "ACCELERATOR_TYPE_UNSPECIFIED" else accel,
+                accelerator_count=_int(
+                    machine.get("acceleratorCount", 0), f"{ppath}.machineSpec.acceleratorCount"
+                ),
+                tpu_topology=str(machine.get("tpuTopology", "")),
+            )
+        )
+    base = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix", "")
+    return JobSpec(
+        pools=tuple(pools),
+        base_output_uri=str(base),
+        timeout_s=_duration((spec.get("scheduling") or {}).get("timeout"), f"{path}.scheduling.timeout"),
+        raw=spec,
+    )
+
+
+def _duration(value: Any, path: str) -> float | None:
+    if value in (None, ""):
+        return None
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(value))
+    if not match:
+        raise LocalRunError(f"{path}: {value!r} is not a duration; use seconds like '3600s'")
+    return float(match.group(1)) or None
+
+
+_KINDS = {
+    "doubleValueSpec": "DOUBLE",
+    "integerValueSpec": "INTEGER",
+    "discreteValueSpec": "DISCRETE",
+    "categoricalValueSpec": "CATEGORICAL",
+}
+
+
+def _parameter(raw: Any, path: str) -> ParameterSpec:
+    if not isinstance(raw, dict) or not raw.get("parameterId"):
+        raise LocalRunError(f"{path}.parameterId: required")
+    if raw.get("conditionalParameterSpecs"):
+        raise LocalRunError(
+            f"{path}.conditionalParameterSpecs: conditional parameters are not supported locally"
+        )
+    kinds = [k for k in _KINDS if k in raw]
+    if len(kinds) != 1:
+        raise LocalRunError(f"{path}: needs exactly one of {', '.join(_KINDS)}")
+    key = kinds[0]
+    kind, body = _KINDS[key], raw[key] or {}
+    scale = str(raw.get("scaleType") or "UNIT_LINEAR_SCALE")
+    if scale == "SCALE_TYPE_UNSPECIFIED":
+        scale = "UNIT_LINEAR_SCALE"
+    pid = str(raw["parameterId"])
+    if kind in ("DOUBLE", "INTEGER"):
+        conv = float if kind == "DOUBLE" else _int_value
+        try:
+            low, high = conv(body.get("minValue")), conv(body.get("maxValue"))
+        except (TypeError, ValueError):
+            raise LocalRunError(f"{path}.{key}: minValue and maxValue must be numbers") from None
+        if low > high or (kind == "DOUBLE" and low == high):
+            raise LocalRunError(f"{path}.{key}: minValue {low} must be below maxValue {high}")
+        if scale != "UNIT_LINEAR_SCALE" and low <= 0:
+            raise LocalRunError(f"{path}.{key}.minValue: {scale} needs minValue > 0, got {low}")
+        return ParameterSpec(pid, kind, scale, low, high)
+    values = tuple(body.get("values") or ())
+    if not values:
+        raise LocalRunError(f"{path}.{key}.values: at least one value is required")
+    if kind == "DISCRETE":
+        values = tuple(float(v) for v in values)
+    else:
+        values = tuple(str(v) for v in values)
+    return ParameterSpec(pid, kind, scale, values=values)
+
+
+def _int_value(value: Any) -> int:
+    number = float(value)
+    if not number.is_integer():
+        raise ValueError(value)
+    return int(number)
+
+
+def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConfig:
+    spec = body.get("studySpec")
+    if not isinstance(spec, dict):
+        raise LocalRunError("studySpec: required for a HyperparameterTuningJob")
+    metrics = spec.get("metrics") or []
+    if len(metrics) != 1 or not metrics[0].get("metricId"):
+        raise LocalRunError("studySpec.metrics: exactly one metric {metricId, goal} is supported")
+    goal = str(metrics[0].get("goal", ""))
+    if goal not in ("MAXIMIZE", "MINIMIZE"):
+        raise LocalRunError(f"studySpec.metrics[0].goal: {goal!r}; use MAXIMIZE or MINIMIZE")
+    params = tuple(
+        _parameter(p, f"studySpec.parameters[{i}]") for i, p in enumerate(spec.get("parameters") or [])
+    )
+    if not params:
+        raise LocalRunError("studySpec.parameters: at least one parameter is required")
+    ids = [p.parameter_id for p in params]
+    if len(set(ids)) != len(ids):
+        raise LocalRunError(f"studySpec.parameters: parameterId values must be unique, got {ids}")
+    algorithm = str(spec.get("algorithm") or "ALGORITHM_UNSPECIFIED")
+    if algorithm not in ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH"):
+        raise LocalRunError(
+            f"studySpec.algorithm: {algorithm!r}; use ALGORITHM_UNSPECIFIED, GRID_SEARCH or RANDOM_SEARCH"
+        )
+    if algorithm == "GRID_SEARCH":
+        for i, p in enumerate(params):
+            if p.kind == "DOUBLE":
+                raise LocalRunError(
+                    f"studySpec.parameters[{i}]: GRID_SEARCH takes INTEGER, DISCRETE or CATEGORICAL "
+                    f"parameters, not DOUBLE ({p.parameter_id})"
+                )
+    selection = str(spec.get("measurementSelectionType") or "LAST_MEASUREMENT")
+    if selection == "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED":
+        selection = "LAST_MEASUREMENT"
+    max_trials = _int(body.get("maxTrialCount", 0), "maxTrialCount")
+    parallel = _int(body.get("parallelTrialCount", 1) or 1, "parallelTrialCount")
+    max_failed = _int(body.get("maxFailedTrialCount", 0) or 0, "maxFailedTrialCount")
+    if max_trials < 1:
+        raise LocalRunError(f"maxTrialCount: {max_trials}; use an integer >= 1")
+    if not 1 <= parallel <= max_trials:
+        raise LocalRunError(f"parallelTrialCount: {parallel}; use 1..maxTrialCount ({max_trials})")
+    if max_failed < 0:
+        raise LocalRunError(f"maxFailedTrialCount: {max_failed}; use 0 (Vertex AI decides) or more")
+    return StudyConfig(
+        metric_id=str(metrics[0]["metricId"]),
+        goal=goal,
+        parameters=params,
+        algorithm=algorithm,
+        measurement_selection=selection,
+        max_trials=max_trials,
+        parallel_trials=parallel,
+        max_failed_trials=max_failed,
+        trial_job=parse_job_spec(body.get("trialJobSpec"), "trialJobSpec", trainer_image),
+        raw_study_spec=spec,
+    )

@@ -1,0 +1,91 @@
+"""Builders for compiled Vertex AI bodies that run the fake trainer (tests/jobs/local/fake_trainer.py)."""
+
+import copy
+import json
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+FAKE = "tests.jobs.local.fake_trainer"
+OUTPUTS = {
+    "project": "demo",
+    "data_bucket": "gs://demo-data",
+    "models_bucket": "gs://demo-models",
+    "trainer_image": "us-central1-docker.pkg.dev/demo/ml/trainer",
+}
+
+
+def pool(args=(), replicas=1, machine=None, module=FAKE, env=None):
+    spec = {
+        "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest",
+        "packageUris": ["gs://demo-staging/trainer-0.1.0.tar.gz"],
+        "pythonModule": module,
+        "args": list(args),
+    }
+    if env:
+        spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {
+        "machineSpec": machine or {"machineType": "n1-standard-4"},
+        "replicaCount": str(replicas),
+        "pythonPackageSpec": spec,
+    }
+
+
+def job_spec(*pools, base="gs://demo-models/runs/job-1"):
+    return {
+        "workerPoolSpecs": list(pools),
+        "baseOutputDirectory": {"outputUriPrefix": base},
+        "serviceAccount": "runtime@demo.iam.gserviceaccount.com",
+        "scheduling": {"timeout": "600s"},
+    }
+
+
+def custom_job(*pools, base="gs://demo-models/runs/job-1"):
+    return {"displayName": "fake-job", "jobSpec": job_spec(*pools, base=base), "labels": {"app": "test"}}
+
+
+PARAMS = [
+    {
+        "parameterId": "x",
+        "doubleValueSpec": {"minValue": 0.0, "maxValue": 1.0},
+        "scaleType": "UNIT_LINEAR_SCALE",
+    },
+    {
+        "parameterId": "n",
+        "integerValueSpec": {"minValue": "1", "maxValue": "5"},
+        "scaleType": "UNIT_LINEAR_SCALE",
+    },
+    {"parameterId": "c", "categoricalValueSpec": {"values": ["a", "b", "c"]}},
+]
+
+
+def tuning_job(
+    args,
+    *,
+    trials=4,
+    parallel=2,
+    failed=0,
+    params=None,
+    algorithm="ALGORITHM_UNSPECIFIED",
+    selection="LAST_MEASUREMENT",
+    base="gs://demo-models/runs/study-1",
+    name="fake-study",
+    goal="MAXIMIZE",
+):
+    return {
+        "displayName": name,
+        "studySpec": {
+            "metrics": [{"metricId": "score", "goal": goal}],
+            "parameters": copy.deepcopy(params or PARAMS),
+            "algorithm": algorithm,
+            "measurementSelectionType": selection,
+        },
+        "maxTrialCount": trials,
+        "parallelTrialCount": parallel,
+        "maxFailedTrialCount": failed,
+        "trialJobSpec": job_spec(pool(args), base=base),
+        "labels": {"app": "test"},
+    }
+
+
+def dumps(directory: Path) -> dict:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
