@@ -132,7 +132,7 @@ def prepare(
     document = load_file(args.job_file)
     file = document.file
     overrides = [Override.parse(text, file) for text in args.overrides]
-    document.data = apply_overrides(document.data, overrides, file)
+    document.data = apply_overrides(document.data, overrides, file, document.shared)
     for name in ("max_trial_count", "parallel_trial_count"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -257,12 +257,14 @@ def _submit(plan, factory, repo_root: Path, out: TextIO, err: TextIO) -> int:
     try:
         ex = plan.execute(_clients(factory, plan.job.project, plan.job.region), repo_root, out)
     except FollowInterrupted as stop:
-        return _interrupted(stop.name, err)
+        if stop.cause is not None:
+            _cloud_failure(stop.cause, err)
+        return _interrupted(stop.name, err, status=1 if stop.cause is not None else EXIT_INTERRUPTED)
     except KeyboardInterrupt:
         # Before following there is no job name to give; the submission label makes a rerun safe either way.
         print(
             f"interrupted before the job could be followed; running the same command again reuses the job if "
-            f"it was created (label submission-hash={plan.job.submission_hash}) and creates it otherwise",
+            f"it was created (label submission_hash={plan.job.submission_hash}) and creates it otherwise",
             file=err,
         )
         return EXIT_INTERRUPTED
@@ -276,7 +278,7 @@ def _follow_existing(name: str, factory, out: TextIO, err: TextIO) -> int:
 
     from jobs.compile import CUSTOM_JOB, TUNING_JOB
     from jobs.errors import JobError
-    from jobs.plan import FollowInterrupted, follow
+    from jobs.plan import follow
 
     found = re.fullmatch(
         r"projects/([^/]+)/locations/([^/]+)/(customJobs|hyperparameterTuningJobs)/([^/]+)", name
@@ -292,8 +294,6 @@ def _follow_existing(name: str, factory, out: TextIO, err: TextIO) -> int:
     try:
         clients = _clients(factory, found.group(1), found.group(2))
         remote = follow(clients.jobs, kind, clients.jobs.get(kind, name), out)
-    except FollowInterrupted as stop:
-        return _interrupted(stop.name, err)
     except KeyboardInterrupt:
         return _interrupted(name, err)
     except Exception as exc:  # noqa: BLE001
@@ -301,13 +301,13 @@ def _follow_existing(name: str, factory, out: TextIO, err: TextIO) -> int:
     return _final_status(remote, err, followed=True)
 
 
-def _interrupted(name: str, err: TextIO) -> int:
+def _interrupted(name: str, err: TextIO, status: int = EXIT_INTERRUPTED) -> int:
     print(
         f"stopped following; the job keeps running. Follow it again with:\n"
         f"  python scripts/run_job.py --follow {name}",
         file=err,
     )
-    return EXIT_INTERRUPTED
+    return status
 
 
 def _cloud_failure(exc: BaseException, err: TextIO) -> int:

@@ -27,12 +27,12 @@ KINDS = (CUSTOM_JOB, TUNING_JOB)
 PYTHON_PACKAGE = "python-package"
 CONTAINER = "container"
 DELIVERIES = (PYTHON_PACKAGE, CONTAINER)
-HEADER_KEYS = ("kind", "trainer")
-SUBMISSION_LABEL = "submission-hash"
+# Underscore, not hyphen: the key is used in a list filter (labels.<key>="<value>"), where a hyphen could be
+# read as the filter language's minus; label keys allow both.
+SUBMISSION_LABEL = "submission_hash"
 
 # What the request field is called in Create{Custom,HyperparameterTuning}JobRequest (JSON names).
 REQUEST_FIELD = {CUSTOM_JOB: "customJob", TUNING_JOB: "hyperparameterTuningJob"}
-COLLECTION = {CUSTOM_JOB: "customJobs", TUNING_JOB: "hyperparameterTuningJobs"}
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,13 @@ class CompiledJob:
         spec_path = "jobSpec" if self.kind == CUSTOM_JOB else "trialJobSpec"
         pools = (self.body.get(spec_path) or {}).get("workerPoolSpecs") or []
         return [(f"{spec_path}.workerPoolSpecs.{i}", p) for i, p in enumerate(pools) if isinstance(p, dict)]
+
+    def installs_repo_trainer(self) -> bool:
+        """Whether a pool installs this checkout's trainer sdist, so it must be built and uploaded."""
+        return any(
+            self.package_uri in ((pool.get("pythonPackageSpec") or {}).get("packageUris") or [])
+            for _, pool in self.worker_pools()
+        )
 
 
 def job_name(file: str) -> str:

@@ -24,6 +24,9 @@ class Document:
     file: str
     data: dict[str, Any]
     lines: dict[str, int] = field(default_factory=dict)
+    # Paths written once under a YAML anchor and used again through aliases: each such path maps to every path
+    # the same text appears at, itself included, so `--set` can change what the file says in one place.
+    shared: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def line_of(self, path: str) -> int | None:
         """Line of the field, or of its nearest ancestor that was written in the file."""
@@ -70,7 +73,8 @@ def load_text(text: str, file: str = "<string>") -> Document:
                 "a YAML mapping of Vertex AI job fields",
             )
         lines: dict[str, int] = {}
-        data = _build(loader, node, "", lines, file)
+        occurrences: dict[int, list[str]] = {}
+        data = _build(loader, node, "", lines, file, occurrences)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(parse)"
@@ -82,7 +86,8 @@ def load_text(text: str, file: str = "<string>") -> Document:
         raise JobError(file, "(parse)", f"malformed YAML: {exc}", "valid YAML") from None
     finally:
         loader.dispose()
-    return Document(file, data, lines)
+    shared = {path: tuple(paths) for paths in occurrences.values() if len(paths) > 1 for path in paths}
+    return Document(file, data, lines, shared)
 
 
 def _kind(node: yaml.Node) -> str:
@@ -91,9 +96,18 @@ def _kind(node: yaml.Node) -> str:
     return "scalar" if isinstance(node, yaml.ScalarNode) else "node"
 
 
-def _build(loader: yaml.SafeLoader, node: yaml.Node, path: str, lines: dict[str, int], file: str) -> Any:
+def _build(
+    loader: yaml.SafeLoader,
+    node: yaml.Node,
+    path: str,
+    lines: dict[str, int],
+    file: str,
+    occurrences: dict[int, list[str]],
+) -> Any:
     if path:
         lines[path] = node.start_mark.line + 1
+        # An alias hands back the anchored node object itself, so identity tells which paths share text.
+        occurrences.setdefault(id(node), []).append(path)
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -116,10 +130,12 @@ def _build(loader: yaml.SafeLoader, node: yaml.Node, path: str, lines: dict[str,
                     f"duplicate key ({where}; first on line {first})",
                     "each key once per mapping",
                 )
-            out[key] = _build(loader, value_node, join(path, key), lines, file)
+            out[key] = _build(loader, value_node, join(path, key), lines, file, occurrences)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(loader, item, join(path, i), lines, file) for i, item in enumerate(node.value)]
+        return [
+            _build(loader, item, join(path, i), lines, file, occurrences) for i, item in enumerate(node.value)
+        ]
     if node.tag == "tag:yaml.org,2002:timestamp":
         # Vertex fields are strings or numbers; a date-looking value is meant as text, not a datetime.
         return node.value

@@ -17,8 +17,9 @@ class Family:
     """Machine types matching ``pattern`` take one of ``accelerators`` in one of the listed counts.
 
     ``counts_from_name``: the count is fixed by the machine type's ``-<N>g``/``-<N>t`` suffix
-    (accelerator-optimized families). ``topologies`` maps a machine type to its allowed ``tpuTopology``
-    values (TPU v5e only).
+    (accelerator-optimized families). ``counts_by_accelerator`` narrows ``counts`` per GPU model (N1 takes
+    8 V100s but at most 4 T4s). ``topologies`` maps a machine type to its allowed ``tpuTopology`` values
+    (TPU v5e only).
     """
 
     name: str
@@ -29,22 +30,25 @@ class Family:
     accelerator_required: bool = False
     topologies: tuple[tuple[str, tuple[str, ...]], ...] = ()
     counts_by_type: tuple[tuple[str, int], ...] = ()
+    counts_by_accelerator: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def matches(self, machine_type: str) -> bool:
         return re.fullmatch(self.pattern, machine_type) is not None
 
-    def allowed_counts(self, machine_type: str) -> tuple[int, ...]:
+    def allowed_counts(self, machine_type: str, accelerator: str = "") -> tuple[int, ...]:
         if self.counts_by_type:
             return tuple(n for t, n in self.counts_by_type if t == machine_type)
         if self.counts_from_name:
             return (int(re.search(r"-(\d+)[gt]$", machine_type).group(1)),)
-        return self.counts
+        return next((c for a, c in self.counts_by_accelerator if a == accelerator), self.counts)
 
     def allowed_topologies(self, machine_type: str) -> tuple[str, ...]:
         return next((tops for t, tops in self.topologies if t == machine_type), ())
 
 
 _N1_GPUS = ("NVIDIA_TESLA_T4", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_P4")
+# Compute Engine attaches 1, 2 or 4 of these to an N1 VM; only V100 also comes as 8.
+_N1_COUNTS = tuple((gpu, (1, 2, 4)) for gpu in _N1_GPUS if gpu != "NVIDIA_TESLA_V100")
 _G2_L4_COUNTS = tuple(
     (f"g2-standard-{vcpus}", n)
     for vcpus, n in ((4, 1), (8, 1), (12, 1), (16, 1), (32, 1), (24, 2), (48, 4), (96, 8))
@@ -58,9 +62,12 @@ _V5E_TOPOLOGIES = (
 # fmt: off
 FAMILIES: tuple[Family, ...] = (
     # GPU families: N1 takes attached GPUs; accelerator-optimized types come with theirs (count in the name).
-    Family("n1-standard", r"n1-standard-(4|8|16|32|64|96)", _N1_GPUS, (1, 2, 4, 8)),
-    Family("n1-highmem", r"n1-highmem-(2|4|8|16|32|64|96)", _N1_GPUS, (1, 2, 4, 8)),
-    Family("n1-highcpu", r"n1-highcpu-(16|32|64|96)", _N1_GPUS, (1, 2, 4, 8)),
+    Family("n1-standard", r"n1-standard-(4|8|16|32|64|96)", _N1_GPUS, (1, 2, 4, 8),
+           counts_by_accelerator=_N1_COUNTS),
+    Family("n1-highmem", r"n1-highmem-(2|4|8|16|32|64|96)", _N1_GPUS, (1, 2, 4, 8),
+           counts_by_accelerator=_N1_COUNTS),
+    Family("n1-highcpu", r"n1-highcpu-(16|32|64|96)", _N1_GPUS, (1, 2, 4, 8),
+           counts_by_accelerator=_N1_COUNTS),
     Family("a2-highgpu", r"a2-highgpu-(1|2|4|8)g", ("NVIDIA_TESLA_A100",), counts_from_name=True,
            accelerator_required=True),
     Family("a2-megagpu", r"a2-megagpu-16g", ("NVIDIA_TESLA_A100",), (16,), accelerator_required=True),

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from jobs import cloud
-from jobs.compile import PYTHON_PACKAGE, SUBMISSION_LABEL, TUNING_JOB, CompiledJob
+from jobs.compile import SUBMISSION_LABEL, TUNING_JOB, CompiledJob
 from jobs.package import build_sdist
 
 # Seconds between state polls while following; tests set it to 0.
@@ -32,7 +32,6 @@ class Execution:
     workdir: Path
     package_path: Path | None = None
     remote: dict[str, Any] | None = None  # the job as the API returned it
-    reused: bool = False
 
 
 class Step(Protocol):
@@ -67,7 +66,6 @@ class FindLiveJob:
             ex.job.kind, ex.job.parent, SUBMISSION_LABEL, ex.job.submission_hash
         )
         if ex.remote is not None:
-            ex.reused = True
             print(
                 f"reusing {ex.remote['name']}: same submission ({SUBMISSION_LABEL}={ex.job.submission_hash}) "
                 f"is already {ex.remote.get('state', 'JOB_STATE_UNSPECIFIED')}",
@@ -98,11 +96,12 @@ class ShowLinks:
 
 
 class FollowInterrupted(Exception):
-    """Ctrl-C while following: the job itself keeps running."""
+    """Following stopped (Ctrl-C, or ``cause``: a poll failed); the job itself keeps running."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, cause: Exception | None = None) -> None:
         super().__init__(name)
         self.name = name
+        self.cause = cause
 
 
 class FollowJob:
@@ -114,6 +113,8 @@ class FollowJob:
             ex.remote = follow(ex.clients.jobs, ex.job.kind, ex.remote, ex.out)
         except KeyboardInterrupt:
             raise FollowInterrupted(ex.remote["name"]) from None
+        except Exception as exc:  # noqa: BLE001 - network or expired credentials: the job is fine, say its name
+            raise FollowInterrupted(ex.remote["name"], exc) from exc
 
 
 @dataclass
@@ -134,7 +135,7 @@ class Plan:
 
 def build_plan(job: CompiledJob, *, wait: bool = True) -> Plan:
     steps: list[Step] = []
-    if job.delivery == PYTHON_PACKAGE:
+    if job.installs_repo_trainer():
         steps.append(StagePackage())
     steps += [FindLiveJob(), CreateJob(), ShowLinks()]
     if wait:

@@ -74,7 +74,7 @@ def _check_top(job: CompiledJob) -> None:
         raise job.error("displayName", f"must be 1-128 characters, got {len(name)}", "a shorter display name")
     labels = job.body.get("labels", {})
     if len(labels) > 64:
-        raise job.error("labels", f"{len(labels)} labels", "at most 64 (one is used for submission-hash)")
+        raise job.error("labels", f"{len(labels)} labels", "at most 64 (one is used for submission_hash)")
     for key, value in labels.items():
         if not LABEL_KEY.fullmatch(key):
             raise job.error(
@@ -226,7 +226,7 @@ def _check_machine(job: CompiledJob, path: str, machine: dict[str, Any]) -> None
         raise job.error(
             join(path, "acceleratorCount"),
             f"acceleratorType {accelerator} without a count",
-            one_of(family.allowed_counts(machine_type)) or "an acceleratorCount",
+            one_of(family.allowed_counts(machine_type, accelerator)) or "an acceleratorCount",
         )
     if count and not has_accelerator:
         raise job.error(
@@ -246,11 +246,11 @@ def _check_machine(job: CompiledJob, path: str, machine: dict[str, Any]) -> None
             f"{machine_type} comes with accelerators; none given",
             one_of(family.accelerators),
         )
-    if has_accelerator and count not in family.allowed_counts(machine_type):
+    if has_accelerator and count not in family.allowed_counts(machine_type, accelerator):
         raise job.error(
             join(path, "acceleratorCount"),
             f"{count} x {accelerator} on {machine_type}",
-            one_of(family.allowed_counts(machine_type)),
+            one_of(family.allowed_counts(machine_type, accelerator)),
         )
     topology = machine.get("tpuTopology")
     allowed_topologies = family.allowed_topologies(machine_type)
@@ -300,76 +300,87 @@ def _check_study(job: CompiledJob) -> None:
     if not parameters:
         raise job.error("studySpec.parameters", "no parameters to tune", "one or more ParameterSpecs")
     grid = study.get("algorithm") == "GRID_SEARCH"
-    _check_parameters(job, "studySpec.parameters", parameters, grid, set())
+    seen: set[str] = set()
+    for where, parameter in tuned_parameters(study):
+        _check_parameter(job, where, parameter, grid, seen)
 
 
-def _check_parameters(job: CompiledJob, path: str, parameters: list, grid: bool, seen: set[str]) -> None:
-    for i, parameter in enumerate(parameters):
-        where = f"{path}.{i}"
-        pid = parameter.get("parameterId", "")
-        if not pid:
-            raise job.error(f"{where}.parameterId", "missing", "the trainer flag name without '--'")
-        if pid in seen:
-            raise job.error(
-                f"{where}.parameterId", f"parameter {pid!r} is tuned twice", "unique parameterIds"
-            )
-        seen.add(pid)
-        specs = [k for k in VALUE_SPECS.values() if k in parameter]
-        if len(specs) != 1:
-            raise job.error(
-                where, f"parameter {pid!r} has {len(specs)} value specs", one_of(VALUE_SPECS.values())
-            )
-        spec_name = specs[0]
-        spec = parameter[spec_name] or {}
-        spec_path = f"{where}.{spec_name}"
-        if spec_name in ("doubleValueSpec", "integerValueSpec"):
-            number = float if spec_name == "doubleValueSpec" else int
-            if "minValue" not in spec or "maxValue" not in spec:
-                raise job.error(spec_path, "needs minValue and maxValue", "minValue < maxValue")
-            low, high = number(spec["minValue"]), number(spec["maxValue"])
-            if low >= high:
-                raise job.error(
-                    f"{spec_path}.minValue", f"minValue {low} >= maxValue {high}", "minValue < maxValue"
-                )
-            if parameter.get("scaleType") in LOG_SCALES and low <= 0:
-                raise job.error(
-                    f"{spec_path}.minValue",
-                    f"{parameter['scaleType']} with minValue {low}",
-                    "minValue > 0 on a log scale, or UNIT_LINEAR_SCALE",
-                )
-        elif spec_name == "discreteValueSpec":
-            values = [float(v) for v in spec.get("values") or []]
-            if not values:
-                raise job.error(f"{spec_path}.values", "no values", "one or more numbers, increasing")
-            bad = next((k for k in range(1, len(values)) if values[k] <= values[k - 1]), None)
-            if bad is not None:
-                raise job.error(
-                    f"{spec_path}.values.{bad}",
-                    f"{values[bad]:g} after {values[bad - 1]:g}: values are not strictly increasing",
-                    "strictly increasing numbers",
-                )
-            if parameter.get("scaleType") in LOG_SCALES and values[0] <= 0:
-                raise job.error(
-                    f"{spec_path}.values.0",
-                    f"{parameter['scaleType']} with value {values[0]:g}",
-                    "values > 0 on a log scale",
-                )
-        else:
-            values = spec.get("values") or []
-            if not values or len(set(values)) != len(values):
-                raise job.error(f"{spec_path}.values", "values are empty or repeated", "distinct strings")
-        if grid and spec_name == "doubleValueSpec":
-            raise job.error(
-                spec_path,
-                f"GRID_SEARCH cannot enumerate the DOUBLE parameter {pid!r}",
-                "integerValueSpec, discreteValueSpec or categoricalValueSpec with GRID_SEARCH",
-            )
+def tuned_parameters(study: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(file path, ParameterSpec) of every tuned parameter, conditional ones included: each becomes a flag."""
+    found: list[tuple[str, dict[str, Any]]] = []
+
+    def collect(path: str, parameter: Any) -> None:
+        if not isinstance(parameter, dict):
+            return
+        found.append((path, parameter))
         for j, child in enumerate(parameter.get("conditionalParameterSpecs") or []):
-            child_spec = child.get("parameterSpec")
-            if isinstance(child_spec, dict):
-                _check_parameters(
-                    job, f"{where}.conditionalParameterSpecs.{j}.parameterSpec", [child_spec], grid, seen
-                )
+            if isinstance(child, dict):
+                collect(f"{path}.conditionalParameterSpecs.{j}.parameterSpec", child.get("parameterSpec"))
+
+    for i, parameter in enumerate(study.get("parameters") or []):
+        collect(f"studySpec.parameters.{i}", parameter)
+    return found
+
+
+def _check_parameter(
+    job: CompiledJob, where: str, parameter: dict[str, Any], grid: bool, seen: set[str]
+) -> None:
+    pid = parameter.get("parameterId", "")
+    if not pid:
+        raise job.error(f"{where}.parameterId", "missing", "the trainer flag name without '--'")
+    if pid in seen:
+        raise job.error(f"{where}.parameterId", f"parameter {pid!r} is tuned twice", "unique parameterIds")
+    seen.add(pid)
+    specs = [k for k in VALUE_SPECS.values() if k in parameter]
+    if len(specs) != 1:
+        raise job.error(
+            where, f"parameter {pid!r} has {len(specs)} value specs", one_of(VALUE_SPECS.values())
+        )
+    spec_name = specs[0]
+    spec = parameter[spec_name] or {}
+    spec_path = f"{where}.{spec_name}"
+    if spec_name in ("doubleValueSpec", "integerValueSpec"):
+        number = float if spec_name == "doubleValueSpec" else int
+        if "minValue" not in spec or "maxValue" not in spec:
+            raise job.error(spec_path, "needs minValue and maxValue", "minValue < maxValue")
+        low, high = number(spec["minValue"]), number(spec["maxValue"])
+        if low >= high:
+            raise job.error(
+                f"{spec_path}.minValue", f"minValue {low} >= maxValue {high}", "minValue < maxValue"
+            )
+        if parameter.get("scaleType") in LOG_SCALES and low <= 0:
+            raise job.error(
+                f"{spec_path}.minValue",
+                f"{parameter['scaleType']} with minValue {low}",
+                "minValue > 0 on a log scale, or UNIT_LINEAR_SCALE",
+            )
+    elif spec_name == "discreteValueSpec":
+        values = [float(v) for v in spec.get("values") or []]
+        if not values:
+            raise job.error(f"{spec_path}.values", "no values", "one or more numbers, increasing")
+        bad = next((k for k in range(1, len(values)) if values[k] <= values[k - 1]), None)
+        if bad is not None:
+            raise job.error(
+                f"{spec_path}.values.{bad}",
+                f"{values[bad]:g} after {values[bad - 1]:g}: values are not strictly increasing",
+                "strictly increasing numbers",
+            )
+        if parameter.get("scaleType") in LOG_SCALES and values[0] <= 0:
+            raise job.error(
+                f"{spec_path}.values.0",
+                f"{parameter['scaleType']} with value {values[0]:g}",
+                "values > 0 on a log scale",
+            )
+    else:
+        values = spec.get("values") or []
+        if not values or len(set(values)) != len(values):
+            raise job.error(f"{spec_path}.values", "values are empty or repeated", "distinct strings")
+    if grid and spec_name == "doubleValueSpec":
+        raise job.error(
+            spec_path,
+            f"GRID_SEARCH cannot enumerate the DOUBLE parameter {pid!r}",
+            "integerValueSpec, discreteValueSpec or categoricalValueSpec with GRID_SEARCH",
+        )
 
 
 def _runs_repo_trainer(pool: dict[str, Any], trainer_image: str) -> bool:
@@ -403,7 +414,7 @@ def _metric_arg(args: list) -> tuple[int, str] | None:
 def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, pools: list) -> None:
     tuned: list[tuple[str, dict]] = []
     if job.kind == TUNING_JOB:
-        tuned = [(f"studySpec.parameters.{i}", p) for i, p in enumerate(job.body["studySpec"]["parameters"])]
+        tuned = tuned_parameters(job.body["studySpec"])
         for where, parameter in tuned:
             flag = "--" + parameter["parameterId"]
             if flag not in trainer.flags:
@@ -412,19 +423,21 @@ def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, pools: l
                     f"the trainer has no flag {flag}",
                     ", ".join(sorted(f[2:] for f in trainer.flags if "_" not in f and f != "--help")),
                 )
-    # What a trial's command line looks like: the pool's args plus one --<parameterId>=<value> per parameter.
-    sample = [f"--{p['parameterId']}={_sample_value(p)}" for _, p in tuned]
     _check_replicas_agree(job, pools)
     for path, pool in pools:
         args_path, args = _args_of(pool)
+        args = [str(a) for a in args]
         try:
-            trainer.check_args([str(a) for a in args] + sample)
+            trainer.check_args(args)
         except TrainerArgsError as exc:
             raise job.error(
                 join(path, args_path),
                 f"the trainer rejects these args: {exc}",
                 f"python -m {TRAINER_MODULE} --help",
             ) from None
+        # A trial runs the pool's args plus --<parameterId>=<value>, the value formatted as Vertex AI does.
+        for where, parameter in tuned:
+            _check_trial_values(job, trainer, args, where, parameter)
         if job.kind == TUNING_JOB:
             found = _metric_arg(args)
             metric = found[1] if found else trainer.default_metric
@@ -466,13 +479,39 @@ def _check_replicas_agree(job: CompiledJob, pools: list) -> None:
             )
 
 
-def _sample_value(parameter: dict[str, Any]) -> str:
-    """A value of the parameter's type, so the parser checks the flag's type too (e.g. int vs float)."""
+def _check_trial_values(
+    job: CompiledJob, trainer: TrainerContract, args: list[str], where: str, parameter: dict[str, Any]
+) -> None:
+    spec_name = next(k for k in VALUE_SPECS.values() if k in parameter)
+    pid = parameter["parameterId"]
+    for value in trial_values(parameter):
+        try:
+            trainer.check_args([*args, f"--{pid}={value}"])
+        except TrainerArgsError as exc:
+            integral = spec_name == "discreteValueSpec" and value.endswith(".0")
+            raise job.error(
+                f"{where}.{spec_name}",
+                f"trials would run the trainer with --{pid}={value}, which it rejects ({exc})",
+                "integerValueSpec, or categoricalValueSpec with the values as strings, or a trainer flag "
+                f"that accepts {value}"
+                if integral
+                else f"values the trainer's --{pid} accepts",
+            ) from None
+
+
+def trial_values(parameter: dict[str, Any]) -> list[str]:
+    """Values of a parameter as Vertex AI writes them into a trial's ``--<parameterId>=<value>``.
+
+    Trial parameter values travel as ``google.protobuf.Value`` numbers, i.e. doubles: a DISCRETE value 64
+    arrives as ``64.0``, which an ``int`` flag rejects (googleapis/python-aiplatform#866; observed in
+    kuds/mesozoic-labs#127). INTEGER values arrive as integers. The range ends stand for the whole range.
+    """
     if "doubleValueSpec" in parameter:
-        return str(float(parameter["doubleValueSpec"]["minValue"]))
+        spec = parameter["doubleValueSpec"]
+        return [repr(float(spec["minValue"])), repr(float(spec["maxValue"]))]
     if "integerValueSpec" in parameter:
-        return str(int(parameter["integerValueSpec"]["minValue"]))
+        spec = parameter["integerValueSpec"]
+        return [str(int(spec["minValue"])), str(int(spec["maxValue"]))]
     if "discreteValueSpec" in parameter:
-        value = float(parameter["discreteValueSpec"]["values"][0])
-        return str(int(value)) if value.is_integer() else str(value)
-    return str(parameter["categoricalValueSpec"]["values"][0])
+        return [repr(float(v)) for v in parameter["discreteValueSpec"]["values"]]
+    return [str(v) for v in parameter["categoricalValueSpec"]["values"]]

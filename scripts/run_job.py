@@ -15,7 +15,7 @@ outputs (deployed .infra-outputs/<env>.json, else planned from infra/environment
 ${job.package_uri}, ... filled in per submission. Plain gcloud config files work too (--display-name,
 --max-trial-count, --parallel-trial-count, --region supply what gcloud takes as flags).
 
-Submitting is idempotent: each submission is labelled submission-hash=<hash of definition, code, overrides>
+Submitting is idempotent: each submission is labelled submission_hash=<hash of definition, code, overrides>
 and a live job with the same label is followed instead of creating a duplicate. Bad input prints one line
 (file: field: problem; allowed: ...) and exits 2 before anything is uploaded or submitted. A job that ends in
 any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.

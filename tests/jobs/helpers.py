@@ -47,8 +47,8 @@ TUNING = textwrap.dedent("""\
         - parameterId: learning-rate
           doubleValueSpec: {minValue: 0.001, maxValue: 0.1}
           scaleType: UNIT_LOG_SCALE
-        - parameterId: num-layers
-          discreteValueSpec: {values: [1, 2, 3]}
+        - parameterId: scale-factor
+          discreteValueSpec: {values: [0.25, 0.5, 0.75]}
     trialJobSpec:
       workerPoolSpecs:
         - machineSpec: {machineType: n1-standard-4}

@@ -3,6 +3,7 @@ both definition forms, flags, job ids and submission hashes."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from datetime import timedelta
 
@@ -249,7 +250,7 @@ def test_job_id_and_submission_hash():
     job = compile_text(TUNING, file="jobs/census_tuning.yaml")
     assert job.job_id == f"census-tuning-20260102-030405-{job.submission_hash[:6]}"
     assert job.body["displayName"] == job.job_id
-    assert job.body["labels"]["submission-hash"] == job.submission_hash
+    assert job.body["labels"]["submission_hash"] == job.submission_hash
     assert len(job.submission_hash) == 16 and job.submission_hash.isalnum() and job.submission_hash.islower()
     # Deterministic: same inputs, same hash; the clock changes the id, never the hash.
     later = compile_text(TUNING, file="jobs/census_tuning.yaml", now=NOW + timedelta(hours=1))
@@ -274,3 +275,54 @@ def test_job_name(file, name):
 def test_request_is_the_create_request_json():
     job = compile_text(CUSTOM)
     assert job.request() == {"parent": "projects/demo-project/locations/us-central1", "customJob": job.body}
+
+
+def test_set_changes_anchored_text_wherever_it_is_used():
+    doc = load_text(
+        "pools:\n  - spec: &t {args: [--a=1, --b=2]}\n  - spec: *t\n  - spec: {args: [--a=1]}\n", "f.yaml"
+    )
+    assert doc.shared["pools.1.spec.args.0"] == ("pools.0.spec.args.0", "pools.1.spec.args.0")
+    result = apply_overrides(
+        doc.data, [Override.parse("pools.1.spec.args.0=--a=9", "f.yaml")], "f.yaml", doc.shared
+    )
+    assert [p["spec"]["args"][0] for p in result["pools"]] == ["--a=9", "--a=9", "--a=1"]
+    result = apply_overrides(
+        doc.data, [Override.parse("pools.0.spec.args=[--c]", "f.yaml")], "f.yaml", doc.shared
+    )
+    assert [p["spec"]["args"] for p in result["pools"]] == [["--c"], ["--c"], ["--a=1"]]
+    result["pools"][0]["spec"]["args"].append("--d")
+    assert result["pools"][1]["spec"]["args"] == ["--c"]  # equal, not one shared object
+
+
+def test_set_on_the_multiworker_chief_changes_its_workers(cli):
+    from tests.jobs.conftest import JOBS_DIR
+
+    rc, out, err = cli(
+        [
+            JOBS_DIR / "census_multiworker.yaml",
+            "--dry-run",
+            "--set",
+            "jobSpec.workerPoolSpecs.0.pythonPackageSpec.args.3=--num-epochs=2",
+        ]
+    )
+    assert rc == 0, err
+    pools = json.loads(out)["customJob"]["jobSpec"]["workerPoolSpecs"]
+    assert [p["pythonPackageSpec"]["args"][3] for p in pools] == ["--num-epochs=2", "--num-epochs=2"]
+
+
+@pytest.mark.parametrize(
+    "mutations, stages",
+    [
+        ({}, True),
+        (
+            {"jobSpec.workerPoolSpecs.0.pythonPackageSpec.packageUris": ["gs://team/pkgs/other-1.0.tar.gz"]},
+            False,
+        ),
+    ],
+    ids=["repo-trainer", "own-package"],
+)
+def test_the_sdist_is_staged_only_when_a_pool_installs_it(mutations, stages):
+    from jobs.plan import StagePackage, build_plan
+
+    plan = build_plan(compile_text(CUSTOM, mutations))
+    assert any(isinstance(step, StagePackage) for step in plan.steps) is stages

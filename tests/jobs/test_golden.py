@@ -53,7 +53,7 @@ def test_shipped_definitions_follow_the_house_rules(path):
     assert spec["baseOutputDirectory"]["outputUriPrefix"].endswith(job_id)
     assert spec["tensorboard"] == "projects/demo-project/locations/us-central1/tensorboards/1234567890"
     assert spec["scheduling"]["timeout"].endswith("s")
-    assert {"app", "submission-hash"} <= set(body["labels"])
+    assert {"app", "submission_hash"} <= set(body["labels"])
     if kind == "hyperparameterTuningJob":
         assert body["maxFailedTrialCount"] >= 1
     for pool in spec["workerPoolSpecs"]:

@@ -14,7 +14,7 @@ from google.protobuf import json_format
 
 import jobs.plan
 from tests.jobs.conftest import CODE_HASH, JOBS_DIR, OUTPUTS, PLANNED_OUTPUTS, run_cli
-from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
+from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer, Request
 
 CPU = JOBS_DIR / "census_cpu.yaml"
 TUNING = JOBS_DIR / "census_tuning.yaml"
@@ -72,8 +72,8 @@ def test_submit_sends_exactly_the_dry_run_request(vertex, gcs_root, path, collec
     assert normalized(posts[0].body, collection) == normalized(expected[field], collection)
     # Idempotency check before the create: a list filtered by this submission's label.
     listing = [r for r in vertex.fake.requests if r.method == "GET" and r.path.endswith(collection)]
-    digest = expected[field]["labels"]["submission-hash"]
-    assert listing and listing[0].query["filter"] == [f'labels.submission-hash="{digest}"']
+    digest = expected[field]["labels"]["submission_hash"]
+    assert listing and listing[0].query["filter"] == [f'labels.submission_hash="{digest}"']
 
     name = vertex.fake.jobs and next(iter(vertex.fake.jobs))
     assert f"created {name}" in out
@@ -324,3 +324,47 @@ def test_ctrl_c_before_the_job_exists_says_a_rerun_is_safe(vertex, gcs_root, mon
     assert rc == 130
     assert "running the same command again reuses the job" in err and "Traceback" not in err
     assert vertex.fake.created() == []
+
+
+@pytest.mark.parametrize(
+    "text, args",
+    [
+        (None, ["--set", "jobSpec.scheduling.timeut=60s"]),
+        (None, ["--set", "jobSpec.workerPoolSpecs.0.machineSpec.machineType=n1-standard-5"]),
+        ("kind: CustomJob\njobSpec:\n\tworkerPoolSpecs: []\n", []),
+        ("{placeholder}", []),
+    ],
+    ids=["bad-set-path", "invalid-field", "tab-indentation", "unresolvable-reference"],
+)
+def test_bad_input_touches_no_cloud(vertex, tmp_path, write_job, text, args):
+    if text is None:
+        path = CPU
+    elif text == "{placeholder}":
+        path = write_job(CPU.read_text().replace("${infra.tensorboard}", "${infra.tensorboard_name}"))
+    else:
+        path = write_job(text)
+    factory = vertex.factory(tmp_path / "gcs")
+    rc, out, err = run_cli([path, *args], factory=factory)
+    assert rc == 2 and err.count("\n") == 1 and err.startswith(f"{path}: "), err
+    assert factory.calls == [] and vertex.fake.requests == [] and not (tmp_path / "gcs").exists()
+
+
+def test_a_failed_poll_names_the_running_job(gcs_root):
+    # The job is created, then polls start failing (say, a revoked role): exit 1 with the
+    # error, and say how to pick the job up again, because it keeps running and billing.
+    fake = FakeVertex(states=["JOB_STATE_PENDING", "JOB_STATE_RUNNING"])
+    served = fake.handle
+
+    def handle(method, path, query, body):
+        if method == "GET" and fake.jobs and path.removeprefix("/v1/") in fake.jobs:
+            fake.requests.append(Request(method, path, query, body))
+            return 403, {"error": {"code": 403, "message": "access revoked", "status": "PERMISSION_DENIED"}}
+        return served(method, path, query, body)
+
+    fake.handle = handle
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli([CPU], factory=server.factory(gcs_root))
+    name = next(iter(fake.jobs))
+    assert rc == 1, err
+    assert "access revoked" in err and f"run_job.py --follow {name}" in err and "Traceback" not in err
+    assert len(fake.created()) == 1

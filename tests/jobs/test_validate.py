@@ -177,12 +177,34 @@ VALID = [
         },
     ),
     ("underscore-id", TUNING, {f"{PARAM}.0.parameterId": "first_layer_size"}),
+    (
+        "categorical-int-flag",
+        TUNING,
+        {f"{PARAM}.2": {"parameterId": "num-layers", "categoricalValueSpec": {"values": ["1", "2", "3"]}}},
+    ),
 ]
 
 
 @pytest.mark.parametrize("base, mutations", [v[1:] for v in VALID], ids=[v[0] for v in VALID])
 def test_valid_variants(base, mutations):
     check(base, mutations)
+
+
+def _conditional(child: str, low: int, high: int) -> dict:
+    """A tuned --model whose one value enables an INTEGER child parameter (a ConditionalParameterSpec)."""
+    return {
+        "parameterId": "model",
+        "categoricalValueSpec": {"values": ["wide_deep"]},
+        "conditionalParameterSpecs": [
+            {
+                "parentCategoricalValues": {"values": ["wide_deep"]},
+                "parameterSpec": {
+                    "parameterId": child,
+                    "integerValueSpec": {"minValue": low, "maxValue": high},
+                },
+            }
+        ],
+    }
 
 
 INVALID = [
@@ -302,7 +324,18 @@ INVALID = [
             f"{MACHINE}.acceleratorCount": 3,
         },
         f"{MACHINE}.acceleratorCount",
-        "allowed: 1, 2, 4, 8",
+        "3 x NVIDIA_TESLA_T4 on n1-standard-8; allowed: 1, 2, 4",
+    ),
+    (
+        "t4-x8",
+        CUSTOM,
+        {
+            f"{MACHINE}.machineType": "n1-standard-32",
+            f"{MACHINE}.acceleratorType": "NVIDIA_TESLA_T4",
+            f"{MACHINE}.acceleratorCount": 8,
+        },
+        f"{MACHINE}.acceleratorCount",
+        "allowed: 1, 2, 4",
     ),
     (
         "tpu-count",
@@ -564,8 +597,37 @@ INVALID = [
         "param-wrong-type",
         TUNING,
         {f"{PARAM}.2": {"parameterId": "num-layers", "doubleValueSpec": {"minValue": 1.5, "maxValue": 3.5}}},
-        f"{TRIAL_POOL}.pythonPackageSpec.args",
-        "invalid int value",
+        f"{PARAM}.2.doubleValueSpec",
+        "trials would run the trainer with --num-layers=1.5, which it rejects",
+    ),
+    (
+        # Vertex AI passes DISCRETE values as doubles: 1 arrives as --num-layers=1.0, rejected by an int flag.
+        "discrete-on-int-flag",
+        TUNING,
+        {f"{PARAM}.2": {"parameterId": "num-layers", "discreteValueSpec": {"values": [1, 2, 3]}}},
+        f"{PARAM}.2.discreteValueSpec",
+        "--num-layers=1.0, which it rejects",
+    ),
+    (
+        "categorical-not-a-number",
+        TUNING,
+        {f"{PARAM}.2": {"parameterId": "num-layers", "categoricalValueSpec": {"values": ["2", "many"]}}},
+        f"{PARAM}.2.categoricalValueSpec",
+        "--num-layers=many, which it rejects",
+    ),
+    (
+        "conditional-child-not-a-flag",
+        TUNING,
+        {f"{PARAM}.2": _conditional("hidden-units", 1, 4)},
+        f"{PARAM}.2.conditionalParameterSpecs.0.parameterSpec.parameterId",
+        "the trainer has no flag --hidden-units",
+    ),
+    (
+        "conditional-child-range",
+        TUNING,
+        {f"{PARAM}.2": _conditional("num-layers", 4, 1)},
+        f"{PARAM}.2.conditionalParameterSpecs.0.parameterSpec.integerValueSpec.minValue",
+        "minValue 4 >= maxValue 1",
     ),
     ("no-parameters", TUNING, {f"{PARAM}": []}, f"{PARAM}", "no parameters to tune"),
     (
@@ -605,7 +667,7 @@ def _field_paths(node, prefix=""):
         yield from _field_paths(value, path)
 
 
-@pytest.mark.parametrize("name", ["census_tuning", "census_multiworker", "census_tpu"])
+@pytest.mark.parametrize("name", ["census_tuning", "census_tuning_grid", "census_multiworker", "census_tpu"])
 def test_any_single_broken_field_is_a_job_error_never_a_crash(name):
     from jobs.loader import load_file
     from tests.jobs.conftest import JOBS_DIR

@@ -119,7 +119,7 @@ BAD = [
     ),
     (
         "discrete-order",
-        TUNING.replace("[1, 2, 3]", "[1, 3, 2]"),
+        TUNING.replace("[0.25, 0.5, 0.75]", "[0.25, 0.75, 0.5]"),
         [],
         "studySpec.parameters.2.discreteValueSpec.values.2",
     ),
