@@ -1,0 +1,63 @@
+"""Quality benchmark: train the census Wide & Deep model on the full UCI split with default flags.
+
+    python scripts/bench_trainer_quality.py [--seeds 42 7 1234] [-- extra trainer flags]
+
+Each seed runs ``python -m trainer.task`` exactly as a user would (adult.data to train, adult.test to
+evaluate), then prints test accuracy, AUC, the training wall time (``model.fit``, from the run's
+metrics.json) and the whole process's wall time (TensorFlow import, data scan and export included).
+Targets: accuracy >= 0.855, AUC >= 0.905 (goal 0.860 / 0.910), training <= 60 s on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[42])
+    p.add_argument("extra", nargs="*", help="more trainer flags, after --")
+    args = p.parse_args(argv)
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    rows = []
+    for seed in args.seeds:
+        with tempfile.TemporaryDirectory(prefix="bench-quality-") as job:
+            cmd = [sys.executable, "-m", "trainer.task", "--model", "wide_deep",
+                   "--train-files", str(REPO / "data/census/adult.data"),
+                   "--eval-files", str(REPO / "data/census/adult.test"),
+                   "--job-dir", job, "--seed", str(seed), "--verbosity", "WARNING", *args.extra]
+            load = os.getloadavg()[0]
+            start = time.perf_counter()
+            out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+            if out.returncode != 0:
+                print(out.stderr[-3000:], file=sys.stderr)
+                return out.returncode
+            report = json.loads(Path(job, "model", "metrics.json").read_text())
+        ev = report["eval"]
+        rows.append((seed, ev["accuracy"], ev["auc"], report["train_seconds"], wall, load))
+        print(f"seed {seed:>5}: accuracy {ev['accuracy']:.4f}  AUC {ev['auc']:.4f}  "
+              f"train {report['train_seconds']:.1f} s  process {wall:.1f} s  (load average {load:.2f})",
+              flush=True)
+    accuracy = min(r[1] for r in rows)
+    auc = min(r[2] for r in rows)
+    train = max(r[3] for r in rows)
+    ok = accuracy >= 0.855 and auc >= 0.905 and train <= 60
+    print(f"worst of {len(rows)}: accuracy {accuracy:.4f} (>= 0.855, goal 0.860)  AUC {auc:.4f} "
+          f"(>= 0.905, goal 0.910)  train {train:.1f} s (<= 60 s) on {os.cpu_count()} CPUs: "
+          f"{'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""MultiWorkerMirroredStrategy for real: a chief and a worker over loopback with a generated TF_CONFIG."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.trainer.conftest import REPO_ROOT, subprocess_env, trainer_args
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.mark.timeout(300)
+def test_chief_and_worker_train_and_only_the_chief_exports(tmp_path, census_slice):
+    chief_port, worker_port = free_ports(2)
+    cluster = {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"]}
+    job = tmp_path / "job"
+    args = trainer_args(census_slice, job, "--num-epochs", "2", "--steps-per-epoch", "4",
+                        "--train-batch-size", "16")
+    procs = {}
+    for task_type in ("chief", "worker"):
+        scratch = tmp_path / f"tmp-{task_type}"
+        scratch.mkdir()
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": task_type, "index": 0}})
+        procs[task_type] = subprocess.Popen(
+            args, cwd=REPO_ROOT, env=subprocess_env(TF_CONFIG=tf_config, TMPDIR=str(scratch)),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    outputs = {}
+    try:
+        for task_type, proc in procs.items():
+            outputs[task_type] = proc.communicate(timeout=240)[0]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    for task_type, proc in procs.items():
+        assert proc.returncode == 0, f"{task_type}:\n{outputs[task_type][-3000:]}"
+        assert "strategy: multi_worker, 2 replica(s), global batch 32" in outputs[task_type]
+    assert "; chief" in outputs["chief"] and "; worker_0" in outputs["worker"]
+
+    # The chief's SavedModel is the only one; the worker's scratch copy was deleted.
+    assert (job / "model" / "saved_model.pb").is_file()
+    assert list((tmp_path / "tmp-worker").iterdir()) == []
+    assert not [p for p in job.glob("checkpoints/**/*") if p.is_file()]  # backups removed when done
+    assert not (job / "model" / "worker_0").exists()
+    report = json.loads((job / "model" / "metrics.json").read_text())
+    assert report["distribution"] == "multi_worker" and report["replicas"] == 2
+    assert [h["epoch"] for h in report["history"]] == [1, 2]
+
+    load = ("import sys, tensorflow as tf; m = tf.saved_model.load(sys.argv[1]); "
+            "out = m.signatures['serving_default'](**{k: tf.constant([v], tf.int64 if isinstance(v, int) "
+            "else tf.string) for k, v in eval(sys.argv[2]).items()}); "
+            "p = float(out['probability'][0]); assert 0 <= p <= 1, p; print('p', p)")
+    row = {"age": 50, "workclass": "Self-emp-not-inc", "fnlwgt": 83311, "education": "Bachelors",
+           "education_num": 13, "marital_status": "Married-civ-spouse", "occupation": "Exec-managerial",
+           "relationship": "Husband", "race": "White", "gender": "Male", "capital_gain": 0, "capital_loss": 0,
+           "hours_per_week": 13, "native_country": "United-States"}
+    out = subprocess.run([sys.executable, "-c", load, str(job / "model"), repr(row)], cwd=REPO_ROOT,
+                         env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "p " in out.stdout, out.stderr[-3000:]

@@ -1,0 +1,222 @@
+"""End to end: ``python -m trainer.task`` in a subprocess, as Vertex AI runs it, on a slice of census data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.trainer.conftest import (
+    REPO_ROOT,
+    error_lines,
+    run_trainer,
+    subprocess_env,
+    trainer_args,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+BAD_ROW = ("39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, "
+           "oops, 0, 40, United-States, <=50K")
+
+# Runs in a fresh interpreter: load each SavedModel, send raw adult.test rows in its format and score them.
+PREDICT = r'''
+import json, sys
+import numpy as np
+import tensorflow as tf
+import keras
+
+path, pairs = sys.argv[1], sys.argv[2:]
+lines = [l for l in open(path).read().splitlines() if l.strip() and not l.startswith("|")]
+rows = [[f.strip() for f in l.split(",")] for l in lines]
+labels = np.array([r[14].rstrip(".") == ">50K" for r in rows], dtype=np.float32)
+names = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
+         "relationship", "race", "gender", "capital_gain", "capital_loss", "hours_per_week", "native_country"]
+ints = {"age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"}
+def score(model_dir, fmt):
+  serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+  if fmt == "JSON":
+    out = serve(**{n: tf.constant([int(r[i]) if n in ints else r[i] for r in rows],
+                                  tf.int64 if n in ints else tf.string) for i, n in enumerate(names)})
+  elif fmt == "CSV":
+    # Half the rows as they are in the file (with the label), half without it.
+    half = len(lines) // 2
+    csv = lines[:half] + [l.rsplit(",", 1)[0] for l in lines[half:]]
+    out = serve(csv_row=tf.constant(csv))
+  else:
+    def example(r):
+        f = {n: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(r[i])])) if n in ints
+             else tf.train.Feature(bytes_list=tf.train.BytesList(value=[r[i].encode()]))
+             for i, n in enumerate(names)}
+        return tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString()
+    out = serve(examples=tf.constant([example(r) for r in rows]))
+  prob = out["probability"].numpy()
+  auc = keras.metrics.AUC()
+  auc.update_state(labels, prob)
+  return {"accuracy": float(np.mean((prob > 0.5) == (labels == 1))), "auc": float(auc.result()),
+          "class_ids_match": bool(np.all(out["class_id"].numpy() == (prob > 0.5))),
+          "labels": sorted({x.decode() for x in out["label"].numpy()}),
+          "signature_inputs": sorted(serve.structured_input_signature[1])}
+
+print(json.dumps({fmt: score(model_dir, fmt) for model_dir, fmt in zip(pairs[::2], pairs[1::2])}))
+'''
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory, census_slice):
+    root = tmp_path_factory.mktemp("example")
+    out = run_trainer(trainer_args(census_slice, root / "job", "--num-epochs", "1",
+                                   "--export-format", "EXAMPLE"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def predictions(json_run, csv_run, example_run, census_slice) -> dict[str, dict]:
+    """Every exported model, reloaded in one fresh process and fed raw adult.test rows in its format."""
+    models = {"JSON": json_run[0] / "out/7/model", "CSV": csv_run[0] / "job/model",
+              "EXAMPLE": example_run / "job/model"}
+    args = [str(census_slice["eval"])] + [x for fmt, path in models.items() for x in (str(path), fmt)]
+    out = subprocess.run([sys.executable, "-c", PREDICT, *args], cwd=REPO_ROOT, env=subprocess_env(),
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    scores = json.loads(out.stdout.strip().splitlines()[-1])
+    return {fmt: {**scores[fmt], "eval": json.loads((path / "metrics.json").read_text())["eval"]}
+            for fmt, path in models.items()}
+
+
+@pytest.mark.parametrize("fmt, inputs", [("JSON", None), ("CSV", ["csv_row"]), ("EXAMPLE", ["examples"])])
+def test_export_reloaded_predicts_like_evaluate(predictions, fmt, inputs):
+    got = predictions[fmt]
+    assert got["accuracy"] == pytest.approx(got["eval"]["accuracy"], abs=1e-3)
+    assert got["auc"] == pytest.approx(got["eval"]["auc"], abs=1e-3)
+    assert got["class_ids_match"] and set(got["labels"]) <= {"<=50K", ">50K"}
+    if inputs is None:  # JSON: one named input per raw feature column
+        assert "capital_gain" in got["signature_inputs"] and len(got["signature_inputs"]) == 14
+    else:
+        assert got["signature_inputs"] == inputs
+
+
+@pytest.fixture(scope="module")
+def json_run(tmp_path_factory, census_slice):
+    """Vertex-style run: AIP_* directories, a tuning trial id and metric file, no --job-dir."""
+    root = tmp_path_factory.mktemp("vertex")
+    env = subprocess_env(
+        AIP_MODEL_DIR=str(root / "out/7/model"), AIP_CHECKPOINT_DIR=str(root / "out/7/checkpoints"),
+        AIP_TENSORBOARD_LOG_DIR=str(root / "out/7/logs"), CLOUD_ML_TRIAL_ID="7",
+        CLOUD_ML_HP_METRIC_FILE=str(root / "hypertune/output.metrics"))
+    args = trainer_args(census_slice, None, "--num-epochs", "3", "--hypertune-metric", "auc",
+                        "--first_layer_size=32", "--num_layers=2", "--export-format", "JSON")
+    out = run_trainer(args, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root, out
+
+
+@pytest.fixture(scope="module")
+def csv_run(tmp_path_factory, census_slice):
+    """A run over a training file with one malformed row, allowed by --max-bad-rows."""
+    root = tmp_path_factory.mktemp("csv")
+    lines = census_slice["train"].read_text().split("\n")
+    lines.insert(99, BAD_ROW)
+    bad = root / "with-bad-row.data"
+    bad.write_text("\n".join(lines))
+    args = trainer_args({"train": bad, "eval": census_slice["eval"]}, root / "job", "--export-format", "csv",
+                        "--max-bad-rows", "1")
+    out = run_trainer(args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root, out, bad
+
+
+def test_outputs_follow_aip_variables(json_run):
+    root, _ = json_run
+    model = root / "out/7/model"
+    assert (model / "saved_model.pb").is_file() and (model / "variables").is_dir()
+    assert list((root / "out/7/logs").rglob("events.out.tfevents.*"))
+    assert not (root / "out/7/checkpoints" / "training_metadata.json").exists()  # backup removed when done
+    config = json.loads((model / "trainer_config.json").read_text())
+    assert (config["first_layer_size"], config["num_layers"], config["hypertune_metric"]) == (32, 2, "auc")
+
+
+def test_hypertune_metric_file_is_what_vertex_reads(json_run):
+    root, _ = json_run
+    records = [json.loads(line) for line in (root / "hypertune/output.metrics").read_text().splitlines()]
+    assert [r["global_step"] for r in records] == ["1", "2", "3"]
+    history = json.loads((root / "out/7/model/metrics.json").read_text())["history"]
+    for record, epoch in zip(records, history, strict=True):
+        assert set(record) >= {"auc", "global_step", "timestamp", "trial"}
+        assert record["trial"] == "7"
+        assert isinstance(record["auc"], str) and float(record["auc"]) == pytest.approx(epoch["val_auc"])
+
+
+def test_tensorboard_scalars_and_hparams(json_run):
+    tf = pytest.importorskip("tensorflow")
+    root, _ = json_run
+    logs = root / "out/7/logs"
+    tags: dict[str, set] = {}
+    plugins = set()
+    hparams_text = b""
+    for path in logs.rglob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                run = path.parent.name
+                tags.setdefault(run, set()).add((value.tag, event.step))
+                plugins.add(value.metadata.plugin_data.plugin_name)
+                hparams_text += value.metadata.plugin_data.content
+    for run in ("train", "validation"):
+        assert {("epoch_accuracy", s) for s in range(3)} <= tags[run]
+        assert {("epoch_auc", s) for s in range(3)} <= tags[run]
+    pytest.importorskip("tensorboard", reason="tensorboard not installed: the trainer skips HParams")
+    assert "hparams" in plugins
+    assert b"first_layer_size" in hparams_text and b"learning_rate" in hparams_text
+
+
+def test_skipped_rows_are_reported(csv_run):
+    root, out, bad = csv_run
+    assert f"skipped 1 malformed row(s): {bad}:100:" in out.stderr
+    report = json.loads((root / "job/model/metrics.json").read_text())
+    assert report["data"]["train"]["rows"] == 2000
+    assert report["data"]["train"]["skipped_rows"] == [
+        f"{bad}:100: malformed row: field 'capital_gain': 'oops' is not an integer"]
+
+
+@pytest.mark.parametrize("extra, names", [
+    (["--model", "resnet"], "--model"),
+    (["--train-batch-size", "-8"], "--train-batch-size"),
+    (["--num-layers", "0"], "--num-layers"),
+    (["--export-format", "XML"], "--export-format"),
+])
+def test_bad_flags_exit_2_with_one_line(tmp_path, census_slice, extra, names):
+    out = run_trainer(trainer_args(census_slice, tmp_path / "job", *extra), timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and names in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "job").exists()
+
+
+def test_missing_data_file(tmp_path, census_slice):
+    args = trainer_args({"train": tmp_path / "nope.data", "eval": census_slice["eval"]}, tmp_path / "job")
+    out = run_trainer(args, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == f"trainer.task: error: --train-files: no such file: {tmp_path / 'nope.data'}"
+    assert not (tmp_path / "job").exists()
+
+
+def test_malformed_row_stops_before_writing(tmp_path, census_slice):
+    lines = census_slice["eval"].read_text().split("\n")
+    lines.insert(41, "45, Private, 1, 2, 3")
+    bad = tmp_path / "bad.test"
+    bad.write_text("\n".join(lines))
+    out = run_trainer(trainer_args({"train": census_slice["train"], "eval": bad}, tmp_path / "job"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert error_lines(out.stderr) == [
+        f"trainer.task: error: {bad}:42: malformed row: expected 15 fields, got 5 "
+        "(use --max-bad-rows N to skip up to N malformed rows)"]
+    assert not (tmp_path / "job").exists()
+
+
+def test_bad_tf_config(tmp_path, census_slice):
+    out = run_trainer(trainer_args(census_slice, tmp_path / "job"), env=subprocess_env(TF_CONFIG="{oops"),
+                      timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().startswith("trainer.task: error: environment variable "
+                                                                 "TF_CONFIG: not valid JSON")

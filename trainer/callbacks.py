@@ -1,0 +1,131 @@
+"""Keras callbacks for the Vertex AI contract: tuning reports, HParams, epoch logs and preemption."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+
+import keras
+
+log = logging.getLogger("trainer")
+
+
+def keras_log_key(tag: str) -> str:
+    """Map a REPORTABLE_METRICS tag to the key Keras uses in its epoch logs."""
+    return tag[len("train_"):] if tag.startswith("train_") else f"val_{tag}"
+
+
+class HypertuneReporter(keras.callbacks.Callback):
+    """Report one metric to Vertex AI Vizier after every epoch, the epoch number as global step.
+
+    cloudml-hypertune appends a JSON line to ``$CLOUD_ML_HP_METRIC_FILE``, which is what the Vertex AI
+    training service reads for a tuning trial.
+    """
+
+    def __init__(self, tag: str):
+        super().__init__()
+        import hypertune
+
+        self.tag = tag
+        self.key = keras_log_key(tag)
+        self.hpt = hypertune.HyperTune()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        if self.key not in logs:
+            raise KeyError(f"--hypertune-metric {self.tag}: Keras logged no {self.key!r} "
+                           f"(have {sorted(logs)})")
+        self.hpt.report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag=self.tag, metric_value=float(logs[self.key]), global_step=epoch + 1)
+
+
+class HParamsWriter(keras.callbacks.Callback):
+    """Record the run's hyperparameters for TensorBoard's HParams dashboard when training starts."""
+
+    def __init__(self, log_dir: str, hparams: dict, trial: str | None):
+        super().__init__()
+        self.log_dir = log_dir
+        self.hparams = hparams
+        self.trial = trial
+
+    def on_train_begin(self, logs=None):
+        import tensorflow as tf
+
+        try:
+            from tensorboard.plugins.hparams import api as hp
+        except ImportError:  # TF >= 2.20 no longer installs tensorboard; scalars are still written
+            log.warning("HParams not written: the tensorboard package is not installed")
+            return
+        with tf.summary.create_file_writer(self.log_dir).as_default():
+            hp.hparams(self.hparams, trial_id=self.trial)
+
+
+class EpochLogger(keras.callbacks.Callback):
+    """One log line per epoch (Vertex AI's log viewer handles progress bars badly)."""
+
+    def __init__(self, num_epochs: int):
+        super().__init__()
+        self.num_epochs = num_epochs
+        self.started = 0.0
+        self.history: list[dict] = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {k: float(v) for k, v in (logs or {}).items()}
+        self.history.append({"epoch": epoch + 1, **logs})
+        metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items()))
+        log.info("epoch %d/%d %s (%.1f s)", epoch + 1, self.num_epochs, metrics,
+                 time.perf_counter() - self.started)
+
+
+class Preempted(Exception):
+    """Raised between training steps after SIGTERM, so the process can exit cleanly."""
+
+
+class PreemptionGuard(keras.callbacks.Callback):
+    """Turn SIGTERM (how Vertex AI preempts a replica) into a clean stop between two training steps.
+
+    The last completed epoch is already in BackupAndRestore's backup; a restarted run resumes there.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.received = False
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        self.received = True
+
+    def on_train_begin(self, logs=None):
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def on_train_end(self, logs=None):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _check(self, *args, **kwargs):
+        if self.received:
+            self.on_train_end()
+            raise Preempted("SIGTERM received")
+
+    on_train_batch_end = _check
+    on_test_batch_end = _check
+    on_epoch_end = _check
+
+
+def read_backup_epoch(backup_dir: str) -> int:
+    """The epoch BackupAndRestore will resume from (0 when there is no backup)."""
+    import tensorflow as tf
+
+    path = f"{backup_dir}/training_metadata.json"
+    try:
+        if not tf.io.gfile.exists(path):
+            return 0
+        with tf.io.gfile.GFile(path) as f:
+            return int(json.load(f).get("epoch", 0))
+    except (ValueError, tf.errors.OpError):
+        return 0

@@ -1,0 +1,329 @@
+"""Reading delimited text data: file expansion, a validating scan, and the streaming tf.data pipeline.
+
+Every file access goes through ``tf.io.gfile``, so local paths, globs, several files and ``gs://`` URIs all
+work the same way.
+
+Malformed rows are found by :func:`scan_csv`, one fast pass in Python over the raw lines before training
+starts. It names the file and line of the first bad row (or counts and reports up to ``--max-bad-rows``
+skipped ones), counts the data rows and computes the normalisation statistics the model needs, so a bad
+file stops the run before anything is written. The tf.data pipeline then reads the same lines with
+``TextLineDataset``, batches them first and decodes whole batches with ``decode_csv`` in a parallel map: the
+lines to leave out (comments, blank lines, skipped bad rows) are removed per batch by their global line
+number, a vectorised lookup, so no per-line Python or per-element tf.data work is done.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# A scan reads files in blocks of this size, so memory stays flat on large inputs.
+_BLOCK_BYTES = 16 << 20
+# Batches the training pipeline shuffles among (it reorders whole batches; see text_dataset).
+SHUFFLE_BATCHES = 16
+_INT = re.compile(rb"-?[0-9]+")
+_FLOAT = re.compile(rb"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_TRANSFORMS: dict[str | None, Callable[[float], float]] = {
+    None: lambda v: v,
+    "log1p": lambda v: math.log1p(max(v, 0.0)),
+}
+
+
+class DataError(ValueError):
+    """Bad input data; ``str()`` is one line naming the file (and line) and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # "int", "float" or "str"
+    transform: str | None = None  # applied before normalisation statistics: None or "log1p"
+
+    def __post_init__(self):
+        if self.kind not in ("int", "float", "str"):
+            raise ValueError(f"column {self.name}: unknown kind {self.kind!r}")
+        if self.transform not in _TRANSFORMS:
+            raise ValueError(f"column {self.name}: unknown transform {self.transform!r}")
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind != "str"
+
+
+@dataclass(frozen=True)
+class CsvSchema:
+    """Layout of a headerless delimited file whose last meaning is a binary label."""
+
+    columns: tuple[Column, ...]
+    label: str
+    positive: tuple[str, ...]  # label values meaning 1 (after stripping label_suffix)
+    negative: tuple[str, ...]  # label values meaning 0
+    label_suffix: str = ""  # e.g. adult.test writes ">50K." where adult.data writes ">50K"
+    comment_prefix: str = "|"  # UCI convention: "|" starts a comment line (adult.test's banner)
+    delimiter: str = ","
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def features(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.name != self.label)
+
+    def column(self, name: str) -> Column:
+        return self.columns[self.names.index(name)]
+
+
+@dataclass(frozen=True)
+class BadRow:
+    file: str
+    line: int  # 1-based, as an editor shows it
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    files: tuple[str, ...]
+    total_lines: int  # every line TextLineDataset will yield, data or not
+    rows: int  # data rows the pipeline will deliver
+    positives: int
+    total_bytes: int
+    excluded: np.ndarray  # sorted global 0-based line indices the pipeline must leave out
+    bad_rows: tuple[BadRow, ...] = ()  # malformed rows skipped under --max-bad-rows
+    stats: dict[str, tuple[float, float]] = field(default_factory=dict)  # numeric column -> (mean, variance)
+
+    def summary(self) -> str:
+        text = f"{self.rows} rows from {len(self.files)} file(s)"
+        if self.bad_rows:
+            shown = "; ".join(str(b) for b in self.bad_rows[:3])
+            more = f" (+{len(self.bad_rows) - 3} more)" if len(self.bad_rows) > 3 else ""
+            text += f", skipped {len(self.bad_rows)} malformed row(s): {shown}{more}"
+        return text
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def expand_files(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
+    """Resolve paths and globs (local or gs://) to a de-duplicated tuple of files, sorted per pattern.
+
+    Local paths are expanded without TensorFlow, so a missing local file is reported before it is imported.
+    """
+    files: list[str] = []
+    for pattern in patterns:
+        if _is_uri(pattern):
+            matches = _glob_uri(pattern, flag)
+        else:
+            matches = [m for m in sorted(glob.glob(pattern)) if os.path.isfile(m)]
+        if not matches:
+            raise DataError(f"{flag}: no such file: {pattern}")
+        files.extend(m for m in matches if m not in files)
+    return tuple(files)
+
+
+def _glob_uri(pattern: str, flag: str) -> list[str]:
+    import tensorflow as tf
+
+    try:
+        matches = sorted(tf.io.gfile.glob(pattern))
+    except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
+        raise DataError(f"{flag}: cannot list {pattern}: {exc.message.splitlines()[0]}") from None
+    return [m for m in matches if not tf.io.gfile.isdir(m)]
+
+
+def _read_lines(path: str):
+    """Yield the lines of ``path`` exactly as TextLineDataset splits them (no trailing empty line)."""
+    import tensorflow as tf
+
+    tail = b""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while True:
+            block = f.read(_BLOCK_BYTES)
+            if not block:
+                break
+            parts = (tail + block).split(b"\n")
+            tail = parts.pop()
+            for line in parts:
+                yield line[:-1] if line.endswith(b"\r") else line
+    if tail:
+        yield tail[:-1] if tail.endswith(b"\r") else tail
+
+
+class _Validator:
+    """Checks one raw line against a schema the way decode_csv will parse it, but with a reason."""
+
+    def __init__(self, schema: CsvSchema):
+        self.schema = schema
+        self.n = len(schema.columns)
+        self.delim = schema.delimiter.encode()
+        self.comment = schema.comment_prefix.encode()
+        self.label_index = schema.names.index(schema.label)
+        self.suffix = schema.label_suffix.encode()
+        self.positive = {v.encode() for v in schema.positive}
+        self.negative = {v.encode() for v in schema.negative}
+        self.numeric = [
+            (i, c.name, *((_INT, "an integer") if c.kind == "int" else (_FLOAT, "a number")),
+             _TRANSFORMS[c.transform])
+            for i, c in enumerate(schema.columns) if c.numeric
+        ]
+        self.sums = {c.name: [0.0, 0.0] for c in schema.columns if c.numeric}
+
+    def is_data(self, line: bytes) -> bool:
+        stripped = line.strip()
+        return bool(stripped) and not stripped.startswith(self.comment)
+
+    def check(self, line: bytes) -> tuple[str | None, int]:
+        """Return (reason, label) where reason is None for a good row."""
+        if b'"' in line:
+            return "unexpected quote character", 0
+        fields = line.split(self.delim)
+        if len(fields) != self.n:
+            return f"expected {self.n} fields, got {len(fields)}", 0
+        values = []
+        for i, name, pattern, expected, transform in self.numeric:
+            text = fields[i].strip()
+            if not pattern.fullmatch(text):
+                return f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}", 0
+            values.append((name, transform(float(text))))
+        for i, text in enumerate(fields):
+            if not text.strip():
+                return f"field {self.schema.columns[i].name!r} is empty", 0
+        label = fields[self.label_index].strip()
+        if self.suffix and label.endswith(self.suffix):
+            label = label[: -len(self.suffix)]
+        if label in self.positive:
+            y = 1
+        elif label in self.negative:
+            y = 0
+        else:
+            allowed = ", ".join(self.schema.negative + self.schema.positive)
+            text = label.decode(errors="replace")
+            return f"field {self.schema.label!r}: {text!r} is not one of {allowed}", 0
+        for name, v in values:
+            acc = self.sums[name]
+            acc[0] += v
+            acc[1] += v * v
+        return None, y
+
+
+def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0,
+             flag: str = "") -> ScanResult:
+    """Validate every line of ``files``; raise DataError at the first bad row beyond ``max_bad_rows``."""
+    import tensorflow as tf
+
+    v = _Validator(schema)
+    excluded: list[int] = []
+    bad: list[BadRow] = []
+    index = rows = positives = total_bytes = 0
+    for path in files:
+        total_bytes += tf.io.gfile.stat(path).length
+        for number, line in enumerate(_read_lines(path), start=1):
+            if not v.is_data(line):
+                excluded.append(index)
+            else:
+                reason, y = v.check(line)
+                if reason is None:
+                    rows += 1
+                    positives += y
+                else:
+                    excluded.append(index)
+                    bad.append(BadRow(path, number, "malformed row: " + reason))
+                    if len(bad) > max_bad_rows:
+                        hint = ("more than --max-bad-rows " + str(max_bad_rows) + " malformed rows"
+                                if max_bad_rows else "use --max-bad-rows N to skip up to N malformed rows")
+                        raise DataError(f"{bad[-1]} ({hint})")
+            index += 1
+    if rows == 0:
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+    stats = {}
+    for name, (s, ss) in v.sums.items():
+        mean = s / rows
+        stats[name] = (mean, max(ss / rows - mean * mean, 0.0))
+    return ScanResult(
+        files=tuple(files), total_lines=index, rows=rows, positives=positives, total_bytes=total_bytes,
+        excluded=np.asarray(excluded, dtype=np.int64), bad_rows=tuple(bad), stats=stats,
+    )
+
+
+def decode_csv_batch(lines, schema: CsvSchema):
+    """Decode a batch of raw lines into (features dict, float label) tensors; strings are stripped."""
+    import tensorflow as tf
+
+    dtypes = {"int": tf.int64, "float": tf.float32, "str": tf.string}
+    defaults = [tf.constant([], dtype=dtypes[c.kind]) for c in schema.columns]
+    fields = tf.io.decode_csv(lines, record_defaults=defaults, field_delim=schema.delimiter)
+    features = {}
+    for column, value in zip(schema.columns, fields, strict=True):
+        features[column.name] = tf.strings.strip(value) if column.kind == "str" else value
+    raw_label = features.pop(schema.label)
+    if schema.label_suffix:
+        raw_label = tf.strings.regex_replace(raw_label, re.escape(schema.label_suffix) + "$", "")
+    label = tf.zeros_like(raw_label, dtype=tf.float32)
+    for value in schema.positive:
+        label = tf.where(tf.equal(raw_label, value), 1.0, label)
+    return features, label
+
+
+def count_batches(scan: ScanResult, batch_size: int) -> int:
+    """Batches text_dataset yields per pass: line batches that keep at least one data row."""
+    n = -(-scan.total_lines // batch_size)
+    sizes = np.full(n, batch_size, dtype=np.int64)
+    sizes[-1] = scan.total_lines - (n - 1) * batch_size
+    dropped = np.bincount(scan.excluded // batch_size, minlength=n)
+    return int(np.count_nonzero(dropped < sizes))
+
+
+def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
+                 transform: Callable | None = None, cache: bool = False, shuffle: bool = False,
+                 seed: int = 0, repeat: bool = False):
+    """The streaming pipeline: TextLineDataset -> batch -> (drop excluded lines, decode, transform) -> cache.
+
+    ``transform(features, label)`` runs inside the parallel map (the task's preprocessing), so with
+    ``cache`` both parsing and preprocessing happen once and later epochs read ready tensors. Shuffling
+    reorders whole batches: per-example shuffling would cost per-element tf.data work on every epoch.
+    """
+    import tensorflow as tf
+
+    excluded = tf.constant(scan.excluded, dtype=tf.int64)
+    has_excluded = bool(scan.excluded.size)
+
+    def parse(batch_index, lines):
+        if has_excluded:
+            start = batch_index * batch_size
+            index = start + tf.range(tf.size(lines, out_type=tf.int64), dtype=tf.int64)
+            pos = tf.searchsorted(excluded, index, out_type=tf.int64)
+            hit = tf.gather(excluded, tf.minimum(pos, tf.size(excluded, out_type=tf.int64) - 1))
+            lines = tf.boolean_mask(lines, tf.not_equal(hit, index))
+        features, label = decode_csv_batch(lines, schema)
+        if transform is not None:
+            return transform(features, label)
+        return features, label
+
+    ds = tf.data.TextLineDataset(list(scan.files)).batch(batch_size).enumerate()
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # A batch that held only excluded lines (the banner + a blank line of a tiny file) would be empty.
+    ds = ds.filter(lambda _, label: tf.size(label) > 0) if has_excluded else ds
+    ds = ds.apply(tf.data.experimental.assert_cardinality(count_batches(scan, batch_size)))
+    if cache:
+        ds = ds.cache()
+    if shuffle:
+        # A bounded buffer: a whole-dataset one would make the first epoch parse everything before the first
+        # training step instead of overlapping the two.
+        ds = ds.shuffle(SHUFFLE_BATCHES, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    options = tf.data.Options()
+    # Every worker reads the files and keeps its share of batches: census has fewer files than workers.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.deterministic = not shuffle
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,264 @@
+"""Census income (UCI Adult): a Wide & Deep binary classifier, registered as ``--model wide_deep``.
+
+Wide part: a linear model over every categorical column, bucketised age and hashed feature crosses
+(``HashedCrossing``). Deep part: embeddings of the categorical columns plus normalised numeric columns
+through ``num_layers`` ReLU layers of ``max(2, int(first_layer_size * scale_factor**i))`` units. The two
+logits are summed into one sigmoid.
+
+Preprocessing (vocabulary lookups, bucketising, crossing, normalising) is a Keras layer that runs in the
+tf.data pipeline during training, so it is computed once and cached and never sits in the training step
+(which is also what TPUs need), and is put back in front of the model for export.
+"""
+
+from __future__ import annotations
+
+from trainer.data import (
+    Column,
+    CsvSchema,
+    count_batches,
+    decode_csv_batch,
+    expand_files,
+    scan_csv,
+    text_dataset,
+)
+from trainer.tasks.base import Task, TaskData
+
+SCHEMA = CsvSchema(
+    columns=(
+        Column("age", "int"),
+        Column("workclass", "str"),
+        Column("fnlwgt", "int"),
+        Column("education", "str"),
+        Column("education_num", "int"),
+        Column("marital_status", "str"),
+        Column("occupation", "str"),
+        Column("relationship", "str"),
+        Column("race", "str"),
+        Column("gender", "str"),
+        Column("capital_gain", "int", transform="log1p"),
+        Column("capital_loss", "int", transform="log1p"),
+        Column("hours_per_week", "int"),
+        Column("native_country", "str"),
+        Column("income_bracket", "str"),
+    ),
+    label="income_bracket",
+    positive=(">50K",),
+    negative=("<=50K",),
+    label_suffix=".",
+)
+LABELS = ("<=50K", ">50K")
+
+# Value sets documented in the dataset's adult.names; "?" (missing) and anything unseen map to the OOV index.
+VOCABULARIES: dict[str, tuple[str, ...]] = {
+    "workclass": ("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov",
+                  "Without-pay", "Never-worked"),
+    "education": ("Bachelors", "Some-college", "11th", "HS-grad", "Prof-school", "Assoc-acdm",
+                  "Assoc-voc", "9th", "7th-8th", "12th", "Masters", "1st-4th", "10th", "Doctorate", "5th-6th",
+                  "Preschool"),
+    "marital_status": ("Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed",
+                       "Married-spouse-absent", "Married-AF-spouse"),
+    "occupation": ("Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial",
+                   "Prof-specialty", "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical",
+                   "Farming-fishing", "Transport-moving", "Priv-house-serv", "Protective-serv",
+                   "Armed-Forces"),
+    "relationship": ("Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"),
+    "race": ("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"),
+    "gender": ("Female", "Male"),
+    "native_country": ("United-States", "Cambodia", "England", "Puerto-Rico", "Canada", "Germany",
+                       "Outlying-US(Guam-USVI-etc)", "India", "Japan", "Greece", "South", "China", "Cuba",
+                       "Iran", "Honduras", "Philippines", "Italy", "Poland", "Jamaica", "Vietnam", "Mexico",
+                       "Portugal", "Ireland", "France", "Dominican-Republic", "Laos", "Ecuador", "Taiwan",
+                       "Haiti", "Columbia", "Hungary", "Guatemala", "Nicaragua", "Scotland", "Thailand",
+                       "Yugoslavia", "El-Salvador", "Trinadad&Tobago", "Peru", "Hong", "Holand-Netherlands"),
+}
+AGE_BOUNDARIES = (18.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 55.0, 60.0, 65.0)
+# fnlwgt is a survey sampling weight, not a property of the person: accepted as input, not used.
+NUMERIC = ("age", "education_num", "capital_gain", "capital_loss", "hours_per_week")
+# name -> (crossed inputs, hash bins); inputs are categorical columns or "age_bucket".
+CROSSES: dict[str, tuple[tuple[str, ...], int]] = {
+    "education_x_occupation": (("education", "occupation"), 1000),
+    "age_x_education_x_occupation": (("age_bucket", "education", "occupation"), 1000),
+    "gender_x_marital_x_relationship": (("gender", "marital_status", "relationship"), 100),
+    "native_country_x_occupation": (("native_country", "occupation"), 1000),
+    "age_x_gender_x_hours": (("age_bucket", "gender", "hours_bucket"), 500),
+}
+HOURS_BOUNDARIES = (20.0, 35.0, 40.0, 41.0, 50.0, 60.0)
+# Capital gains and losses act through thresholds (tax brackets), which buckets let a linear part use.
+GAIN_BOUNDARIES = (1.0, 3000.0, 4000.0, 5000.0, 6000.0, 7000.0, 7500.0, 10000.0, 15000.0, 30000.0, 99999.0)
+LOSS_BOUNDARIES = (1.0, 1500.0, 1800.0, 1900.0, 2000.0, 2200.0, 2500.0)
+# id input -> (raw numeric column, bucket boundaries)
+BUCKETS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "age_bucket": ("age", AGE_BOUNDARIES),
+    "hours_bucket": ("hours_per_week", HOURS_BOUNDARIES),
+    "gain_bucket": ("capital_gain", GAIN_BOUNDARIES),
+    "loss_bucket": ("capital_loss", LOSS_BOUNDARIES),
+}
+
+
+def _preprocessor_class():
+    import keras
+    import tensorflow as tf
+
+    class CensusPreprocessor(keras.layers.Layer):
+        """Raw census features -> integer ids for the wide/deep inputs plus a normalised numeric matrix."""
+
+        def __init__(self, stats: dict[str, tuple[float, float]], **kwargs):
+            super().__init__(**kwargs)
+            self.stats = {k: tuple(v) for k, v in stats.items()}
+            self.lookups = {
+                name: keras.layers.StringLookup(vocabulary=list(vocab), num_oov_indices=1, name=f"{name}_ids")
+                for name, vocab in VOCABULARIES.items()
+            }
+            self.buckets = {name: keras.layers.Discretization(bin_boundaries=list(bounds), name=name)
+                            for name, (_, bounds) in BUCKETS.items()}
+            self.crosses = {name: keras.layers.HashedCrossing(num_bins=bins, name=name)
+                            for name, (_, bins) in CROSSES.items()}
+            # Statistics come from the data scan; plain constants (not a Normalization layer) because
+            # the layer would build its state lazily inside the tf.data graph.
+            self.mean = [self.stats[n][0] for n in NUMERIC]
+            self.std = [max(self.stats[n][1], 1e-12) ** 0.5 for n in NUMERIC]
+
+        def call(self, features):
+            ids = {name: lookup(features[name]) for name, lookup in self.lookups.items()}
+            for name, (column, _) in BUCKETS.items():
+                ids[name] = self.buckets[name](tf.cast(features[column], tf.float32))
+            for name, (inputs, _) in CROSSES.items():
+                ids[name] = self.crosses[name](tuple(ids[i] for i in inputs))
+            out = {name: tf.cast(t, tf.int64) for name, t in ids.items()}
+            numeric = []
+            for name in NUMERIC:
+                value = tf.cast(features[name], tf.float32)
+                if SCHEMA.column(name).transform == "log1p":
+                    value = tf.math.log1p(tf.maximum(value, 0.0))
+                numeric.append(value)
+            out["numeric"] = (tf.stack(numeric, axis=-1) - tf.constant(self.mean)) / tf.constant(self.std)
+            return out
+
+        def get_config(self):
+            return {**super().get_config(), "stats": self.stats}
+
+    return CensusPreprocessor
+
+
+def _id_inputs() -> dict[str, int]:
+    """Integer-id model inputs and their vocabulary sizes (including the OOV index)."""
+    sizes = {name: len(vocab) + 1 for name, vocab in VOCABULARIES.items()}
+    sizes.update({name: len(bounds) + 1 for name, (_, bounds) in BUCKETS.items()})
+    sizes.update({name: bins for name, (_, bins) in CROSSES.items()})
+    return sizes
+
+
+def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
+    train_files = expand_files(cfg.train_files, "--train-files")
+    eval_files = expand_files(cfg.eval_files, "--eval-files")
+    train_scan = scan_csv(train_files, SCHEMA, max_bad_rows=cfg.max_bad_rows, flag="--train-files")
+    eval_scan = scan_csv(eval_files, SCHEMA, max_bad_rows=cfg.max_bad_rows, flag="--eval-files")
+    preprocessor = _preprocessor_class()(train_scan.stats, name="census_preprocessor")
+
+    def transform(features, label):
+        return preprocessor(features), label
+
+    limit = cfg.cache_limit_mb << 20
+    train = text_dataset(train_scan, SCHEMA, batch_size=global_train_batch, transform=transform,
+                         cache=train_scan.total_bytes <= limit, shuffle=True, seed=cfg.seed,
+                         repeat=cfg.steps_per_epoch is not None)
+    evaluation = text_dataset(eval_scan, SCHEMA, batch_size=global_eval_batch, transform=transform,
+                              cache=eval_scan.total_bytes <= limit)
+    report = {
+        "train": {"files": list(train_files), "rows": train_scan.rows, "positives": train_scan.positives,
+                  "skipped_rows": [str(b) for b in train_scan.bad_rows]},
+        "eval": {"files": list(eval_files), "rows": eval_scan.rows, "positives": eval_scan.positives,
+                 "skipped_rows": [str(b) for b in eval_scan.bad_rows]},
+        "summary": f"train: {train_scan.summary()}; eval: {eval_scan.summary()}",
+    }
+    return TaskData(train=train, eval=evaluation, train_rows=train_scan.rows, eval_rows=eval_scan.rows,
+                    train_steps=count_batches(train_scan, global_train_batch),
+                    preprocessor=preprocessor, report=report)
+
+
+def build_model(cfg, data: TaskData):
+    import keras
+
+    sizes = _id_inputs()
+    inputs = {name: keras.Input(shape=(), dtype="int64", name=name) for name in sizes}
+    inputs["numeric"] = keras.Input(shape=(len(NUMERIC),), dtype="float32", name="numeric")
+
+    # Wide: one weight per id of every categorical, bucket and cross (an Embedding of width 1 is a sparse
+    # linear model without materialising one-hot vectors).
+    wide_terms = [keras.layers.Embedding(size, 1, name=f"wide_{name}")(inputs[name])
+                  for name, size in sizes.items()]
+    wide_logit = keras.layers.Add(name="wide_logit")(wide_terms)
+
+    deep_parts = [keras.layers.Embedding(size, cfg.embedding_size, name=f"embed_{name}")(inputs[name])
+                  for name, size in sizes.items() if name in VOCABULARIES or name in BUCKETS]
+    x = keras.layers.Concatenate(name="deep_input")([*deep_parts, inputs["numeric"]])
+    for i, units in enumerate(cfg.layer_sizes()):
+        x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
+        if cfg.dropout:
+            x = keras.layers.Dropout(cfg.dropout, seed=cfg.seed + i, name=f"dropout_{i}")(x)
+    deep_logit = keras.layers.Dense(1, name="deep_logit")(x)
+    logit = keras.layers.Add(name="logit")([wide_logit, deep_logit])
+    probability = keras.layers.Activation("sigmoid", name="probability")(logit)
+    model = keras.Model(inputs, probability, name="census_wide_deep")
+    # Cosine decay to zero over the run: the last epochs average out the noise of the final weights.
+    steps = (cfg.steps_per_epoch or data.train_steps) * cfg.num_epochs
+    schedule = keras.optimizers.schedules.CosineDecay(cfg.learning_rate, decay_steps=max(1, steps))
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=schedule),
+        loss=keras.losses.BinaryCrossentropy(),
+        metrics=[keras.metrics.BinaryAccuracy(name="accuracy"), keras.metrics.AUC(name="auc")],
+    )
+    return model
+
+
+def _feature_lines_to_features(lines):
+    """A raw census line, with or without the trailing label column, -> raw feature tensors."""
+    import tensorflow as tf
+
+    n_features = len(SCHEMA.features)
+    delimiters = tf.strings.length(lines) - tf.strings.length(tf.strings.regex_replace(lines, ",", ""))
+    with_label = tf.equal(delimiters, n_features)
+    # Give feature-only lines a dummy label so the training decoder parses both shapes.
+    lines = tf.where(with_label, lines, tf.strings.join([lines, f",{LABELS[0]}"]))
+    features, _ = decode_csv_batch(lines, SCHEMA)
+    return features
+
+
+def serving_fn(model, data: TaskData, export_format: str):
+    import tensorflow as tf
+
+    dtypes = {"int": tf.int64, "float": tf.float32, "str": tf.string}
+    preprocessor = data.preprocessor
+
+    def predict(features):
+        probability = tf.reshape(model(preprocessor(features), training=False), [-1])
+        class_id = tf.cast(probability > 0.5, tf.int64)
+        return {"probability": probability, "class_id": class_id,
+                "label": tf.gather(tf.constant(LABELS), class_id)}
+
+    if export_format == "JSON":
+        signature = [{c.name: tf.TensorSpec([None], dtypes[c.kind], name=c.name) for c in SCHEMA.features}]
+        return predict, signature
+    if export_format == "CSV":
+        def from_csv(csv_row):
+            return predict(_feature_lines_to_features(csv_row))
+
+        return from_csv, [tf.TensorSpec([None], tf.string, name="csv_row")]
+    if export_format == "EXAMPLE":
+        spec = {c.name: tf.io.FixedLenFeature([], dtypes[c.kind]) for c in SCHEMA.features}
+
+        def from_example(examples):
+            return predict(tf.io.parse_example(examples, spec))
+
+        return from_example, [tf.TensorSpec([None], tf.string, name="examples")]
+    raise ValueError(f"unsupported export format {export_format!r}")
+
+
+TASK = Task(
+    name="wide_deep",
+    description="UCI Adult census income, Wide & Deep binary classifier",
+    make_data=make_data,
+    build_model=build_model,
+    serving_fn=serving_fn,
+    export_formats=("JSON", "CSV", "EXAMPLE"),
+)

@@ -1,0 +1,117 @@
+"""The training loop shared by every task: strategy, data, model, callbacks, fit, evaluate, export."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from trainer.config import TrainerConfig
+from trainer.env import Cluster, OutputDirs, trial_id
+
+log = logging.getLogger("trainer")
+
+CONFIG_FILE = "trainer_config.json"  # written beside saved_model.pb
+METRICS_FILE = "metrics.json"
+
+
+@dataclass
+class RunResult:
+    metrics: dict[str, float]
+    history: list[dict] = field(default_factory=list)
+    initial_epoch: int = 0
+    distribution: str = "default"
+    replicas: int = 1
+    train_seconds: float = 0.0
+    exported_to: str | None = None
+
+
+def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
+    """Train ``cfg.model`` and (on the chief) export it; raises DataError on bad data before writing."""
+    # The strategy must exist before any other TensorFlow work (MultiWorkerMirroredStrategy requires it).
+    from trainer.env import make_strategy
+
+    strategy, kind = make_strategy(cfg.distribution, cluster)
+
+    import keras
+
+    from trainer.callbacks import (
+        EpochLogger,
+        HParamsWriter,
+        HypertuneReporter,
+        PreemptionGuard,
+        read_backup_epoch,
+    )
+    from trainer.compat import fix_distributed_symbolic_build, fix_multi_worker_metric_reduction
+    from trainer.export import export_saved_model, write_json, write_text
+    from trainer.registry import load_task
+
+    keras.utils.set_random_seed(cfg.seed)
+    replicas = strategy.num_replicas_in_sync
+    task = load_task(cfg.model)
+    data = task.make_data(cfg, cfg.train_batch_size * replicas, cfg.eval_batch_size * replicas)
+    if kind == "tpu":
+        # TPUs compile for static shapes: every batch full (the census pipeline's batches vary slightly
+        # where comment lines, blank lines or skipped rows were removed).
+        data.train = data.train.rebatch(cfg.train_batch_size * replicas, drop_remainder=True)
+        data.eval = data.eval.rebatch(cfg.eval_batch_size * replicas, drop_remainder=True)
+    log.info("data: %s", data.report.get("summary", ""))
+    log.info("strategy: %s, %d replica(s), global batch %d; %s", kind, replicas,
+             cfg.train_batch_size * replicas, "chief" if cluster.is_chief else cluster.name)
+
+    with strategy.scope():
+        model = task.build_model(cfg, data)
+    if replicas > 1:
+        fix_distributed_symbolic_build(model)
+    if kind == "multi_worker":
+        fix_multi_worker_metric_reduction()
+
+    chief = cluster.is_chief
+    scratch = None if chief else tempfile.mkdtemp(prefix=f"trainer-{cluster.name}-")
+    # Each replica of a multi-worker job keeps its own backup (they hold the same synchronised weights) in a
+    # sibling folder: BackupAndRestore deletes its folder when training ends, so nesting one replica's folder
+    # in another's would let the first to finish delete a backup the other is still writing. Non-chief
+    # TensorBoard logs and exports go to scratch space that is deleted.
+    backup_dir = f"{dirs.checkpoints}/{cluster.name}" if cluster.is_multi_worker else dirs.checkpoints
+    log_dir = dirs.logs if chief else f"{scratch}/logs"
+    initial_epoch = read_backup_epoch(backup_dir)
+    if initial_epoch:
+        log.info("resuming at epoch %d from the backup in %s", initial_epoch, backup_dir)
+
+    epoch_logger = EpochLogger(cfg.num_epochs)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(backup_dir),
+        keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch", write_graph=False),
+        epoch_logger,
+    ]
+    if chief:
+        callbacks.append(HParamsWriter(dirs.logs, cfg.hparams(), trial_id()))
+        callbacks.append(HypertuneReporter(cfg.hypertune_metric))
+    callbacks.append(PreemptionGuard())  # last: the epoch's backup and report happen before it stops
+
+    started = time.perf_counter()
+    model.fit(data.train, validation_data=data.eval, epochs=cfg.num_epochs,
+              steps_per_epoch=cfg.steps_per_epoch, validation_steps=cfg.eval_steps,
+              callbacks=callbacks, verbose=0, shuffle=False)
+    train_seconds = time.perf_counter() - started
+    metrics = {k: float(v) for k, v in
+               model.evaluate(data.eval, steps=cfg.eval_steps, return_dict=True, verbose=0).items()}
+    log.info("evaluation: %s", " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
+
+    # Every replica saves (saving may run collectives), only the chief's copy is kept.
+    target = dirs.model if chief else f"{scratch}/model"
+    export_saved_model(model, data, task, cfg.export_format, target)
+    if chief:
+        write_text(f"{target}/{CONFIG_FILE}", cfg.to_json())
+        write_json(f"{target}/{METRICS_FILE}", {
+            "eval": metrics, "history": epoch_logger.history, "data": data.report,
+            "distribution": kind, "replicas": replicas, "train_seconds": round(train_seconds, 3),
+        })
+    else:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return RunResult(metrics=metrics, history=epoch_logger.history, initial_epoch=initial_epoch,
+                     distribution=kind, replicas=replicas, train_seconds=train_seconds,
+                     exported_to=target if chief else None)
+
