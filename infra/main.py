@@ -25,7 +25,8 @@ def selected_environments(names: Sequence[str] | None = None) -> list[Environmen
     if names is None:
         wanted = os.environ.get(STACKS_VAR, "")
         names = [n.strip() for n in wanted.split(",") if n.strip()] or list_environments()
-    return [load_environment(name) for name in names]
+    # A repeated name would be a second stack with the same construct id: jsii fails with a traceback.
+    return [load_environment(name) for name in dict.fromkeys(names)]
 
 
 def build_app(configs: Sequence[EnvironmentConfig], outdir: str | Path | None = None):

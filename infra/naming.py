@@ -47,7 +47,7 @@ def service_account_email(cfg: EnvironmentConfig, account_id: str) -> str:
 
 
 def workload_identity_provider(cfg: EnvironmentConfig) -> str:
-    """Full provider name as google-github-actions/auth takes it (pools are global, keyed by project number)."""
+    """The provider's full name as google-github-actions/auth takes it (global pool, by project number)."""
     names = resource_names(cfg)
     return (f"projects/{cfg.project_number}/locations/global/workloadIdentityPools/{names.wif_pool_id}"
             f"/providers/{names.wif_provider_id}")
@@ -55,8 +55,3 @@ def workload_identity_provider(cfg: EnvironmentConfig) -> str:
 
 def registry_url(cfg: EnvironmentConfig) -> str:
     return f"{cfg.region}-docker.pkg.dev/{cfg.project_id}/{resource_names(cfg).registry_id}"
-
-
-def service_agent(cfg: EnvironmentConfig, domain: str) -> str:
-    """Google-managed service agent email, built from the project number (no google-beta lookup needed)."""
-    return f"service-{cfg.project_number}@{domain}"

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from infra.cdk import Construct, Fn, GcsBackend, TerraformOutput, TerraformStack
 from infra.config import EnvironmentConfig
-from infra.constructs import Grant, member_id, role_id
+from infra.constructs import Grant, member_id
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.buckets import BucketProps, TrainingBucket
 from infra.constructs.ci_identity import (
     DEPLOYER_PROJECT_ROLES,
-    PROJECT_IAM_ADMIN,
     SERVICE_ACCOUNT_ADMIN,
     GithubCiIdentity,
     GithubCiIdentityProps,
 )
 from infra.constructs.cmek import CmekKey, CmekKeyProps
+from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES, JobSubmitters, JobSubmittersProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
 from infra.constructs.runtime_identity import RUNTIME_PROJECT_ROLES, RuntimeIdentity, RuntimeIdentityProps
 from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
 from infra.constructs.tensorboard import Tensorboard, TensorboardProps
-from infra.google import GoogleProvider, ProjectIamMember
+from infra.google import GoogleProvider
 from infra.naming import resource_names
 from infra.outputs import BUCKET_OUTPUTS, OUTPUT_KEYS, planned_outputs, tensorboard_prefix
 
@@ -42,7 +42,11 @@ SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
 OBJECT_VIEWER = "roles/storage.objectViewer"
 # objectUser = read, list, create, overwrite (delete): what checkpointing and restoring needs.
 OBJECT_USER = "roles/storage.objectUser"
-SUBMITTER_PROJECT_ROLES = ("roles/aiplatform.user",)
+# tf.io.gfile.makedirs (SavedModel export, checkpoints, TensorBoard writers) walks up to the bucket root when
+# no parent prefix exists yet, e.g. a job's first write, and TensorFlow's GCS filesystem then reads the
+# bucket's metadata (storage.buckets.get), which object roles lack: the write fails with 403.
+# legacyBucketReader is buckets.get + objects.list on this bucket only, no object reads and no IAM.
+BUCKET_METADATA_READER = "roles/storage.legacyBucketReader"
 STATE_PREFIX = "infra"
 
 
@@ -77,8 +81,7 @@ class PlatformStack(TerraformStack):
             deploy_branch=cfg.github.deploy_branch,
             deployer_account_id=names.deployer_account_id,
             project_roles=DEPLOYER_PROJECT_ROLES,
-            grantable_project_roles=(RUNTIME_PROJECT_ROLES + SUBMITTER_PROJECT_ROLES + DEPLOYER_PROJECT_ROLES
-                                     + (PROJECT_IAM_ADMIN,)),
+            grantable_project_roles=RUNTIME_PROJECT_ROLES + SUBMITTER_PROJECT_ROLES + DEPLOYER_PROJECT_ROLES,
             depends_on=enabled,
         ))
         runtime = RuntimeIdentity(self, "runtime", RuntimeIdentityProps(
@@ -93,14 +96,9 @@ class PlatformStack(TerraformStack):
             ),
             depends_on=enabled,
         ))
-        # Submitting a job is a project-level permission (aiplatform.customJobs.create); acting as the
-        # runtime account is granted on that account only (RuntimeIdentity).
-        submitter_scope = Construct(self, "job-submitters")
-        self.submitter_grants = [
-            ProjectIamMember(submitter_scope, f"{key}-{role_id(role)}", project=project, role=role,
-                             member=member)
-            for key, member in submitters for role in SUBMITTER_PROJECT_ROLES
-        ]
+        JobSubmitters(self, "job-submitters", JobSubmittersProps(
+            project=project, members=submitters, project_roles=SUBMITTER_PROJECT_ROLES,
+            depends_on=tuple(enabled)))
 
         encryption_deps = list(enabled)
         if cfg.kms_key:
@@ -114,20 +112,24 @@ class PlatformStack(TerraformStack):
 
         rt = ("runtime", runtime.member)
         vertex = ("vertex-ai-agent", agents.vertex_ai)
-        tpu = ("cloud-tpu-agent", agents.cloud_tpu)
-        access = {  # bucket role -> (object viewers, object users), each as (key, member)
+        tpus = (("cloud-tpu-agent", agents.cloud_tpu), ("cloud-tpu-vm-agent", agents.cloud_tpu_vm))
+        # bucket role -> (object viewers, object users, TensorFlow writers), each as (key, member)
+        access = {
             # Jobs read data; the agents read it for TPU input pipelines and dataset/model imports.
-            "data": ((rt, vertex, tpu), submitters),
+            "data": ((rt, vertex, *tpus), submitters, ()),
             # Submitters and CI upload trainer packages; jobs and Vertex AI only read them.
-            "staging": ((rt, vertex), (*submitters, ("ci-deployer", ci.member))),
+            "staging": ((rt, vertex), (*submitters, ("ci-deployer", ci.member)), ()),
             # Jobs (and TPU workers) write checkpoints, models and event files; people read results.
-            "models": ((vertex, *submitters), (rt, tpu)),
-            "tensorboard-logs": ((vertex, *submitters), (rt, tpu)),
+            "models": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
+            "tensorboard-logs": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
         }
         self.buckets: dict[str, TrainingBucket] = {}
-        for role, (viewers, users) in access.items():
-            grants = tuple(Grant(f"{key}-objectViewer", OBJECT_VIEWER, m) for key, m in viewers) + tuple(
-                Grant(f"{key}-objectUser", OBJECT_USER, m) for key, m in users)
+        for role, (viewers, users, tf_writers) in access.items():
+            grants = (
+                *(Grant(f"{key}-objectViewer", OBJECT_VIEWER, m) for key, m in viewers),
+                *(Grant(f"{key}-objectUser", OBJECT_USER, m) for key, m in users),
+                *(Grant(f"{key}-legacyBucketReader", BUCKET_METADATA_READER, m) for key, m in tf_writers),
+            )
             self.buckets[role] = TrainingBucket(self, f"{role}-bucket", BucketProps(
                 name=names.bucket(role),
                 project=project,

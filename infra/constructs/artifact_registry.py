@@ -56,7 +56,6 @@ class ImageRegistry(Construct):
             depends_on=list(props.depends_on) or None,
         )
         skip_unless_cmek(self.repository, props.kms_key, "CKV_GCP_84")
-        self.url = f"{props.location}-docker.pkg.dev/{props.project}/{props.repository_id}"
         self.grants = [
             ArtifactRegistryRepositoryIamMember(
                 self, grant.key, project=props.project, location=props.location,

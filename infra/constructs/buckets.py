@@ -72,8 +72,6 @@ class TrainingBucket(Construct):
             depends_on=list(props.depends_on) or None,
         )
         checkov_skip(self.bucket, "CKV_GCP_62", ACCESS_LOGS_REASON)
-        self.name = props.name
-        self.url = f"gs://{props.name}"
         self.grants = [
             StorageBucketIamMember(self, grant.key, bucket=self.bucket.name, role=grant.role,
                                    member=grant.member)

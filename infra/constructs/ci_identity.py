@@ -32,7 +32,9 @@ DEPLOYER_PROJECT_ROLES = (
     "roles/aiplatform.user",
 )
 # Project IAM admin is the one escalation-capable role a stack with project-level grants needs. The condition
-# (iam.googleapis.com/modifiedGrantsByRole) lets the deployer add/remove only the roles this stack grants.
+# (iam.googleapis.com/modifiedGrantsByRole) lets the deployer add/remove only the roles this stack grants,
+# never projectIamAdmin itself: otherwise it could grant itself the role without the condition, then anything.
+# So a change to this grant (e.g. a new role in the stack) is applied once by a project admin, not by CI.
 PROJECT_IAM_ADMIN = "roles/resourcemanager.projectIamAdmin"
 # Granted on each service account the stack manages, so the deployer can update them and their IAM policies.
 SERVICE_ACCOUNT_ADMIN = "roles/iam.serviceAccountAdmin"
@@ -109,6 +111,8 @@ class GithubCiIdentity(Construct):
             ProjectIamMember(self, role_id(role), project=props.project, role=role, member=self.member)
             for role in props.project_roles
         ]
+        if PROJECT_IAM_ADMIN in props.grantable_project_roles:
+            raise ValueError(f"{PROJECT_IAM_ADMIN} must not be grantable by the deployer (self-escalation)")
         allowed = ", ".join(f"'{role}'" for role in sorted(set(props.grantable_project_roles)))
         self.project_grants.append(ProjectIamMember(
             self, "projectIamAdmin", project=props.project, role=PROJECT_IAM_ADMIN, member=self.member,

@@ -25,7 +25,6 @@ class CmekKey(Construct):
 
     def __init__(self, scope: Construct, id_: str, props: CmekKeyProps) -> None:
         super().__init__(scope, id_)
-        self.kms_key = props.kms_key
         self.grants = [
             KmsCryptoKeyIamMember(self, grant.key, crypto_key_id=props.kms_key, role=grant.role,
                                   member=grant.member)

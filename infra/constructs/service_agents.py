@@ -7,7 +7,11 @@ from infra.cdk import Construct, TerraformResource
 from infra.google import DataGoogleStorageProjectServiceAccount
 
 VERTEX_AI_AGENT_DOMAIN = "gcp-sa-aiplatform.iam.gserviceaccount.com"
+# Cloud TPU has two agents: the Cloud TPU Service Agent of TPU Nodes (the `tpuServiceAccount` that AI
+# Platform's projects.getConfig reported) and the TPU VM identity that TPU v2 `generateServiceIdentity`
+# creates.
 CLOUD_TPU_AGENT_DOMAIN = "cloud-tpu.iam.gserviceaccount.com"
+CLOUD_TPU_VM_AGENT_DOMAIN = "gcp-sa-tpu.iam.gserviceaccount.com"
 ARTIFACT_REGISTRY_AGENT_DOMAIN = "gcp-sa-artifactregistry.iam.gserviceaccount.com"
 
 
@@ -26,15 +30,16 @@ class ServiceAgents(Construct):
 
     Their emails are built from the project number (`service-<number>@<domain>`) instead of the beta-only
     `google_project_service_identity`: the google-beta bindings would add ~500 MB and ~3 s to every synth. The
-    Vertex AI and Cloud TPU agents come into existence when their APIs are enabled (ProjectServices, which
-    this construct depends on); the Cloud Storage agent is materialised by the GA data source below, which the
+    Vertex AI and Cloud TPU agents normally come into existence when their APIs are enabled (ProjectServices,
+    which this construct depends on; infra/README.md has the one-time command for an agent Google creates only
+    on first use); the Cloud Storage agent is materialised by the GA data source below, which the
     CMEK grants need before any bucket exists.
 
     Google grants each agent its service agent role when the API is enabled; this stack does not re-grant
     those project-level roles (checkov CKV_GCP_49 rightly flags impersonation-capable grants). The agents get
     only bucket-, registry- and key-level access, which lives with the bucket, the registry and the key. The
     tutorials' project-wide `roles/ml.serviceAgent` for the TPU agent belonged to the retired AI Platform
-    Training; on Vertex AI, TPU workers run as the job's runtime service account, so the TPU agent only gets
+    Training; on Vertex AI, TPU workers run as the job's runtime service account, so the TPU agents only get
     bucket-level access.
     """
 
@@ -43,6 +48,7 @@ class ServiceAgents(Construct):
         number = props.project_number
         self.vertex_ai = f"serviceAccount:service-{number}@{VERTEX_AI_AGENT_DOMAIN}"
         self.cloud_tpu = f"serviceAccount:service-{number}@{CLOUD_TPU_AGENT_DOMAIN}"
+        self.cloud_tpu_vm = f"serviceAccount:service-{number}@{CLOUD_TPU_VM_AGENT_DOMAIN}"
         self.artifact_registry = f"serviceAccount:service-{number}@{ARTIFACT_REGISTRY_AGENT_DOMAIN}"
         self.storage: str | None = None
         if props.with_storage_agent:

@@ -38,4 +38,3 @@ class Tensorboard(Construct):
             depends_on=list(props.depends_on) or None,
         )
         skip_unless_cmek(self.tensorboard, props.kms_key, "CKV2_GCP_26")
-        self.region = props.region

@@ -113,17 +113,58 @@ def _run_app(env_dir: Path, cwd: Path, **extra_env) -> subprocess.CompletedProce
                           text=True, timeout=60)
 
 
-def test_app_exits_2_with_one_line_on_broken_config(env_dir, tmp_path_factory):
+# The three broken configs the issue names, as the app reports them.
+BROKEN_CONFIGS = [
+    ("project_id", _DELETE, "field 'project_id': missing; this field is required"),
+    ("region", "us_central1", "field 'region': got 'us_central1'; allowed: a Google Cloud region such as"),
+    ("regoin", "us-central1", "field 'regoin': unknown key; allowed: github, job_submitters"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), BROKEN_CONFIGS, ids=["missing", "region", "unknown"])
+def test_app_exits_2_with_one_line_on_broken_config(env_dir, tmp_path_factory, field, value, message):
     doc = _dev_doc()
-    del doc["project_id"]
+    _set(doc, field, value)
     path = _write(env_dir, doc)
     _write(env_dir, _dev_doc(), name="prod")
     cwd = tmp_path_factory.mktemp("cwd")
     result = _run_app(env_dir, cwd, CDKTF_OUTDIR=str(cwd / "out"))
     assert result.returncode == 2
-    assert result.stderr == f"error: {path}: field 'project_id': missing; this field is required\n"
-    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: {path}: {message}")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
     assert list(cwd.iterdir()) == []  # nothing synthesized, nothing written
+
+
+CDKTN = REPO_ROOT / "node_modules" / ".bin" / "cdktn"
+
+
+@pytest.mark.skipif(not CDKTN.is_file(), reason="the cdktn CLI is not installed (npm ci)")
+def test_cdktn_synth_reports_the_one_line_and_fails(env_dir, tmp_path):
+    """Through the CLI users run: it relays the app's line and fails (with its own exit status, 1)."""
+    doc = _dev_doc()
+    del doc["project_id"]
+    path = _write(env_dir, doc)
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "INFRA_ENVIRONMENTS_DIR": str(env_dir), "CHECKPOINT_DISABLE": "1",
+           "PATH": f"{venv_bin}{os.pathsep}{CDKTN.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = tmp_path / "out"
+    result = subprocess.run([str(CDKTN), "synth", "--output", str(out)], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert f"error: {path}: field 'project_id': missing; this field is required" in result.stderr
+    assert "exited with code 2" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not out.exists()
+
+
+def test_stack_selection(monkeypatch):
+    from infra.main import selected_environments
+
+    monkeypatch.setenv("INFRA_STACKS", "prod, dev,prod")
+    assert [cfg.name for cfg in selected_environments()] == ["prod", "dev"]
+    assert [cfg.name for cfg in selected_environments(["dev", "dev"])] == ["dev"]
+    monkeypatch.delenv("INFRA_STACKS")
+    assert [cfg.name for cfg in selected_environments()] == ["dev", "prod"]
 
 
 def test_pure_modules_do_not_import_the_cdk():

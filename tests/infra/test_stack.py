@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from infra import cdk
-from infra.constructs.ci_identity import DEPLOYER_PROJECT_ROLES, PROJECT_IAM_ADMIN
+from infra.constructs.ci_identity import (
+    DEPLOYER_PROJECT_ROLES,
+    PROJECT_IAM_ADMIN,
+    GithubCiIdentity,
+    GithubCiIdentityProps,
+)
 from infra.naming import BUCKET_ROLES, resource_names
 from infra.outputs import OUTPUT_KEYS, PENDING_DEPLOY, is_pending, planned_outputs, resolve_outputs
 from infra.stack import SERVICES
@@ -189,13 +194,15 @@ def test_service_account_user_only_on_the_runtime_account(stacks, configs):
 
 def test_runtime_account_object_access_is_per_bucket(stacks):
     stack = stacks["dev"]
-    expected = {"data": "roles/storage.objectViewer", "staging": "roles/storage.objectViewer",
-                "models": "roles/storage.objectUser", "tensorboard-logs": "roles/storage.objectUser"}
+    # Writers also read the bucket's metadata: TensorFlow's makedirs checks the bucket root (BucketExists).
+    writer = {"roles/storage.objectUser", "roles/storage.legacyBucketReader"}
+    expected = {"data": {"roles/storage.objectViewer"}, "staging": {"roles/storage.objectViewer"},
+                "models": writer, "tensorboard-logs": writer}
     found = {}
     for grant in resources(stack, "google_storage_bucket_iam_member").values():
         if "google_service_account.runtime_account" in grant["member"]:
             _, bucket, _ = ref_target(stack, grant["bucket"])
-            found[bucket["labels"]["bucket-role"]] = grant["role"]
+            found.setdefault(bucket["labels"]["bucket-role"], set()).add(grant["role"])
     assert found == expected
     project = {b["role"] for b in resources(stack, "google_project_iam_member").values()
                if "google_service_account.runtime_account" in b["member"]}
@@ -207,14 +214,18 @@ def test_service_agents_built_from_project_number_get_bucket_access(stacks, conf
     for env, stack in stacks.items():
         number = configs[env].project_number
         vertex = f"serviceAccount:service-{number}@gcp-sa-aiplatform.iam.gserviceaccount.com"
-        tpu = f"serviceAccount:service-{number}@cloud-tpu.iam.gserviceaccount.com"
+        tpu_agents = (f"serviceAccount:service-{number}@cloud-tpu.iam.gserviceaccount.com",
+                      f"serviceAccount:service-{number}@gcp-sa-tpu.iam.gserviceaccount.com")
         access = {}
         for grant in resources(stack, "google_storage_bucket_iam_member").values():
             _, bucket, _ = ref_target(stack, grant["bucket"])
-            access.setdefault(grant["member"], {})[bucket["labels"]["bucket-role"]] = grant["role"]
-        assert access[vertex]["data"] == "roles/storage.objectViewer"
-        assert access[tpu] == {"data": "roles/storage.objectViewer", "models": "roles/storage.objectUser",
-                               "tensorboard-logs": "roles/storage.objectUser"}
+            access.setdefault(grant["member"], {}).setdefault(bucket["labels"]["bucket-role"], set()).add(
+                grant["role"])
+        assert access[vertex]["data"] == {"roles/storage.objectViewer"}
+        writer = {"roles/storage.objectUser", "roles/storage.legacyBucketReader"}
+        for tpu in tpu_agents:
+            assert access[tpu] == {"data": {"roles/storage.objectViewer"}, "models": writer,
+                                   "tensorboard-logs": writer}
 
 
 def test_github_oidc_pins_repository_id_and_branch(stacks, configs):
@@ -240,8 +251,21 @@ def test_deployer_has_exactly_the_documented_roles(stacks):
         assert set(roles) == set(DEPLOYER_PROJECT_ROLES) | {PROJECT_IAM_ADMIN}
         assert "modifiedGrantsByRole" in roles[PROJECT_IAM_ADMIN]["expression"]
         granted = {b["role"] for b in resources(stack, "google_project_iam_member").values()}
-        for role in granted:  # the deployer may (re)grant every project role the stack manages
-            assert f"'{role}'" in roles[PROJECT_IAM_ADMIN]["expression"]
+        expression = roles[PROJECT_IAM_ADMIN]["expression"]
+        # The deployer may (re)grant every project role the stack manages except projectIamAdmin itself, which
+        # would let it grant itself the role without the condition and then any role at all.
+        assert {role for role in granted if f"'{role}'" in expression} == granted - {PROJECT_IAM_ADMIN}
+        assert "projectIamAdmin" not in expression
+
+
+def test_deployer_is_never_allowed_to_grant_project_iam_admin(tmp_path):
+    stack = cdk.TerraformStack(cdk.App(outdir=str(tmp_path)), "escalation")
+    props = GithubCiIdentityProps(
+        project="acme-ml-dev", pool_id="pool", provider_id="github", repository="acme/repo", repository_id=1,
+        deploy_branch="main", deployer_account_id="acme-deployer", project_roles=(),
+        grantable_project_roles=("roles/aiplatform.user", PROJECT_IAM_ADMIN))
+    with pytest.raises(ValueError, match="must not be grantable by the deployer"):
+        GithubCiIdentity(stack, "ci", props)
 
 
 def test_registry_cleanup_and_grants(stacks, configs):
@@ -381,6 +405,8 @@ def golden_summary(stack: dict) -> dict:
             targets = ("bucket", "repository", "service_account_id", "crypto_key_id", "project")
             target = next(body[k] for k in targets if k in body)
             entry = f"{body['role']} -> {body['member']} on {target}"
+            if "condition" in body:
+                entry += f" if {body['condition']['expression']}"
         else:
             entry = {k: body[k] for k in GOLDEN_FIELDS.get(rtype, ()) if k in body}
         summary.setdefault(rtype, {})[path] = entry
