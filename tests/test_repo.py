@@ -38,8 +38,8 @@ def _readme_commands() -> list[str]:
 
 def test_top_level_layout():
     for name in ["infra", "trainer", "jobs", "scripts", "tests", "Pipfile", "Pipfile.lock", "README.md",
-                 "Makefile", "cdktf.json", ".ci/run", ".github/workflows", "package.json", "package-lock.json",
-                 "pyproject.toml"]:
+                 "Makefile", "cdktf.json", ".ci/run", ".github/workflows", "package.json",
+                 "package-lock.json", "pyproject.toml"]:
         assert (ROOT / name).exists(), name
     for layer in ["infra", "trainer", "jobs", "scripts"]:
         assert (ROOT / "tests" / layer).is_dir(), f"tests/ must mirror {layer}/"
@@ -61,7 +61,8 @@ def test_pipfile_pins_the_stack_without_platform_markers():
     assert pipfile["requires"]["python_version"] == "3.11"
     lock = json.loads((ROOT / "Pipfile.lock").read_text())
     assert lock["default"]["tensorflow"]["version"].startswith("==2.21.")
-    # Pipenv records python_version markers itself; a platform marker would make the lock Linux- or macOS-only.
+    # Pipenv records python_version markers itself; a platform marker would make the lock Linux- or
+    # macOS-only.
     assert not re.search(r"platform|sys_platform", lock["default"]["tensorflow"].get("markers", ""))
 
 
@@ -97,7 +98,8 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one():
 
 
 def test_makefile_targets_install_before_they_run():
-    out = subprocess.run(["make", "-n", "-B", "run", "test"], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(["make", "-n", "-B", "run", "test"], cwd=ROOT, capture_output=True, text=True,
+                         check=True)
     lines = out.stdout.splitlines()
     sync = next(i for i, line in enumerate(lines) if "pipenv sync --dev" in line)
     run = next(i for i, line in enumerate(lines) if "scripts/run_job.py" in line and "--local" in line)
@@ -171,20 +173,29 @@ def test_readme_dry_run_commands_work():
 
 
 def test_trainer_sdist_declares_its_needs_but_not_tensorflow(tmp_path):
-    """Vertex AI pip-installs this sdist into a prebuilt TF container: it must not drag in another TensorFlow."""
+    """Vertex AI pip-installs this sdist into a prebuilt TF container: it must not pull in TensorFlow."""
     src = tmp_path / "src"  # build from a copy so no egg-info lands in the checkout
     shutil.copytree(ROOT / "trainer", src / "trainer", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", src)
-    proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path)],
-                          cwd=src, capture_output=True, text=True, timeout=180)
+    build = [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path)]
+    proc = subprocess.run(build, cwd=src, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (sdist,) = tmp_path.glob("trainer-*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = tar.getnames()
         pkg_info = tar.extractfile(next(n for n in names if n.endswith("/PKG-INFO"))).read().decode()
-    requires = [line.split(":", 1)[1].strip() for line in pkg_info.splitlines() if line.startswith("Requires-Dist:")]
+    requires = [line.split(":", 1)[1].strip() for line in pkg_info.splitlines()
+                if line.startswith("Requires-Dist:")]
     assert any(r.startswith("cloudml-hypertune") for r in requires)
     assert not any(r.lower().startswith(("tensorflow", "keras")) for r in requires)
     top = {n.split("/")[1] for n in names if n.count("/") >= 1}
     assert "trainer" in top
     assert not top & {"infra", "jobs", "scripts", "tests", "data"}, top
+
+
+def test_code_passes_the_linter():
+    """ruff (the Pipfile's linter, configured in pyproject.toml) finds nothing in the repository."""
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    proc = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
