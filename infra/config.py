@@ -107,6 +107,11 @@ def list_environments() -> list[str]:
     return sorted(p.stem for p in environments_dir().glob("*.yaml"))
 
 
+def member_id(member: str) -> str:
+    """`group:ml@acme.example` -> `group-ml-acme-example`: keyed by member, grants survive list reordering."""
+    return re.sub(r"[^a-z0-9]+", "-", member.lower()).strip("-")
+
+
 def load_environment(env: str) -> EnvironmentConfig:
     directory = environments_dir()
     path = directory / f"{env}.yaml"
@@ -118,6 +123,8 @@ def load_environment(env: str) -> EnvironmentConfig:
         raise ConfigError(path, "<environment>", f"unknown environment {env!r}; allowed: {allowed}")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, "<document>", f"not UTF-8 (byte {exc.start}); allowed: UTF-8 YAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -179,9 +186,16 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
 
     submitters = doc.get("job_submitters") or []
     _check(path, "job_submitters", submitters, lambda v: isinstance(v, list), "a list of IAM members")
+    seen: dict[str, int] = {}
     for i, member in enumerate(submitters):
         _check(path, f"job_submitters[{i}]", member, _str_matching(_MEMBER),
                "an IAM member such as group:ml@example.com or user:me@example.com")
+        # Grants are keyed by member_id in construct ids, which must be unique in the stack.
+        first = seen.setdefault(member_id(member), i)
+        if first != i:
+            raise ConfigError(path, f"job_submitters[{i}]",
+                              f"{member!r} repeats job_submitters[{first}] ({submitters[first]!r}); "
+                              "allowed: each member once")
 
     region = _check(path, "region", doc["region"], _str_matching(_REGION),
                     "a Google Cloud region such as us-central1 or europe-west4")

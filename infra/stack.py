@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from infra.cdk import Construct, Fn, GcsBackend, TerraformOutput, TerraformStack
-from infra.config import EnvironmentConfig
-from infra.constructs import Grant, member_id
+from infra.config import EnvironmentConfig, member_id
+from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.buckets import BucketProps, TrainingBucket
 from infra.constructs.ci_identity import (

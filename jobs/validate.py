@@ -499,19 +499,29 @@ def _check_trial_values(
             ) from None
 
 
-def trial_values(parameter: dict[str, Any]) -> list[str]:
-    """Values of a parameter as Vertex AI writes them into a trial's ``--<parameterId>=<value>``.
+def format_trial_value(value: Any) -> str:
+    """A parameter value as Vertex AI writes it into a trial's ``--<parameterId>=<value>``.
 
     Trial parameter values travel as ``google.protobuf.Value`` numbers, i.e. doubles: a DISCRETE value 64
     arrives as ``64.0``, which an ``int`` flag rejects (googleapis/python-aiplatform#866; observed in
-    kuds/mesozoic-labs#127). INTEGER values arrive as integers. The range ends stand for the whole range.
+    kuds/mesozoic-labs#127). INTEGER values arrive as integers. Pass DOUBLE and DISCRETE values as floats,
+    INTEGER values as ints and CATEGORICAL values as strings. The local tuner formats its trials with this.
     """
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def trial_values(parameter: dict[str, Any]) -> list[str]:
+    """Values of a parameter as trials receive them (the range ends stand for the whole range)."""
     if "doubleValueSpec" in parameter:
         spec = parameter["doubleValueSpec"]
-        return [repr(float(spec["minValue"])), repr(float(spec["maxValue"]))]
-    if "integerValueSpec" in parameter:
+        values = [float(spec["minValue"]), float(spec["maxValue"])]
+    elif "integerValueSpec" in parameter:
         spec = parameter["integerValueSpec"]
-        return [str(int(spec["minValue"])), str(int(spec["maxValue"]))]
-    if "discreteValueSpec" in parameter:
-        return [repr(float(v)) for v in parameter["discreteValueSpec"]["values"]]
-    return [str(v) for v in parameter["categoricalValueSpec"]["values"]]
+        values = [int(spec["minValue"]), int(spec["maxValue"])]
+    elif "discreteValueSpec" in parameter:
+        values = [float(v) for v in parameter["discreteValueSpec"]["values"]]
+    else:
+        values = [str(v) for v in parameter["categoricalValueSpec"]["values"]]
+    return [format_trial_value(v) for v in values]

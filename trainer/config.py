@@ -32,6 +32,10 @@ DEFAULT_HYPERTUNE_METRIC = "accuracy"
 EXPORT_FORMATS: tuple[str, ...] = ("JSON", "CSV", "EXAMPLE")
 DISTRIBUTIONS: tuple[str, ...] = ("auto", "default", "mirrored", "multi_worker", "tpu")
 VERBOSITIES: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
+# Set to "1" by `run_job.py --local` when this machine lacks the accelerators the job asks for: an explicit
+# --distribution tpu or mirrored then trains with the default (CPU) strategy instead of failing. Vertex AI
+# never sets it, so there a TPU job without a TPU still fails at once instead of training on the host's CPU.
+CPU_FALLBACK_ENV = "TRAINER_CPU_FALLBACK"
 
 
 class ConfigError(ValueError):
@@ -227,7 +231,7 @@ def config_from_json(text: str) -> TrainerConfig:
 
 
 __all__ = [
-    "DEFAULT_HYPERTUNE_METRIC", "DISTRIBUTIONS", "EXPORT_FORMATS", "METRIC_GOALS", "MODELS",
-    "REPORTABLE_METRICS",
+    "CPU_FALLBACK_ENV", "DEFAULT_HYPERTUNE_METRIC", "DISTRIBUTIONS", "EXPORT_FORMATS", "METRIC_GOALS",
+    "MODELS", "REPORTABLE_METRICS",
     "ConfigError", "TrainerConfig", "build_parser", "config_from_json", "resolve_config", "validate",
 ]

@@ -10,11 +10,12 @@ Vertex AI tells a training container where to write through environment variable
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from trainer.config import ConfigError
+from trainer.config import CPU_FALLBACK_ENV, ConfigError
 
 # Vertex AI worker pools, in order, and the TF_CONFIG task type each one plays.
 WORKER_POOL_ROLES = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps",
@@ -141,6 +142,8 @@ def _has_tpu(environ: Mapping[str, str]) -> bool:
 def choose_distribution(requested: str, cluster: Cluster, num_gpus: int,
                         environ: Mapping[str, str] = os.environ) -> str:
     """The strategy kind to use: "multi_worker", "tpu", "mirrored" or "default" (pure; see make_strategy)."""
+    if requested in ("tpu", "mirrored") and environ.get(CPU_FALLBACK_ENV) == "1":
+        return "default"
     if requested != "auto":
         return requested
     if cluster.is_multi_worker:
@@ -160,6 +163,10 @@ def make_strategy(requested: str, cluster: Cluster, environ: Mapping[str, str] =
         # MultiWorkerMirroredStrategy reads TF_CONFIG; derive it from Vertex AI's CLUSTER_SPEC.
         os.environ["TF_CONFIG"] = cluster.tf_config()
     kind = choose_distribution(requested, cluster, len(tf.config.list_physical_devices("GPU")), environ)
+    if kind != requested and requested != "auto":
+        logging.getLogger("trainer").warning(
+            "--distribution %s: %s=1 (this machine lacks the accelerators), training with the %s strategy",
+            requested, CPU_FALLBACK_ENV, kind)
     if kind == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy(), kind
     if kind == "tpu":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from infra.cdk import TerraformResource
@@ -45,6 +44,3 @@ def role_id(role: str) -> str:
     return role.removeprefix("roles/").replace(".", "-")
 
 
-def member_id(member: str) -> str:
-    """`group:ml@acme.example` -> `group-ml-acme-example`: keyed by member, grants survive list reordering."""
-    return re.sub(r"[^a-z0-9]+", "-", member.lower()).strip("-")

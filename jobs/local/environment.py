@@ -29,6 +29,7 @@ import socket
 from pathlib import Path
 
 from jobs.local.spec import TF_TASK_TYPES, JobSpec, LocalRunError, PoolSpec
+from trainer.config import CPU_FALLBACK_ENV  # the trainer's side of the CPU-fallback contract
 
 _GS = re.compile(r"gs://")
 
@@ -73,13 +74,17 @@ def has_local_tpu() -> bool:
     return any(Path("/dev").glob("accel*")) or any(Path("/dev").glob("vfio/[0-9]*"))
 
 
+def _is_tpu(pool: PoolSpec) -> bool:
+    return pool.accelerator_type.startswith("TPU") or pool.machine_type.startswith(("ct", "cloud-tpu"))
+
+
 def missing_accelerators(job: JobSpec) -> list[str]:
     """Human descriptions of requested accelerators this machine lacks, one per worker pool."""
     missing = []
     gpus = local_gpu_count()
     for pool in job.pools:
         where = f"workerpool{pool.index} ({pool.machine_type or 'unspecified machine'})"
-        is_tpu = pool.accelerator_type.startswith("TPU") or pool.machine_type.startswith(("ct", "cloud-tpu"))
+        is_tpu = _is_tpu(pool)
         if is_tpu and not has_local_tpu():
             topo = f" topology {pool.tpu_topology}" if pool.tpu_topology else ""
             what = pool.accelerator_type or "TPU"
@@ -167,6 +172,7 @@ def replica_env(
     env = dict(base_env)
     # Stale contract variables from the caller's shell must not leak into a replica.
     for key in (
+        CPU_FALLBACK_ENV,
         "TF_CONFIG",
         "CLUSTER_SPEC",
         "CLOUD_ML_TRIAL_ID",
@@ -179,6 +185,10 @@ def replica_env(
     env["PYTHONUNBUFFERED"] = "1"
     if cpu_only:
         env["CUDA_VISIBLE_DEVICES"] = ""
+        if pool.accelerator_type or _is_tpu(pool):
+            # The pool's accelerators are emulated on CPU: the trainer's explicit --distribution tpu|mirrored
+            # falls back to the default strategy instead of failing.
+            env[CPU_FALLBACK_ENV] = "1"
     own = {k: to_local(v, local_root) for k, v in pool.env}
     for var in _THREAD_VARS:
         if var not in own:

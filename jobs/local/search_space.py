@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 
 from jobs.local.spec import ParameterSpec, StudyConfig
+from jobs.validate import format_trial_value
 
 SEED = 0
 
@@ -76,8 +77,7 @@ def suggest(trial: optuna.Trial, params: tuple[ParameterSpec, ...]) -> dict[str,
     for p in params:
         name = p.parameter_id
         if p.kind == "DISCRETE":
-            value = trial.suggest_categorical(name, list(p.values))
-            values[name] = int(value) if float(value).is_integer() else value  # 32.0 is shown as 32
+            values[name] = float(trial.suggest_categorical(name, list(p.values)))
         elif p.kind == "CATEGORICAL":
             values[name] = trial.suggest_categorical(name, list(p.values))
         elif p.kind == "INTEGER":
@@ -93,14 +93,6 @@ def _clip(x: float, p: ParameterSpec) -> float:
     return min(p.high, max(p.low, x))
 
 
-def format_value(value: Any) -> str:
-    """A value as Vertex AI appends it (``--<parameterId>=<value>``): integral numbers without a fraction."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return repr(value) if isinstance(value, float) else str(value)
-
-
 def trial_args(values: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(f"--{name}={format_value(v)}" for name, v in values.items())
+    """The args Vertex AI appends to a trial's command line, formatted exactly as it does."""
+    return tuple(f"--{name}={format_trial_value(v)}" for name, v in values.items())

@@ -170,6 +170,13 @@ class StudyRunner:
             return min(self.cfg.max_trials, search_space.grid_size(self.cfg.parameters))
         return self.cfg.max_trials
 
+    def _status(self) -> str:
+        """Where the study stands, appended to each trial's progress line."""
+        finished = self._finished()
+        failed = sum(t.state.name == "FAIL" for t in finished)
+        return (f"[{len(self.running)} running, {len(finished) - failed} done, {failed} failed; "
+                f"{self.target_trials()} trials]")
+
     def _budget_spent(self, finished) -> bool:
         failed = [t for t in finished if t.state.name == "FAIL"]
         if self.cfg.max_failed_trials > 0:
@@ -207,7 +214,7 @@ class StudyRunner:
         trial.set_user_attr("log", str(run.chief_log))
         self.running[trial.number] = _Running(trial, trial_id, values, run, time.monotonic(), metric_file)
         shown = " ".join(f"{k}={report.fmt(v)}" for k, v in values.items())
-        self.log(f"trial {trial_id} running: {shown}")
+        self.log(f"trial {trial_id} running: {shown} {self._status()}")
 
     def _collect(self, item: _Running, rc: int) -> None:
         from optuna.trial import TrialState
@@ -232,7 +239,7 @@ class StudyRunner:
             best = self.study.best_trial
             self.log(
                 f"trial {item.trial_id} done in {duration:.1f}s: {self.cfg.metric_id}={metric:.4f} "
-                f"(best so far: trial {best.user_attrs['trial_id']}, {best.value:.4f})"
+                f"(best so far: trial {best.user_attrs['trial_id']}, {best.value:.4f}) {self._status()}"
             )
             return
         reason = item.run.failure or (
@@ -240,7 +247,7 @@ class StudyRunner:
         )
         trial.set_user_attr("failure", reason)
         self.study.tell(trial, state=TrialState.FAIL)
-        self.log(f"trial {item.trial_id} failed after {duration:.1f}s: {reason}")
+        self.log(f"trial {item.trial_id} failed after {duration:.1f}s: {reason} {self._status()}")
         for line in launcher.tail(item.run.chief_log, 3):
             print(f"           | {line}", file=self.out)
 

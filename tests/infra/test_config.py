@@ -82,6 +82,11 @@ _DELETE = object()
         ("kms_key", "projects/sec-proj/locations/europe-west4/keyRings/r/cryptoKeys/k", "kms_key",
          "'us-central1'"),
         ("staging_retention_days", 0, "staging_retention_days", "1 to 3650"),
+        ("job_submitters", ["group:ml@acme.example", "group:ml@acme.example"], "job_submitters[1]",
+         "each member once"),
+        # Different members, one construct id: a jsii traceback at synthesis if it got that far.
+        ("job_submitters", ["user:a.b@acme.example", "user:a-b@acme.example"], "job_submitters[1]",
+         "repeats job_submitters[0]"),
     ],
 )
 def test_broken_config_is_one_line_naming_file_and_field(env_dir, field, value, reported, allowed):
@@ -102,6 +107,9 @@ def test_invalid_yaml_and_unknown_environment(env_dir):
         load_environment("dev")
     with pytest.raises(ConfigError, match=r"field '<environment>': unknown environment 'qa'; allowed: dev"):
         load_environment("qa")
+    (env_dir / "dev.yaml").write_bytes(b"project_id: acme-ml-\xe9\n")  # Latin-1, not UTF-8
+    with pytest.raises(ConfigError, match=r"dev.yaml: field '<document>': not UTF-8 \(byte 20\)"):
+        load_environment("dev")
     _write(env_dir, _dev_doc(), name="ml-dev")  # would be silently skipped if the loader filtered names
     with pytest.raises(ConfigError, match=r"ml-dev.yaml: field '<environment>': the file name is the stack"):
         load_environment("ml-dev")

@@ -101,6 +101,12 @@ def test_trial_id():
     ("auto", Cluster("chief", 0, {"chief": ["a:1"]}), 0, {}, "default"),
     ("auto", Cluster(), 0, {"TPU_ACCELERATOR_TYPE": "v5litepod-8"}, "tpu"),
     ("default", Cluster(), 8, {}, "default"),
+    ("tpu", Cluster(), 0, {}, "tpu"),
+    # run_job.py --local on a machine without the job's accelerators
+    ("tpu", Cluster(), 0, {"TRAINER_CPU_FALLBACK": "1"}, "default"),
+    ("mirrored", Cluster(), 0, {"TRAINER_CPU_FALLBACK": "1"}, "default"),
+    ("multi_worker", Cluster("chief", 0, {"chief": ["a:1"], "worker": ["b:1"]}), 0,
+     {"TRAINER_CPU_FALLBACK": "1"}, "multi_worker"),
 ])
 def test_choose_distribution(requested, cluster, gpus, env, expected):
     assert choose_distribution(requested, cluster, gpus, env) == expected

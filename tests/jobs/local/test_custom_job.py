@@ -23,6 +23,8 @@ def test_single_replica_gets_vertex_dirs_mapped_gs_and_staged_data(tmp_path, cap
     assert env["AIP_CHECKPOINT_DIR"] == f"{base}/checkpoints/"
     assert env["AIP_TENSORBOARD_LOG_DIR"] == f"{base}/logs/"
     assert "TF_CONFIG" not in env and "CLUSTER_SPEC" not in env and "CLOUD_ML_TRIAL_ID" not in env
+    # No accelerators asked for: no GPUs visible, and nothing emulated (an explicit --distribution stays).
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and "TRAINER_CPU_FALLBACK" not in env
     assert env["CLOUD_ML_JOB_ID"] == "local-fake-job"
     assert env["EXTRA_VAR"] == f"{tmp_path}/gs/demo-data/x" and env["OMP_NUM_THREADS"] == "7"
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO_ROOT)
@@ -83,8 +85,13 @@ def test_missing_accelerators_warn_once_and_run_on_cpu_or_fail_when_strict(tmp_p
     assert _run(body, tmp_path) == 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "NVIDIA_TESLA_T4 x1" in err and "CPU" in err
-    assert dumps(tmp_path / "gs/demo-models/dumps")["job-workerpool0-0"]["env"]["CUDA_VISIBLE_DEVICES"] == ""
+    env = dumps(tmp_path / "gs/demo-models/dumps")["job-workerpool0-0"]["env"]
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["TRAINER_CPU_FALLBACK"] == "1"
     tpu = {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "2x2"}
+    body = custom_job(pool(["--dump-dir=gs://demo-models/d1"], machine=tpu), base="gs://demo-models/runs/t1")
+    assert _run(body, tmp_path) == 0
+    assert "topology 2x2" in capsys.readouterr().err
+    assert dumps(tmp_path / "gs/demo-models/d1")["job-workerpool0-0"]["env"]["TRAINER_CPU_FALLBACK"] == "1"
     body = custom_job(pool(["--dump-dir=gs://demo-models/d2"], machine=tpu), base="gs://demo-models/runs/tpu")
     assert _run(body, tmp_path, strict_accelerators=True) == 2
     err = capsys.readouterr().err

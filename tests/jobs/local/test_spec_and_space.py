@@ -147,8 +147,9 @@ def test_reverse_log_integer_stays_integral_and_in_range():
 
 
 def test_values_are_appended_as_vertex_formats_them():
-    args = search_space.trial_args({"lr": 0.001, "n": 3, "d": 2.0, "c": "relu"})
-    assert args == ("--lr=0.001", "--n=3", "--d=2", "--c=relu")
+    # DISCRETE and DOUBLE values travel as doubles (64 arrives as 64.0), INTEGER ones as integers.
+    args = search_space.trial_args({"lr": 0.001, "n": 3, "d": 2.0, "c": "relu", "b": True})
+    assert args == ("--lr=0.001", "--n=3", "--d=2.0", "--c=relu", "--b=true")
 
 
 def test_samplers_follow_the_algorithm():

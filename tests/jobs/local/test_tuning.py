@@ -39,6 +39,7 @@ def test_study_runs_trials_with_the_contract_and_survives_a_failing_trial(tmp_pa
         assert env["CLOUD_ML_TRIAL_ID"] == trial
         assert env["CLOUD_ML_HP_METRIC_FILE"] == f"{base}/{trial}/hypertune/output.metrics"
         assert env["AIP_MODEL_DIR"] == f"{base}/{trial}/model/"
+        assert env["AIP_CHECKPOINT_DIR"] == f"{base}/{trial}/checkpoints/"
         assert env["AIP_TENSORBOARD_LOG_DIR"] == f"{base}/{trial}/logs/"
         params = study["trials"][int(trial) - 1]["parameters"]
         assert rec["argv"][-3:] == [f"--x={params['x']!r}", f"--n={params['n']}", f"--c={params['c']}"]
@@ -49,6 +50,8 @@ def test_study_runs_trials_with_the_contract_and_survives_a_failing_trial(tmp_pa
     assert set(study["importance"]) == {"x", "n", "c"}
     out = capsys.readouterr().out
     assert "trial 2 failed" in out and "best so far" in out and f"Best trial {best['id']}" in out
+    assert "[2 running, 0 done, 0 failed; 4 trials]" in out  # progress counts on every trial line
+    assert "[0 running, 3 done, 1 failed; 4 trials]" in out
     assert "SavedModel" in out and f"tensorboard --logdir {base}" in out
 
 
