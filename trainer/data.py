@@ -28,6 +28,7 @@ _BLOCK_BYTES = 16 << 20
 # Batches the training pipeline shuffles among (it reorders whole batches; see text_dataset).
 SHUFFLE_BATCHES = 16
 _INT = re.compile(rb"-?[0-9]+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what decode_csv parses an int column into
 _FLOAT = re.compile(rb"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _TRANSFORMS: dict[str | None, Callable[[float], float]] = {
     None: lambda v: v,
@@ -137,24 +138,38 @@ def _glob_uri(pattern: str, flag: str) -> list[str]:
     try:
         matches = sorted(tf.io.gfile.glob(pattern))
     except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
-        raise DataError(f"{flag}: cannot list {pattern}: {exc.message.splitlines()[0]}") from None
+        raise DataError(f"{flag}: cannot list {pattern}: {_reason(exc)}") from None
     return [m for m in matches if not tf.io.gfile.isdir(m)]
 
 
-def _read_lines(path: str):
+def _reason(exc) -> str:
+    """The first line of a tf.errors.OpError's message (some, e.g. ram:// NotFoundError, have none)."""
+    lines = (exc.message or "").strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _unreadable(path: str, exc, flag: str) -> DataError:
+    """A read failure (e.g. gs:// without access; local files were checked before) as one line."""
+    return DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {_reason(exc)}")
+
+
+def _read_lines(path: str, flag: str = ""):
     """Yield the lines of ``path`` exactly as TextLineDataset splits them (no trailing empty line)."""
     import tensorflow as tf
 
     tail = b""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        while True:
-            block = f.read(_BLOCK_BYTES)
-            if not block:
-                break
-            parts = (tail + block).split(b"\n")
-            tail = parts.pop()
-            for line in parts:
-                yield line[:-1] if line.endswith(b"\r") else line
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            while True:
+                block = f.read(_BLOCK_BYTES)
+                if not block:
+                    break
+                parts = (tail + block).split(b"\n")
+                tail = parts.pop()
+                for line in parts:
+                    yield line[:-1] if line.endswith(b"\r") else line
+    except tf.errors.OpError as exc:
+        raise _unreadable(path, exc, flag) from None
     if tail:
         yield tail[:-1] if tail.endswith(b"\r") else tail
 
@@ -194,6 +209,8 @@ class _Validator:
             text = fields[i].strip()
             if not pattern.fullmatch(text):
                 return f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}", 0
+            if pattern is _INT and not _INT64_MIN <= int(text) <= _INT64_MAX:
+                return f"field {name!r}: {text.decode()} is outside the int64 range", 0
             values.append((name, transform(float(text))))
         for i, text in enumerate(fields):
             if not text.strip():
@@ -226,8 +243,11 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0,
     bad: list[BadRow] = []
     index = rows = positives = total_bytes = 0
     for path in files:
-        total_bytes += tf.io.gfile.stat(path).length
-        for number, line in enumerate(_read_lines(path), start=1):
+        try:
+            total_bytes += tf.io.gfile.stat(path).length
+        except tf.errors.OpError as exc:
+            raise _unreadable(path, exc, flag) from None
+        for number, line in enumerate(_read_lines(path, flag), start=1):
             if not v.is_data(line):
                 excluded.append(index)
             else:

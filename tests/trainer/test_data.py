@@ -59,6 +59,8 @@ def test_malformed_row_names_file_and_line(tmp_path, census_slice):
     (GOOD_LINE.replace(b"State-gov", b" "), "'workclass' is empty"),
     (GOOD_LINE.replace(b"77516", b'"7"'), "quote"),
     (GOOD_LINE.replace(b"77516", b"7.5"), "'fnlwgt': '7.5' is not an integer"),
+    # decode_csv would fail on it mid-training, without a file or line
+    (GOOD_LINE.replace(b"77516", b"9" * 20), "'fnlwgt': 99999999999999999999 is outside the int64"),
 ])
 def test_malformed_row_reasons(tmp_path, census_slice, line, reason):
     bad = insert_line(census_slice["train"], tmp_path / "bad.data", 5, line)
@@ -131,6 +133,12 @@ def test_missing_files_are_named():
         expand_files(["/nonexistent/x-*.csv"], "--eval-files")
     with pytest.raises(DataError, match="no such file: ram://nobucket/x.csv"):
         expand_files(["ram://nobucket/x.csv"], "--train-files")
+
+
+def test_unreadable_file_is_one_line():
+    # A listed gs:// object that vanished, or one without read access, fails the stat or the read.
+    with pytest.raises(DataError, match=r"^--train-files: cannot read ram://nobucket/gone.csv: \S"):
+        scan_csv(["ram://nobucket/gone.csv"], SCHEMA, flag="--train-files")
 
 
 def test_file_without_data_rows(tmp_path):

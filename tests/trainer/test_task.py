@@ -65,12 +65,51 @@ print(json.dumps({fmt: score(model_dir, fmt) for model_dir, fmt in zip(pairs[::2
 
 
 @pytest.fixture(scope="module")
-def example_run(tmp_path_factory, census_slice):
-    root = tmp_path_factory.mktemp("example")
-    out = run_trainer(trainer_args(census_slice, root / "job", "--num-epochs", "1",
-                                   "--export-format", "EXAMPLE"))
-    assert out.returncode == 0, out.stderr[-3000:]
-    return root
+def runs(tmp_path_factory, census_slice) -> dict[str, tuple]:
+    """The module's three trainings, started together so their single-threaded parts (TensorFlow import,
+    data scan, export) overlap; each value is (root, CompletedProcess, extra)."""
+    roots = {name: tmp_path_factory.mktemp(name) for name in ("vertex", "csv", "example")}
+    # Vertex-style run: AIP_* directories, a tuning trial id and metric file, no --job-dir.
+    vertex = roots["vertex"]
+    vertex_env = subprocess_env(
+        AIP_MODEL_DIR=str(vertex / "out/7/model"), AIP_CHECKPOINT_DIR=str(vertex / "out/7/checkpoints"),
+        AIP_TENSORBOARD_LOG_DIR=str(vertex / "out/7/logs"), CLOUD_ML_TRIAL_ID="7",
+        CLOUD_ML_HP_METRIC_FILE=str(vertex / "hypertune/output.metrics"))
+    # A training file with one malformed row, allowed by --max-bad-rows.
+    lines = census_slice["train"].read_text().split("\n")
+    lines.insert(99, BAD_ROW)
+    bad = roots["csv"] / "with-bad-row.data"
+    bad.write_text("\n".join(lines))
+    commands = {
+        "vertex": (trainer_args(census_slice, None, "--num-epochs", "3", "--hypertune-metric", "auc",
+                                "--first_layer_size=32", "--num_layers=2", "--export-format", "JSON"),
+                   vertex_env),
+        "csv": (trainer_args({"train": bad, "eval": census_slice["eval"]}, roots["csv"] / "job",
+                             "--export-format", "csv", "--max-bad-rows", "1"), subprocess_env()),
+        "example": (trainer_args(census_slice, roots["example"] / "job", "--num-epochs", "1",
+                                 "--export-format", "EXAMPLE"), subprocess_env()),
+    }
+    procs = {name: subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+             for name, (args, env) in commands.items()}
+    done = {}
+    try:
+        for name, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=200)
+            done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+            assert proc.returncode == 0, f"{name}: {stderr[-3000:]}"
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:  # a failed or timed-out sibling: leave no trainer behind
+                proc.kill()
+                proc.wait()
+    return {"vertex": (vertex, done["vertex"], None), "csv": (roots["csv"], done["csv"], bad),
+            "example": (roots["example"], done["example"], None)}
+
+
+@pytest.fixture(scope="module")
+def example_run(runs):
+    return runs["example"][0]
 
 
 @pytest.fixture(scope="module")
@@ -100,33 +139,13 @@ def test_export_reloaded_predicts_like_evaluate(predictions, fmt, inputs):
 
 
 @pytest.fixture(scope="module")
-def json_run(tmp_path_factory, census_slice):
-    """Vertex-style run: AIP_* directories, a tuning trial id and metric file, no --job-dir."""
-    root = tmp_path_factory.mktemp("vertex")
-    env = subprocess_env(
-        AIP_MODEL_DIR=str(root / "out/7/model"), AIP_CHECKPOINT_DIR=str(root / "out/7/checkpoints"),
-        AIP_TENSORBOARD_LOG_DIR=str(root / "out/7/logs"), CLOUD_ML_TRIAL_ID="7",
-        CLOUD_ML_HP_METRIC_FILE=str(root / "hypertune/output.metrics"))
-    args = trainer_args(census_slice, None, "--num-epochs", "3", "--hypertune-metric", "auc",
-                        "--first_layer_size=32", "--num_layers=2", "--export-format", "JSON")
-    out = run_trainer(args, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return root, out
+def json_run(runs):
+    return runs["vertex"][:2]
 
 
 @pytest.fixture(scope="module")
-def csv_run(tmp_path_factory, census_slice):
-    """A run over a training file with one malformed row, allowed by --max-bad-rows."""
-    root = tmp_path_factory.mktemp("csv")
-    lines = census_slice["train"].read_text().split("\n")
-    lines.insert(99, BAD_ROW)
-    bad = root / "with-bad-row.data"
-    bad.write_text("\n".join(lines))
-    args = trainer_args({"train": bad, "eval": census_slice["eval"]}, root / "job", "--export-format", "csv",
-                        "--max-bad-rows", "1")
-    out = run_trainer(args)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return root, out, bad
+def csv_run(runs):
+    return runs["csv"]
 
 
 def test_outputs_follow_aip_variables(json_run):
