@@ -21,8 +21,16 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other bad input here (not usage + error)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse hook
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="run_job.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(

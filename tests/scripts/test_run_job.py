@@ -213,9 +213,23 @@ def test_exit_status_of_the_local_run_is_returned(cli, monkeypatch):
     assert cli([JOBS_DIR / "census_cpu.yaml", "--local"])[0] == 3
 
 
-def test_job_file_or_follow_is_required(cli):
-    rc, out, err = cli([])
-    assert rc == 2
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "JOB_FILE is required"),
+        (["jobs/census_cpu.yaml", "--bogus"], "unrecognized arguments: --bogus"),
+        (["jobs/census_cpu.yaml", "--dry-run", "--local"], "not allowed with argument --dry-run"),
+        (["jobs/census_cpu.yaml", "--max-trial-count", "two"], "invalid int value: 'two'"),
+    ],
+    ids=["no-job-file", "unknown-flag", "exclusive-modes", "bad-int"],
+)
+def test_usage_errors_are_one_line_exit_2(argv, message, cli, capsys):
+    rc, out, err = cli(argv)
+    captured = capsys.readouterr()  # argparse writes to sys.stderr itself
+    assert rc == 2 and out == "" and captured.out == ""
+    lines = (err + captured.err).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("run_job.py: error: ") and message in lines[0], lines[0]
 
 
 def test_follow_needs_a_job_resource_name(cli):
