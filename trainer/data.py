@@ -153,7 +153,7 @@ def _unreadable(path: str, exc, flag: str) -> DataError:
     return DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {_reason(exc)}")
 
 
-def _read_lines(path: str, flag: str = ""):
+def _read_lines(path: str, flag: str):
     """Yield the lines of ``path`` exactly as TextLineDataset splits them (no trailing empty line)."""
     import tensorflow as tf
 
@@ -209,7 +209,8 @@ class _Validator:
             text = fields[i].strip()
             if not pattern.fullmatch(text):
                 return f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}", 0
-            if pattern is _INT and not _INT64_MIN <= int(text) <= _INT64_MAX:
+            # Up to 18 digits always fit; only longer texts pay for the int() on this per-row path.
+            if pattern is _INT and len(text) > 18 and not _INT64_MIN <= int(text) <= _INT64_MAX:
                 return f"field {name!r}: {text.decode()} is outside the int64 range", 0
             values.append((name, transform(float(text))))
         for i, text in enumerate(fields):

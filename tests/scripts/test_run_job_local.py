@@ -5,7 +5,6 @@ gs:// tree, the real trainer, outputs under the job's baseOutputDirectory. One e
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -20,10 +19,9 @@ EPOCHS_ARG = "jobSpec.workerPoolSpecs.0.pythonPackageSpec.args.3"
     # No TPU here: reported once, then --distribution=tpu trains on CPU (TRAINER_CPU_FALLBACK).
     ("census_tpu", "census-tpu", "this machine lacks TPU_V3 x8"),
 ])
-def test_readme_local_run_trains_on_the_shipped_data(tmp_path, job, folder, warning):
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+def test_readme_local_run_trains_on_the_shipped_data(tmp_path, job, folder, warning, subprocess_env):
     proc = run_script([f"jobs/{job}.yaml", "--local", "--local-root", tmp_path,
-                       "--set", f"{EPOCHS_ARG}=--num-epochs=1"], env, timeout=240)
+                       "--set", f"{EPOCHS_ARG}=--num-epochs=1"], subprocess_env, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     if warning:
