@@ -18,6 +18,7 @@ class ResourceNames:
     prefix: str
     runtime_account_id: str
     deployer_account_id: str
+    builder_account_id: str
     registry_id: str
     tensorboard_display_name: str
     wif_pool_id: str
@@ -35,6 +36,7 @@ def resource_names(cfg: EnvironmentConfig) -> ResourceNames:
         prefix=prefix,
         runtime_account_id=f"{prefix}-runtime",
         deployer_account_id=f"{prefix}-deployer",
+        builder_account_id=f"{prefix}-builder",
         registry_id=f"{prefix}-images",
         tensorboard_display_name=f"{prefix}-tensorboard",
         wif_pool_id=f"{prefix}-github",

@@ -38,6 +38,8 @@ OUTPUT_KEYS = (
     "tensorboard",
     "artifact_registry",
     "trainer_image",
+    # What the Cloud Build builds of trainer_image run as (scripts/run_job.py and the deploy workflow).
+    "builder_service_account",
     # What .github/workflows/deploy.yml authenticates with (repository variables set once from these).
     "workload_identity_provider",
     "deployer_service_account",
@@ -75,6 +77,7 @@ def planned_outputs(cfg: EnvironmentConfig) -> dict[str, str]:
         "tensorboard": tensorboard_prefix(cfg) + PENDING_DEPLOY,
         "artifact_registry": registry,
         "trainer_image": f"{registry}/trainer",
+        "builder_service_account": service_account_email(cfg, names.builder_account_id),
         "workload_identity_provider": workload_identity_provider(cfg),
         "deployer_service_account": service_account_email(cfg, names.deployer_account_id),
     }

@@ -14,10 +14,12 @@ from infra.constructs.ci_identity import (
     GithubCiIdentityProps,
 )
 from infra.constructs.cmek import CmekKey, CmekKeyProps
+from infra.constructs.image_builder import BUILDER_DESCRIPTION, BUILDER_PROJECT_ROLES, ImageBuilder
 from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES, JobSubmitters, JobSubmittersProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
-from infra.constructs.runtime_identity import RUNTIME_PROJECT_ROLES, RuntimeIdentity, RuntimeIdentityProps
+from infra.constructs.runtime_identity import RUNTIME_DESCRIPTION, RUNTIME_PROJECT_ROLES, RuntimeIdentity
 from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
+from infra.constructs.service_identity import ServiceIdentityProps
 from infra.constructs.tensorboard import Tensorboard, TensorboardProps
 from infra.google import GoogleProvider
 from infra.naming import resource_names
@@ -26,6 +28,7 @@ from infra.outputs import BUCKET_OUTPUTS, OUTPUT_KEYS, planned_outputs, tensorbo
 SERVICES = (
     "aiplatform.googleapis.com",
     "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",  # builds of the trainer image (scripts/run_job.py, the deploy workflow)
     "cloudresourcemanager.googleapis.com",
     "iam.googleapis.com",
     "iamcredentials.googleapis.com",
@@ -81,19 +84,33 @@ class PlatformStack(TerraformStack):
             deploy_branch=cfg.github.deploy_branch,
             deployer_account_id=names.deployer_account_id,
             project_roles=DEPLOYER_PROJECT_ROLES,
-            grantable_project_roles=RUNTIME_PROJECT_ROLES + SUBMITTER_PROJECT_ROLES + DEPLOYER_PROJECT_ROLES,
+            grantable_project_roles=(RUNTIME_PROJECT_ROLES + SUBMITTER_PROJECT_ROLES + DEPLOYER_PROJECT_ROLES
+                                     + BUILDER_PROJECT_ROLES),
             depends_on=enabled,
         ))
-        runtime = RuntimeIdentity(self, "runtime", RuntimeIdentityProps(
+        # Submitters and CI run jobs as the runtime account and builds as the builder account; nobody else may
+        # act as either, and CI manages both (the per-account pattern of ci_identity.SERVICE_ACCOUNT_ADMIN).
+        actors = (
+            *(Grant(f"{key}-sa-user", SERVICE_ACCOUNT_USER, member)
+              for key, member in (*submitters, ("ci-deployer", ci.member))),
+            Grant("ci-deployer-sa-admin", SERVICE_ACCOUNT_ADMIN, ci.member),
+        )
+        runtime = RuntimeIdentity(self, "runtime", ServiceIdentityProps(
             project=project,
             account_id=names.runtime_account_id,
             display_name="Vertex AI training runtime",
+            description=RUNTIME_DESCRIPTION,
             project_roles=RUNTIME_PROJECT_ROLES,
-            account_grants=(
-                *(Grant(f"{key}-sa-user", SERVICE_ACCOUNT_USER, member)
-                  for key, member in (*submitters, ("ci-deployer", ci.member))),
-                Grant("ci-deployer-sa-admin", SERVICE_ACCOUNT_ADMIN, ci.member),
-            ),
+            account_grants=actors,
+            depends_on=enabled,
+        ))
+        builder = ImageBuilder(self, "image-builder", ServiceIdentityProps(
+            project=project,
+            account_id=names.builder_account_id,
+            display_name="Trainer image builder",
+            description=BUILDER_DESCRIPTION,
+            project_roles=BUILDER_PROJECT_ROLES,
+            account_grants=actors,
             depends_on=enabled,
         ))
         JobSubmitters(self, "job-submitters", JobSubmittersProps(
@@ -117,8 +134,10 @@ class PlatformStack(TerraformStack):
         access = {
             # Jobs read data; the agents read it for TPU input pipelines and dataset/model imports.
             "data": ((rt, vertex, *tpus), submitters, ()),
-            # Submitters and CI upload trainer packages; jobs and Vertex AI only read them.
-            "staging": ((rt, vertex), (*submitters, ("ci-deployer", ci.member)), ()),
+            # Submitters and CI upload trainer packages and image build contexts; jobs, Vertex AI and the
+            # image builder (it fetches the context) only read them.
+            "staging": ((rt, vertex, ("builder", builder.member)),
+                        (*submitters, ("ci-deployer", ci.member)), ()),
             # Jobs (and TPU workers) write checkpoints, models and event files; people read results.
             "models": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
             "tensorboard-logs": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
@@ -156,8 +175,9 @@ class PlatformStack(TerraformStack):
                 Grant("runtime-reader", "roles/artifactregistry.reader", runtime.member),
                 Grant("vertex-ai-agent-reader", "roles/artifactregistry.reader", agents.vertex_ai),
                 Grant("ci-deployer-writer", "roles/artifactregistry.writer", ci.member),
-                # Submitters push the trainer images their jobs run.
-                *(Grant(f"{key}-writer", "roles/artifactregistry.writer", m) for key, m in submitters),
+                # The builder pushes the trainer images; submitters only check which tags exist (or pull).
+                Grant("builder-writer", "roles/artifactregistry.writer", builder.member),
+                *(Grant(f"{key}-reader", "roles/artifactregistry.reader", m) for key, m in submitters),
             ),
             kms_key=cfg.kms_key,
             depends_on=tuple(encryption_deps),
@@ -167,6 +187,7 @@ class PlatformStack(TerraformStack):
             kms_key=cfg.kms_key, depends_on=tuple(encryption_deps),
         ))
         self.runtime = runtime
+        self.builder = builder
         self.ci = ci
         self._add_outputs(runtime)
 
@@ -186,6 +207,7 @@ class PlatformStack(TerraformStack):
             + Fn.element(Fn.split("/", self.tensorboard.tensorboard.name), 5),
             "artifact_registry": self.registry.repository.registry_uri,
             "trainer_image": f"{self.registry.repository.registry_uri}/trainer",
+            "builder_service_account": self.builder.email,
             "workload_identity_provider": self.ci.provider.name,
             "deployer_service_account": self.ci.account.email,
         }

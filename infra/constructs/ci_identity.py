@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
-from infra.constructs import role_id
+from infra.constructs import BUILDS_EDITOR, role_id, skip_justified_project_role
 from infra.google import (
     IamWorkloadIdentityPool,
     IamWorkloadIdentityPoolProvider,
@@ -22,7 +22,8 @@ DEPLOYER_PROJECT_ROLES = (
     # Buckets, their IAM policies and the Terraform state objects in the state bucket.
     "roles/storage.admin",
     # Creates service accounts only; changing them and their IAM policies is granted per account
-    # (roles/iam.serviceAccountAdmin on the runtime and deployer accounts), never project-wide (CKV_GCP_49).
+    # (roles/iam.serviceAccountAdmin on the runtime, builder and deployer accounts), never project-wide
+    # (CKV_GCP_49).
     "roles/iam.serviceAccountCreator",
     # The workload identity pool and its GitHub provider.
     "roles/iam.workloadIdentityPoolAdmin",
@@ -30,6 +31,9 @@ DEPLOYER_PROJECT_ROLES = (
     "roles/artifactregistry.admin",
     # The TensorBoard instance (aiplatform.tensorboards.*); also lets CI submit jobs.
     "roles/aiplatform.user",
+    # The workflow builds the trainer image after the apply: create and follow Cloud Build builds, which run
+    # as the builder account (serviceAccountUser on that account only).
+    BUILDS_EDITOR,
 )
 # Project IAM admin is the one escalation-capable role a stack with project-level grants needs. The condition
 # (iam.googleapis.com/modifiedGrantsByRole) lets the deployer add/remove only the roles this stack grants,
@@ -107,10 +111,12 @@ class GithubCiIdentity(Construct):
                 ("deployer-sa-admin", SERVICE_ACCOUNT_ADMIN, self.member),
             )
         ]
-        self.project_grants = [
-            ProjectIamMember(self, role_id(role), project=props.project, role=role, member=self.member)
-            for role in props.project_roles
-        ]
+        self.project_grants = []
+        for role in props.project_roles:
+            grant = ProjectIamMember(self, role_id(role), project=props.project, role=role,
+                                     member=self.member)
+            skip_justified_project_role(grant, role)
+            self.project_grants.append(grant)
         if PROJECT_IAM_ADMIN in props.grantable_project_roles:
             raise ValueError(f"{PROJECT_IAM_ADMIN} must not be grantable by the deployer (self-escalation)")
         allowed = ", ".join(f"'{role}'" for role in sorted(set(props.grantable_project_roles)))

@@ -4,12 +4,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
-from infra.constructs import role_id
+from infra.constructs import BUILDS_EDITOR, role_id, skip_justified_project_role
 from infra.google import ProjectIamMember
 
 # Creating a CustomJob or HyperparameterTuningJob (aiplatform.customJobs.create, ...) exists only at project
-# level; Vertex AI has no per-resource IAM for jobs.
-SUBMITTER_PROJECT_ROLES = ("roles/aiplatform.user",)
+# level; Vertex AI has no per-resource IAM for jobs. The same holds for the Cloud Build builds of the trainer
+# image that scripts/run_job.py creates and follows (builds.create/get/list); the builds run as the builder
+# account, not as the submitter. Reading what those builds and jobs log (the log link run_job.py prints when a
+# build fails, the replicas' output) needs logging.viewer: project-level again, and it excludes Data Access
+# audit logs (logging.privateLogViewer).
+LOGS_VIEWER = "roles/logging.viewer"
+SUBMITTER_PROJECT_ROLES = ("roles/aiplatform.user", BUILDS_EDITOR, LOGS_VIEWER)
 
 
 @dataclass(frozen=True)
@@ -24,17 +29,19 @@ class JobSubmittersProps:
 class JobSubmitters(Construct):
     """The humans (`job_submitters` in the environment config) who launch training and tuning jobs.
 
-    Only the project-level part of their access lives here. Acting as the runtime account
-    (`iam.serviceAccountUser`) is granted on that account alone (RuntimeIdentity), and their bucket and
-    registry access lives on the bucket and the registry.
+    Only the project-level part of their access lives here. Acting as the runtime and builder accounts
+    (`iam.serviceAccountUser`) is granted on those accounts alone (RuntimeIdentity, ImageBuilder), and their
+    bucket and registry access lives on the bucket and the registry.
     """
 
     def __init__(self, scope: Construct, id_: str, props: JobSubmittersProps) -> None:
         super().__init__(scope, id_)
         # Project IAM calls need cloudresourcemanager.googleapis.com, which the same apply may be enabling.
         deps = list(props.depends_on) or None
-        self.grants = [
-            ProjectIamMember(self, f"{key}-{role_id(role)}", project=props.project, role=role, member=member,
-                             depends_on=deps)
-            for key, member in props.members for role in props.project_roles
-        ]
+        self.grants = []
+        for key, member in props.members:
+            for role in props.project_roles:
+                grant = ProjectIamMember(self, f"{key}-{role_id(role)}", project=props.project, role=role,
+                                         member=member, depends_on=deps)
+                skip_justified_project_role(grant, role)
+                self.grants.append(grant)

@@ -194,6 +194,7 @@ def test_planned_outputs_from_config_alone():
     assert planned["data_bucket"] == "gs://acme-ml-dev-data"
     assert planned["tensorboard_logs_bucket"] == "gs://acme-ml-dev-tensorboard-logs"
     assert planned["runtime_service_account"] == "acme-ml-dev-runtime@acme-ml-dev.iam.gserviceaccount.com"
+    assert planned["builder_service_account"] == "acme-ml-dev-builder@acme-ml-dev.iam.gserviceaccount.com"
     assert planned["artifact_registry"] == "us-central1-docker.pkg.dev/acme-ml-dev/acme-ml-dev-images"
     assert planned["trainer_image"] == planned["artifact_registry"] + "/trainer"
     tensorboards = "projects/acme-ml-dev/locations/us-central1/tensorboards"

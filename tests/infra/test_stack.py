@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 from infra import cdk
+from infra.constructs import BUILDS_EDITOR
 from infra.constructs.ci_identity import (
     DEPLOYER_PROJECT_ROLES,
     PROJECT_IAM_ADMIN,
     GithubCiIdentity,
     GithubCiIdentityProps,
 )
+from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES
 from infra.naming import BUCKET_ROLES, resource_names
 from infra.outputs import OUTPUT_KEYS, PENDING_DEPLOY, is_pending, planned_outputs, resolve_outputs
 from infra.stack import SERVICES
@@ -64,6 +66,13 @@ def ref_target(stack: dict, expression: str) -> tuple[str, dict, str]:
     assert match, expression
     rtype, name, attr = match.groups()
     return rtype, stack["resource"][rtype][name], attr
+
+
+def account_member(stack: dict, account_id: str) -> str:
+    """The IAM member string the stack uses for its own service account `account_id` (a reference)."""
+    (name,) = [n for n, body in resources(stack, "google_service_account").items()
+               if body["account_id"] == account_id]
+    return f"serviceAccount:${{google_service_account.{name}.email}}"
 
 
 def bucket_by_role(stack: dict, role: str) -> dict:
@@ -177,19 +186,67 @@ def test_no_basic_roles_and_no_project_level_impersonation(stacks):
         assert not project_roles & IMPERSONATION_ROLES, env
 
 
-def test_service_account_user_only_on_the_runtime_account(stacks, configs):
+def account_grants(stack: dict) -> dict[str, set[tuple[str, str]]]:
+    """account id -> {(role, member)} granted on that service account."""
+    found = {}
+    for grant in resources(stack, "google_service_account_iam_member").values():
+        rtype, account, attr = ref_target(stack, grant["service_account_id"])
+        assert (rtype, attr) == ("google_service_account", "name")
+        found.setdefault(account["account_id"], set()).add((grant["role"], grant["member"]))
+    return found
+
+
+def test_service_account_user_only_for_submitters_and_ci_on_the_runtime_and_builder_accounts(stacks, configs):
     for env, stack in stacks.items():
         cfg = configs[env]
-        grants = [b for b in resources(stack, "google_service_account_iam_member").values()
-                  if b["role"] == "roles/iam.serviceAccountUser"]
-        members = set()
-        for grant in grants:
-            rtype, account, attr = ref_target(stack, grant["service_account_id"])
-            assert (rtype, attr, account["account_id"]) == (
-                "google_service_account", "name", resource_names(cfg).runtime_account_id)
-            members.add(grant["member"])
-        assert set(cfg.job_submitters) <= members
-        assert any("ci_deployer" in m for m in members)  # CI submits jobs too
+        names = resource_names(cfg)
+        deployer = account_member(stack, names.deployer_account_id)
+        grants = account_grants(stack)
+        users = {account: {m for role, m in found if role == "roles/iam.serviceAccountUser"}
+                 for account, found in grants.items()}
+        # Submitters and CI run jobs (runtime) and image builds (builder) as these accounts, and as nothing
+        # else.
+        assert {a for a, members in users.items() if members} == {
+            names.runtime_account_id, names.builder_account_id}, env
+        for account in (names.runtime_account_id, names.builder_account_id):
+            assert grants[account] == {
+                *(("roles/iam.serviceAccountUser", m) for m in (*cfg.job_submitters, deployer)),
+                ("roles/iam.serviceAccountAdmin", deployer),
+            }, (env, account)
+
+
+def test_image_builder_holds_exactly_log_writing_staging_reads_and_pushes_to_this_repository(stacks, configs):
+    for env, stack in stacks.items():
+        cfg = configs[env]
+        names = resource_names(cfg)
+        builder = account_member(stack, names.builder_account_id)
+        (repo_name, repo), = resources(stack, "google_artifact_registry_repository").items()
+        found = set()
+        for rtype, _, body in iam_members(stack):
+            if body["member"] != builder:
+                continue
+            if rtype == "google_storage_bucket_iam_member":
+                target = ref_target(stack, body["bucket"])[1]["labels"]["bucket-role"]
+            elif rtype == "google_artifact_registry_repository_iam_member":
+                assert body["repository"] == f"${{google_artifact_registry_repository.{repo_name}.name}}"
+                assert (body["project"], body["location"]) == (repo["project"], repo["location"])
+                target = repo["repository_id"]
+            elif rtype == "google_project_iam_member":
+                assert "condition" not in body
+                target = body["project"]
+            else:
+                target = rtype  # any other kind of grant is unexpected
+            found.add((rtype, body["role"], target))
+        assert found == {
+            ("google_project_iam_member", "roles/logging.logWriter", cfg.project_id),
+            ("google_storage_bucket_iam_member", "roles/storage.objectViewer", "staging"),
+            ("google_artifact_registry_repository_iam_member", "roles/artifactregistry.writer",
+             names.registry_id),
+        }, env
+        # ...and the account is referred to nowhere else: no other grant, condition or resource names it.
+        email_ref = builder.removeprefix("serviceAccount:")
+        assert json.dumps(stack["resource"]).count(email_ref) == len(found)
+        assert stack["output"]["builder_service_account"]["value"] == email_ref
 
 
 def test_runtime_account_object_access_is_per_bucket(stacks):
@@ -249,6 +306,7 @@ def test_deployer_has_exactly_the_documented_roles(stacks):
             if "google_service_account.ci_deployer" in body["member"]:
                 roles[body["role"]] = body.get("condition")
         assert set(roles) == set(DEPLOYER_PROJECT_ROLES) | {PROJECT_IAM_ADMIN}
+        assert BUILDS_EDITOR in roles  # the deploy workflow builds the trainer image after the apply
         assert "modifiedGrantsByRole" in roles[PROJECT_IAM_ADMIN]["expression"]
         granted = {b["role"] for b in resources(stack, "google_project_iam_member").values()}
         expression = roles[PROJECT_IAM_ADMIN]["expression"]
@@ -283,8 +341,28 @@ def test_registry_cleanup_and_grants(stacks, configs):
             who = ref_target(stack, match[0])[1]["account_id"] if match else body["member"]
             grants.setdefault(who, set()).add(body["role"])
         names = resource_names(cfg)
-        assert grants[names.runtime_account_id] == {"roles/artifactregistry.reader"}
-        assert grants[names.deployer_account_id] == {"roles/artifactregistry.writer"}
+        vertex = f"serviceAccount:service-{cfg.project_number}@gcp-sa-aiplatform.iam.gserviceaccount.com"
+        reader, writer = {"roles/artifactregistry.reader"}, {"roles/artifactregistry.writer"}
+        # Only the builder and CI push; submitters read tags (is the image built yet?) and may pull.
+        assert grants == {
+            names.runtime_account_id: reader,
+            vertex: reader,
+            names.deployer_account_id: writer,
+            names.builder_account_id: writer,
+            **{member: reader for member in cfg.job_submitters},
+        }, env
+
+
+def test_job_submitters_project_roles(stacks, configs):
+    for env, stack in stacks.items():
+        for member in configs[env].job_submitters:
+            roles = {b["role"] for b in resources(stack, "google_project_iam_member").values()
+                     if b["member"] == member}
+            assert roles == set(SUBMITTER_PROJECT_ROLES) == {
+                "roles/aiplatform.user",
+                BUILDS_EDITOR,
+                "roles/logging.viewer",
+            }, env
 
 
 def test_services_and_backend(stacks, configs):
@@ -293,6 +371,7 @@ def test_services_and_backend(stacks, configs):
         services = {b["service"]: b for b in resources(stack, "google_project_service").values()}
         expected = set(SERVICES) | ({"cloudkms.googleapis.com"} if cfg.cmek else set())
         assert set(services) == expected
+        assert "cloudbuild.googleapis.com" in services
         assert all(b["disable_on_destroy"] is False for b in services.values())
         backend = stack["terraform"]["backend"]
         assert backend == {"gcs": {"bucket": cfg.state_bucket, "prefix": f"infra/{env}"}}
