@@ -188,6 +188,10 @@ def test_trainer_sdist_declares_its_needs_but_not_tensorflow(tmp_path):
                 if line.startswith("Requires-Dist:")]
     assert any(r.startswith("cloudml-hypertune") for r in requires)
     assert not any(r.lower().startswith(("tensorflow", "keras")) for r in requires)
+    # The prebuilt containers' tensorboard/protobuf must satisfy any requirement on them as they are: a
+    # version floor makes pip replace them (tensorboard>=2.16 pulled protobuf 7 into TF 2.15 images).
+    stack = [r for r in requires if re.match(r"(tensorboard|protobuf)\b", r, re.I)]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", r) for r in stack), stack
     top = {n.split("/")[1] for n in names if n.count("/") >= 1}
     assert "trainer" in top
     assert not top & {"infra", "jobs", "scripts", "tests", "data"}, top

@@ -55,7 +55,7 @@ class HParamsWriter(keras.callbacks.Callback):
 
         try:
             from tensorboard.plugins.hparams import api as hp
-        except ImportError:  # TF >= 2.20 no longer installs tensorboard; scalars are still written
+        except ImportError:  # TF >= 2.21 no longer installs tensorboard; scalars are still written
             log.warning("HParams not written: the tensorboard package is not installed")
             return
         with tf.summary.create_file_writer(self.log_dir).as_default():

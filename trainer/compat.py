@@ -1,8 +1,71 @@
-"""Work-arounds for known Keras 3 bugs, each applied in one place and removable when fixed upstream."""
+"""Work-arounds for known Keras 3 bugs and API differences, each applied in one place and removable when
+fixed upstream or when the oldest supported Keras no longer needs it.
+
+The trainer runs on the Keras that its TensorFlow came with: the lock's (TF 2.21 / Keras 3.15), Vertex AI's
+newest prebuilt training images (TF 2.17.1 with Keras 3.4.1 in the image, or whatever newer Keras 3 pip
+resolves there), and the TPU image (TF 2.20). Version checks live here and nowhere else.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import io
+import re
 import types
+
+
+def keras_version() -> tuple[int, int, int]:
+    """The installed Keras as (major, minor, patch); pre-release and local suffixes are ignored."""
+    import keras
+
+    return parse_version(keras.__version__)
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    found = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", text.strip())
+    if not found:
+        raise ValueError(f"not a version: {text!r}")
+    major, minor, patch = (int(part or 0) for part in found.groups())
+    return major, minor, patch
+
+
+def write_export_archive(archive, path: str) -> None:
+    """``archive.write_out(path)`` without Keras's endpoint listing on stdout.
+
+    ``write_out(verbose=...)`` arrived in Keras 3.6; Keras 3.4.1 (TF 2.17 prebuilt images) rejects the
+    argument ("unexpected keyword argument 'verbose'") and always prints, so silence its stdout instead.
+    Can go when the oldest supported Keras is >= 3.6.
+    """
+    if "verbose" in inspect.signature(archive.write_out).parameters:
+        archive.write_out(path, verbose=False)
+        return
+    with contextlib.redirect_stdout(io.StringIO()):
+        archive.write_out(path)
+
+
+def track_nested_lookup_tables(archive, layer) -> None:
+    """Make ``archive`` save the lookup tables of sub-layers that ``layer`` holds in dicts or lists.
+
+    ExportArchive finds the tables to save by walking TensorFlow's checkpoint graph from each tracked
+    object. Before Keras 3.14 that walk cannot see into the dicts and lists Keras tracks on a layer (they
+    are only expanded for SavedModel traversal), so a ``StringLookup`` kept in ``self.lookups = {...}`` is
+    missed and ``write_out`` fails with "Tried to export a function which references an 'untracked'
+    resource" (keras-team/keras#21078, fixed by #22172 in 3.14). Track every sub-layer that owns such a
+    resource directly: the walk from the sub-layer itself finds its table (Keras 3.4-3.5 only collect
+    Integer/StringLookup and TextVectorization layers this way, which is all the tasks use). Can go when the
+    oldest supported Keras is >= 3.14.
+    """
+    if keras_version() >= (3, 14):
+        return
+    import tensorflow as tf
+
+    resource_type = tf.saved_model.experimental.TrackableResource
+    # Keras's own layer tracker does see into dicts and lists (private, but present in every Keras 3).
+    for sublayer in layer._flatten_layers(include_self=False, recursive=True):
+        owned = tf.train.TrackableView(sublayer).descendants()
+        if any(isinstance(obj, resource_type) for obj in owned):
+            archive.track(sublayer)
 
 
 def fix_distributed_symbolic_build(model) -> None:

@@ -16,14 +16,18 @@ def export_saved_model(model, data, task, export_format: str, path: str) -> None
     """
     import keras
 
+    from trainer.compat import track_nested_lookup_tables, write_export_archive
+
     if export_format not in task.export_formats:
         raise ValueError(f"--export-format {export_format} is not supported by --model {task.name}")
     fn, signature = task.serving_fn(model, data, export_format)
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.track(data.preprocessor)
+    for tracked in (model, data.preprocessor):
+        track_nested_lookup_tables(archive, tracked)
     archive.add_endpoint("serving_default", fn, input_signature=signature)
-    archive.write_out(path, verbose=False)
+    write_export_archive(archive, path)
     log.info("exported a SavedModel (%s serving signature) to %s", export_format, path)
 
 
