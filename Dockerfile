@@ -1,0 +1,78 @@
+# The trainer image that Vertex AI runs as a custom container: containerSpec.args are trainer.task's flags.
+#
+#   docker build --target cpu -t IMAGE .     # also: gpu (CUDA wheels), tpu (tensorflow-tpu + libtpu)
+#   docker run --rm IMAGE --model wide_deep --train-files gs://... --eval-files gs://... --job-dir gs://...
+#
+# Every Python package is pinned with its hashes in docker/requirements-<target>.txt, generated from
+# Pipfile.lock by scripts/image_requirements.py, so the image trains on the stack that local runs use. Pip
+# downloads only those wheels (plus the one pinned sdist); nothing else is fetched while building. Data is
+# not in the image: jobs read gs://.
+
+# A fixed Python patch release and Debian release rather than the moving `3.11-slim`; 3.11 is the lock's
+# Python and 3.11.15 / glibc 2.41 are what scripts/image_requirements.py evaluates markers and wheel tags
+# for. Pin the digest too (python:3.11.15-slim-trixie@sha256:...) where a registry can be reached: it
+# cannot be resolved on the machines this file was written on.
+FROM python:3.11.15-slim-trixie AS base
+
+# No .pyc written at run time (the code is read-only to the trainer user) and logs reach Cloud Logging
+# unbuffered. pip: no self-update check (a network call) and no warning about installing as root, which is
+# deliberate here (system site-packages, before USER). PYTHONPATH: `python -m trainer.task` finds
+# /app/trainer whatever working directory a job sets.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PYTHONPATH=/app
+
+WORKDIR /app
+
+# The trainer runs as this numeric, unprivileged user. --no-log-init keeps a high UID from growing
+# /var/log/faillog into a huge sparse file.
+# The lock's setuptools is installed before the variant's requirements: cloudml-hypertune is an sdist, built
+# with --no-build-isolation so pip does not download an unpinned setuptools to build it.
+COPY docker/requirements-build.txt /tmp/requirements-build.txt
+RUN groupadd --gid 10001 trainer \
+    && useradd --uid 10001 --gid 10001 --no-log-init --create-home --shell /usr/sbin/nologin trainer \
+    && pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation \
+        -r /tmp/requirements-build.txt \
+    && rm /tmp/requirements-build.txt
+
+# Vertex AI passes containerSpec.args to this entry point (exec form: the trainer is PID 1 and gets SIGTERM
+# on preemption, which it turns into a resumable stop).
+ENTRYPOINT ["python", "-m", "trainer.task"]
+
+
+# --- cpu: tensorflow as locked (the same wheel as local runs) ---------------------------------------------
+FROM base AS cpu
+COPY docker/requirements-cpu.txt /tmp/requirements-cpu.txt
+RUN pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation -r /tmp/requirements-cpu.txt \
+    && pip check \
+    && rm /tmp/requirements-cpu.txt
+COPY trainer/ /app/trainer/
+USER 10001:10001
+
+
+# --- gpu: the same tensorflow plus its and-cuda wheels (CUDA, cuDNN, NCCL as nvidia-* packages) -----------
+FROM base AS gpu
+# Where the NVIDIA runtime on Vertex AI / GKE mounts the host's driver (libcuda) and nvidia-smi; the
+# nvidia/cuda images set the same, python:slim does not.
+ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib \
+    PATH=/usr/local/nvidia/bin:$PATH \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+COPY docker/requirements-gpu.txt /tmp/requirements-gpu.txt
+RUN pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation -r /tmp/requirements-gpu.txt \
+    && pip check \
+    && rm /tmp/requirements-gpu.txt
+COPY trainer/ /app/trainer/
+USER 10001:10001
+
+
+# --- tpu: tensorflow-tpu (no 2.21 exists) with the libtpu it requires ------------------------------------
+FROM base AS tpu
+COPY docker/requirements-tpu.txt /tmp/requirements-tpu.txt
+RUN pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation -r /tmp/requirements-tpu.txt \
+    && pip check \
+    && rm /tmp/requirements-tpu.txt
+COPY trainer/ /app/trainer/
+USER 10001:10001
