@@ -119,6 +119,19 @@ def load_outputs(env: str, outputs_file: Path | None, file: str) -> dict[str, st
         raise JobError(file, "--env", " ".join(str(exc).split()) or type(exc).__name__) from None
 
 
+def trainer_image_hash(repo_root: Path, needed: bool) -> str:
+    """The build context's hash, or "" when it cannot be read and the definition does not need it."""
+    from jobs.errors import JobError
+    from jobs.image import ImageError, image_hash
+
+    try:
+        return image_hash(repo_root)
+    except ImageError as exc:
+        if needed:
+            raise JobError(exc.file, exc.field, exc.problem, exc.allowed) from None
+        return ""
+
+
 def prepare(
     args: argparse.Namespace,
     *,
@@ -126,6 +139,7 @@ def prepare(
     repo_root: Path,
     outputs: Mapping[str, str],
     code_hash: str | None = None,
+    image_hash: str | None = None,
 ):
     """JOB_FILE + flags + the environment's outputs -> a validated CompiledJob (reads files, nothing else)."""
     from jobs.compile import Context, JobFlags, compile_job
@@ -145,12 +159,15 @@ def prepare(
         value = getattr(args, name)
         if value is not None and value < 1:
             raise JobError(file, "--" + name.replace("_", "-"), f"{value}", "an integer >= 1")
+    if image_hash is None:
+        image_hash = trainer_image_hash(repo_root, needed="${job.image_tag}" in json.dumps(document.data))
     context = Context(
         env=args.env,
         outputs=outputs,
         code_hash=code_hash or hash_code(repo_root),
         now=now,
         sdist_name=sdist_filename(repo_root),
+        image_hash=image_hash,
         flags=JobFlags(
             display_name=args.display_name,
             max_trial_count=args.max_trial_count,
@@ -198,6 +215,7 @@ def main(
     repo_root: Path = REPO_ROOT,
     outputs: Mapping[str, str] | None = None,
     code_hash: str | None = None,
+    image_hash: str | None = None,
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
@@ -218,21 +236,31 @@ def main(
             repo_root=repo_root,
             outputs=outputs,
             code_hash=code_hash,
+            image_hash=image_hash,
         )
-        from jobs.plan import build_plan
-
-        plan = build_plan(job, wait=not args.no_wait)
-        if args.dry_run:
-            print(json.dumps(job.request(), indent=2), file=out)
-            print("plan (not executed):\n  " + "\n  ".join(plan.describe()), file=err)
-            return 0
         if args.local:
             return _run_local(job, args, outputs, repo_root, out)
+        from jobs.builds import job_builds
+        from jobs.plan import build_plan
+
+        plan = build_plan(job, wait=not args.no_wait, builds=job_builds(job, outputs, job.image_hash))
+        if args.dry_run:
+            print(json.dumps(job.request(), indent=2), file=out)
+            print_plan(plan, err)
+            return 0
         check_deployed(job, args.env)
         return _submit(plan, factory, repo_root, out, err)
     except JobError as exc:
         print(str(exc), file=err)
         return EXIT_BAD_INPUT
+
+
+def print_plan(plan, err: TextIO) -> None:
+    """The steps, then each build request in full: the job request alone is on stdout, pipeable as is."""
+    print("plan (not executed):\n  " + "\n  ".join(plan.describe()), file=err)
+    for build in plan.builds:
+        print(f"build request for {build.image} (sent only if that tag is missing):", file=err)
+        print(json.dumps(build.request, indent=2), file=err)
 
 
 def _run_local(job, args, outputs, repo_root: Path, out: TextIO) -> int:
@@ -260,10 +288,13 @@ def _clients(factory, project: str, region: str):
 
 
 def _submit(plan, factory, repo_root: Path, out: TextIO, err: TextIO) -> int:
+    from jobs.errors import JobError
     from jobs.plan import FollowInterrupted, FollowJob
 
     try:
         ex = plan.execute(_clients(factory, plan.job.project, plan.job.region), repo_root, out)
+    except JobError:
+        raise  # bad input found at the cloud (an image tag that does not resolve): one line, exit 2
     except FollowInterrupted as stop:
         if stop.cause is not None:
             _cloud_failure(stop.cause, err)

@@ -1,8 +1,9 @@
-"""The cloud boundary: every Vertex AI and Cloud Storage call goes through the objects made here.
+"""The cloud boundary: every Vertex AI, Cloud Build, Artifact Registry and Cloud Storage call goes through the
+objects made here.
 
-``default_factory`` is the one place that builds SDK clients; tests pass their own factory (a JobServiceClient
-pointed at a fake REST server with anonymous credentials, and a local directory standing in for gs://).
-Jobs cross this boundary as the REST JSON (camelCase dicts), the same form --dry-run prints.
+``default_factory`` is the one place that builds SDK clients; tests pass their own factory (the generated
+clients pointed at a fake REST server with anonymous credentials, and a local directory standing in for
+gs://). Jobs and builds cross this boundary as REST JSON (camelCase dicts), the same form --dry-run prints.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from jobs.compile import CUSTOM_JOB, TUNING_JOB
 
@@ -26,6 +28,9 @@ TERMINAL_STATES = frozenset(
     }
 )
 SUCCESS_STATE = "JOB_STATE_SUCCEEDED"
+# Cloud Build statuses (Build.Status) after which a build changes no more.
+BUILD_TERMINAL = frozenset({"SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED"})
+BUILD_LIVE = ("PENDING", "QUEUED", "WORKING")
 
 
 def split_gs(uri: str) -> tuple[str, str]:
@@ -107,9 +112,7 @@ class VertexJobs:
 
     @staticmethod
     def _to_json(message: Any) -> dict[str, Any]:
-        from google.protobuf import json_format
-
-        return json_format.MessageToDict(type(message).pb(message))
+        return _message_json(message)
 
     def create(self, kind: str, parent: str, body: dict[str, Any]) -> dict[str, Any]:
         field, create, _, _ = self._METHODS[kind]
@@ -136,10 +139,73 @@ class VertexJobs:
         return max(live, key=lambda j: j.get("createTime", ""), default=None)
 
 
+def _message_json(message: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(type(message).pb(message))
+
+
+def tag_resource_name(image: str) -> str:
+    """``<region>-docker.pkg.dev/<project>/<repo>/<image>:<tag>`` -> the Artifact Registry tag resource."""
+    host, _, path = image.partition("/")
+    name, _, tag = path.rpartition(":")
+    parts = name.split("/")
+    if not host.endswith("-docker.pkg.dev") or len(parts) < 3 or not tag or "@" in path:
+        raise ValueError(f"not an Artifact Registry image with a tag: {image!r}")
+    location = host.removesuffix("-docker.pkg.dev")
+    package = quote("/".join(parts[2:]), safe="")  # nested image paths are one package, %2F-encoded
+    return f"projects/{parts[0]}/locations/{location}/repositories/{parts[1]}/packages/{package}/tags/{tag}"
+
+
+class ImageRegistry:
+    """Which image tags exist, through the generated ArtifactRegistryClient."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def has_tag(self, image: str) -> bool:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self.client.get_tag(name=tag_resource_name(image))
+        except NotFound:
+            return False
+        return True
+
+
+class CloudBuilds:
+    """Create, find and read Cloud Build builds through the generated CloudBuildClient, in REST JSON form."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def create(self, request: dict[str, Any]) -> dict[str, Any]:
+        from google.cloud.devtools import cloudbuild_v1
+
+        message = cloudbuild_v1.CreateBuildRequest.from_json(json.dumps(request))
+        operation = self.client.create_build(request=message)
+        # The long-running operation carries the queued build in its metadata; the build is then followed
+        # by id (get_build), like `gcloud builds submit` does.
+        return _message_json(operation.metadata.build)
+
+    def get(self, name: str) -> dict[str, Any]:
+        return _message_json(self.client.get_build(name=name))
+
+    def find_live(self, parent: str, tag: str) -> dict[str, Any] | None:
+        """The newest live build tagged ``tag``: a retried submit follows it instead of starting another."""
+        status = " OR ".join(f'status="{s}"' for s in BUILD_LIVE)
+        pager = self.client.list_builds(request={"parent": parent, "filter": f'tags="{tag}" AND ({status})'})
+        live = [_message_json(b) for b in pager]
+        live = [b for b in live if tag in b.get("tags", []) and b.get("status") in BUILD_LIVE]
+        return max(live, key=lambda b: b.get("createTime", ""), default=None)
+
+
 @dataclass
 class Clients:
     jobs: VertexJobs
     storage: Storage
+    images: ImageRegistry | None = None
+    builds: CloudBuilds | None = None
 
 
 ClientFactory = Callable[[str, str], Clients]
@@ -148,9 +214,16 @@ ClientFactory = Callable[[str, str], Clients]
 def default_factory(project: str, region: str) -> Clients:
     """Real clients with Application Default Credentials, on the region's Vertex AI endpoint."""
     from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+    from google.cloud.artifactregistry_v1 import ArtifactRegistryClient
+    from google.cloud.devtools.cloudbuild_v1 import CloudBuildClient
 
     client = JobServiceClient(client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
-    return Clients(jobs=VertexJobs(client), storage=GcsStorage(project))
+    return Clients(
+        jobs=VertexJobs(client),
+        storage=GcsStorage(project),
+        images=ImageRegistry(ArtifactRegistryClient()),
+        builds=CloudBuilds(CloudBuildClient()),
+    )
 
 
 def job_id_of(resource_name: str) -> str:
@@ -165,6 +238,19 @@ def console_url(resource_name: str) -> str:
         f"https://console.cloud.google.com/agent-platform/locations/{region}/training/{parts[-1]}"
         f"?project={project}"
     )
+
+
+def build_console_url(build: dict[str, Any]) -> str:
+    """The build's log page: the URL Cloud Build reports, else the console page built from its name."""
+    if build.get("logUrl"):
+        return str(build["logUrl"])
+    parts = str(build.get("name", "")).split("/")
+    if len(parts) == 6:
+        return (
+            f"https://console.cloud.google.com/cloud-build/builds;region={parts[3]}/{parts[5]}"
+            f"?project={parts[1]}"
+        )
+    return "https://console.cloud.google.com/cloud-build/builds"
 
 
 def tensorboard_url(tensorboard: str, resource_name: str) -> str:

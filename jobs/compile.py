@@ -54,6 +54,8 @@ class Context:
     code_hash: str
     now: datetime
     sdist_name: str = "trainer-0.1.0.tar.gz"
+    # Content hash of the trainer image's build context (jobs.image): the tag in ${job.image_tag}.
+    image_hash: str = ""
     flags: JobFlags = field(default_factory=JobFlags)
     overrides: tuple[str, ...] = ()
 
@@ -70,6 +72,7 @@ class CompiledJob:
     submission_hash: str
     package_uri: str
     document: Document
+    image_hash: str = ""  # this checkout's trainer image hash (Context.image_hash)
     # The body path of a field minus this prefix is its path in the file (gcloud CustomJobSpec files have no
     # jobSpec level of their own).
     prefix: str = ""
@@ -121,6 +124,7 @@ def submission_hash(body: Mapping[str, Any], context: Context, parent: str) -> s
     material = {
         "body": body,
         "code": context.code_hash,
+        "image": context.image_hash,
         "overrides": list(context.overrides),
         "parent": parent,
     }
@@ -163,6 +167,8 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
         "package_uri": package_uri,
         "region": region,
     }
+    if context.image_hash:
+        job_values["image_tag"] = context.image_hash
 
     def to_file_path(p: str) -> str:
         return p[len(prefix) :] if prefix and p.startswith(prefix) else p
@@ -183,6 +189,7 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
         submission_hash=digest,
         package_uri=package_uri,
         document=document,
+        image_hash=context.image_hash,
         prefix=prefix,
     )
 

@@ -1,8 +1,11 @@
 """Submission as a plan: a list of steps built up front, then either printed (--dry-run) or executed.
 
-Steps: build and upload the trainer sdist unless the staging bucket has it -> look for a live job with this
-submission's hash (a retry must not create a duplicate) -> create the job -> print links -> follow it.
-Each step reads and writes one ``Execution``; nothing here decides *whether* to touch the cloud.
+Steps: look up the job's trainer images in Artifact Registry, and build the missing ones with Cloud Build
+(context tarball to the staging bucket, build, follow) -> build and upload the trainer sdist unless the
+staging bucket has it -> look for a live job with this submission's hash (a retry must not create a
+duplicate) -> create the job -> print links -> follow it. Each step reads and writes one ``Execution``;
+nothing here decides *whether* to touch the cloud. Every image is resolved before anything is built,
+uploaded or submitted.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from jobs import cloud
+from jobs.builds import ImageBuild
 from jobs.compile import SUBMISSION_LABEL, TUNING_JOB, CompiledJob
+from jobs.image import write_context
 from jobs.package import build_sdist
 
 # Seconds between state polls while following; tests set it to 0.
@@ -25,19 +30,115 @@ _sleep = time.sleep  # replaced in tests (e.g. to deliver Ctrl-C while following
 
 @dataclass
 class Execution:
-    job: CompiledJob
+    job: CompiledJob | None  # None when the plan only builds images (scripts/build_image.py)
     clients: cloud.Clients
     out: TextIO
     repo_root: Path
     workdir: Path
     package_path: Path | None = None
     remote: dict[str, Any] | None = None  # the job as the API returned it
+    missing_images: set[str] = field(default_factory=set)  # images ResolveImages found absent
+
+
+class BuildFailed(RuntimeError):
+    """A Cloud Build build ended in another state than SUCCESS; the message carries its log link."""
 
 
 class Step(Protocol):
     def describe(self, job: CompiledJob) -> str: ...
 
     def run(self, ex: Execution) -> None: ...
+
+
+class ResolveImages:
+    """Every image the plan runs either exists or can be built from this checkout; else nothing happens."""
+
+    def __init__(self, builds: list[ImageBuild]) -> None:
+        self.builds = builds
+
+    def describe(self, job: CompiledJob | None) -> str:
+        images = ", ".join(b.image for b in self.builds)
+        return f"look up {images} in Artifact Registry"
+
+    def run(self, ex: Execution) -> None:
+        for build in self.builds:
+            if ex.clients.images.has_tag(build.image):
+                print(f"trainer image: {build.image} (unchanged code, already built)", file=ex.out)
+            elif build.current:
+                ex.missing_images.add(build.image)
+            else:
+                raise build.error(
+                    f"{build.image} is not in Artifact Registry, and this checkout builds tag "
+                    f"{build.variant}-<hash of its build context>, not {build.variant}-{build.image_hash}",
+                    f"${{infra.trainer_image}}:{build.variant}-${{job.image_tag}} (built from this "
+                    "checkout), or a tag that exists",
+                )
+
+
+class BuildImage:
+    def __init__(self, build: ImageBuild) -> None:
+        self.build = build
+
+    def describe(self, job: CompiledJob | None) -> str:
+        b = self.build
+        return (
+            f"if {b.image} is missing: upload the build context to {b.context_uri} (unless present) and "
+            f"build the {b.variant} target with Cloud Build (request below), following it to its end"
+        )
+
+    def run(self, ex: Execution) -> None:
+        b = self.build
+        if b.image not in ex.missing_images:
+            return
+        if ex.clients.storage.exists(b.context_uri):
+            print(f"build context: {b.context_uri} (already uploaded)", file=ex.out)
+        else:
+            tarball = ex.workdir / f"context-{b.image_hash}.tar.gz"
+            files, size, digest = write_context(ex.repo_root, tarball)
+            if digest != b.image_hash:
+                # Uploaded under the tag's hash, it would be built and pushed under a tag it does not match.
+                raise BuildFailed(
+                    f"the build context changed since the plan was made (hash {digest}, tag "
+                    f"{b.variant}-{b.image_hash}); run the command again"
+                )
+            ex.clients.storage.upload(tarball, b.context_uri)
+            print(
+                f"build context: uploaded {b.context_uri} ({files} files, {size / 1024:.0f} KiB)", file=ex.out
+            )
+        build = ex.clients.builds.find_live(b.parent, b.build_tag)
+        if build is not None:
+            print(f"reusing build {build.get('id')} of {b.image} (still {build.get('status')})", file=ex.out)
+        else:
+            build = ex.clients.builds.create(b.request)
+            print(
+                f"building {b.image}: build {build.get('id')}, logs {cloud.build_console_url(build)}",
+                file=ex.out,
+            )
+        build = follow_build(ex.clients.builds, build, ex.out)
+        if build.get("status") != "SUCCESS":
+            detail = build.get("statusDetail") or build.get("failureInfo", {}).get("detail") or "no detail"
+            log = cloud.build_console_url(build)
+            raise BuildFailed(f"building {b.image} ended {build.get('status')}: {detail}; log: {log}")
+        ex.missing_images.discard(b.image)
+        print(f"trainer image: built {b.image}", file=ex.out)
+
+
+def follow_build(builds: cloud.CloudBuilds, build: dict[str, Any], out: TextIO) -> dict[str, Any]:
+    """Poll a build until it ends, printing a line whenever its status changes."""
+    start = time.monotonic()
+    last = None
+    while True:
+        status = build.get("status", "STATUS_UNKNOWN")
+        if status != last:
+            minutes, seconds = divmod(int(time.monotonic() - start), 60)
+            print(
+                f"[{minutes // 60:02d}:{minutes % 60:02d}:{seconds:02d}] build {status}", file=out, flush=True
+            )
+            last = status
+        if status in cloud.BUILD_TERMINAL:
+            return build
+        _sleep(POLL_SECONDS)
+        build = builds.get(build["name"])
 
 
 class StagePackage:
@@ -119,11 +220,16 @@ class FollowJob:
 
 @dataclass
 class Plan:
-    job: CompiledJob
+    job: CompiledJob | None
     steps: list[Step] = field(default_factory=list)
+    builds: list[ImageBuild] = field(default_factory=list)
 
     def describe(self) -> list[str]:
         return [f"{i}. {step.describe(self.job)}" for i, step in enumerate(self.steps, start=1)]
+
+    def build_requests(self) -> list[dict[str, Any]]:
+        """The CreateBuildRequest of each image the plan may build (what --dry-run prints beside the job)."""
+        return [b.request for b in self.builds]
 
     def execute(self, clients: cloud.Clients, repo_root: Path, out: TextIO = sys.stdout) -> Execution:
         with tempfile.TemporaryDirectory(prefix="run-job-") as tmp:
@@ -133,14 +239,25 @@ class Plan:
             return ex
 
 
-def build_plan(job: CompiledJob, *, wait: bool = True) -> Plan:
-    steps: list[Step] = []
+def build_plan(job: CompiledJob, *, wait: bool = True, builds: list[ImageBuild] = ()) -> Plan:
+    steps: list[Step] = image_steps(list(builds))
     if job.installs_repo_trainer():
         steps.append(StagePackage())
     steps += [FindLiveJob(), CreateJob(), ShowLinks()]
     if wait:
         steps.append(FollowJob())
-    return Plan(job, steps)
+    return Plan(job, steps, list(builds))
+
+
+def image_steps(builds: list[ImageBuild]) -> list[Step]:
+    if not builds:
+        return []
+    return [ResolveImages(builds), *(BuildImage(b) for b in builds)]
+
+
+def build_only_plan(builds: list[ImageBuild]) -> Plan:
+    """Build the given trainer images unless present (the deploy workflow's step after the apply)."""
+    return Plan(None, image_steps(builds), builds)
 
 
 def progress_line(kind: str, remote: dict[str, Any], elapsed: float) -> str:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from jobs import machines
+from jobs import image, machines
 from jobs.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
 from jobs.errors import JobError, one_of
 from jobs.loader import join
@@ -55,6 +55,8 @@ def validate(
     if job.kind == TUNING_JOB:
         _check_study(job)
     pools = [(p, pool) for p, pool in job.worker_pools() if _runs_repo_trainer(pool, trainer_image)]
+    for path, pool in pools:
+        _check_image(job, path, pool, trainer_image)
     if pools and trainer is not None:
         try:
             contract = trainer if isinstance(trainer, TrainerContract) else trainer()
@@ -203,7 +205,8 @@ def _check_pool(job: CompiledJob, path: str, index: int, pool: dict[str, Any]) -
                     "${job.package_uri} (the trainer sdist run_job.py uploads)",
                 )
     elif not pool["containerSpec"].get("imageUri"):
-        raise job.error(join(path, "containerSpec.imageUri"), "missing", "${infra.trainer_image}:<tag>")
+        allowed = "${infra.trainer_image}:<variant>-${job.image_tag}"
+        raise job.error(join(path, "containerSpec.imageUri"), "missing", allowed)
     machine = pool.get("machineSpec")
     if not machine:
         raise job.error(join(path, "machineSpec"), "missing", "machineSpec: {machineType: n1-standard-4}")
@@ -383,17 +386,68 @@ def _check_parameter(
         )
 
 
+def _check_image(job: CompiledJob, path: str, pool: dict[str, Any], trainer_image: str) -> None:
+    """The image a pool runs the trainer in must be one the trainer runs on, built for the pool's machine."""
+    wanted = image.variant_for_machine(pool.get("machineSpec") or {})
+    machine = (pool.get("machineSpec") or {}).get("acceleratorType") or "no accelerator"
+    if "pythonPackageSpec" in pool:
+        where = join(path, "pythonPackageSpec.executorImageUri")
+        uri = str(pool["pythonPackageSpec"].get("executorImageUri", ""))
+        prebuilt = image.parse_prebuilt(uri)
+        runnable = (
+            f"{one_of(image.RUNNABLE_PREBUILT)} (TensorFlow >= "
+            f"{'.'.join(map(str, image.PREBUILT_TF_FLOOR))} with Keras 3), or trainer.delivery: container "
+            "with ${infra.trainer_image}"
+        )
+        if prebuilt is None or prebuilt.framework != "tf":
+            raise job.error(where, f"{uri!r} is not a prebuilt TensorFlow training image", runnable)
+        if prebuilt.version < image.PREBUILT_TF_FLOOR:
+            keras = " (Keras 2)" if prebuilt.version < (2, 16) else ""
+            raise job.error(
+                where,
+                f"the trainer cannot run on TensorFlow {prebuilt.version[0]}.{prebuilt.version[1]}{keras}",
+                runnable,
+            )
+        if prebuilt.variant != wanted:
+            fitting = [u for u in image.RUNNABLE_PREBUILT if f"/tf-{wanted}." in u]
+            raise job.error(
+                where,
+                f"a tf-{prebuilt.variant} image on a machine with {machine}",
+                one_of(fitting)
+                if fitting
+                else f"${{infra.trainer_image}}:{wanted}-${{job.image_tag}} "
+                f"(no prebuilt {wanted} image runs the trainer)",
+            )
+        return
+    where = join(path, "containerSpec.imageUri")
+    uri = str(pool["containerSpec"].get("imageUri", ""))
+    name, tag = image.split_image(uri)
+    if name != trainer_image:
+        return  # a `python -m trainer...` command in another image: that image is the user's business
+    found = image.TAG.fullmatch(tag)
+    if not found:
+        raise job.error(
+            where,
+            f"the trainer image tag {tag or '(none)'!r} cannot be resolved to a build",
+            f"${{infra.trainer_image}}:{wanted}-${{job.image_tag}} (built from this checkout), or "
+            f"{wanted}-<hash> of an earlier build",
+        )
+    if found.group(1) != wanted:
+        raise job.error(
+            where,
+            f"the {found.group(1)} trainer image on a machine with {machine}",
+            f"the {wanted} image: ${{infra.trainer_image}}:{wanted}-${{job.image_tag}}",
+        )
+
+
 def _runs_repo_trainer(pool: dict[str, Any], trainer_image: str) -> bool:
     package = pool.get("pythonPackageSpec")
     if package is not None:
         return package.get("pythonModule") == TRAINER_MODULE
     container = pool.get("containerSpec") or {}
-    image = container.get("imageUri", "")
     command = " ".join(container.get("command") or [])
-    return (
-        bool(trainer_image and image.split("@")[0].rsplit(":", 1)[0] == trainer_image)
-        or TRAINER_MODULE in command
-    )
+    uri = container.get("imageUri", "")
+    return bool(trainer_image and image.split_image(uri)[0] == trainer_image) or TRAINER_MODULE in command
 
 
 def _args_of(pool: dict[str, Any]) -> tuple[str, list]:

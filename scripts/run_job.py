@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Validate, package, submit and follow a Vertex AI training or tuning job defined in jobs/*.yaml.
+"""Validate, build, submit and follow a Vertex AI training or tuning job defined in jobs/*.yaml.
 
 Usage (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py jobs/census_cpu.yaml --dry-run         # print the exact request; no cloud, no TF
   python scripts/run_job.py jobs/census_tuning.yaml --local        # run the study on this machine
-  python scripts/run_job.py jobs/census_cpu.yaml --env dev         # build + upload trainer, submit, follow
+  python scripts/run_job.py jobs/census_cpu.yaml --env dev         # build image if missing, submit, follow
   python scripts/run_job.py jobs/census_tuning.yaml --set maxTrialCount=20 --set parallelTrialCount=4
   python scripts/run_job.py jobs/census_cpu.yaml --no-wait         # submit and return
   python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID
@@ -12,8 +12,11 @@ Usage (from the repo root, inside the Pipenv environment):
 A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
 with a thin header (`kind`, `trainer.delivery`) and references: ${infra.<output>} from the environment's infra
 outputs (deployed .infra-outputs/<env>.json, else planned from infra/environments/<env>.yaml) and ${job.id},
-${job.package_uri}, ... filled in per submission. Plain gcloud config files work too (--display-name,
---max-trial-count, --parallel-trial-count, --region supply what gcloud takes as flags).
+${job.image_tag} (the trainer image's content hash), ${job.package_uri}, ... filled in per submission. A job
+on the trainer image (${infra.trainer_image}:<cpu|gpu|tpu>-${job.image_tag}) gets it built by Cloud Build
+when Artifact Registry lacks the tag; a job on a prebuilt image gets the trainer sdist uploaded by its hash.
+Plain gcloud config files work too (--display-name, --max-trial-count, --parallel-trial-count, --region supply
+what gcloud takes as flags).
 
 Submitting is idempotent: each submission is labelled submission_hash=<hash of definition, code, overrides>
 and a live job with the same label is followed instead of creating a duplicate. Bad input prints one line

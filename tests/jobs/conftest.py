@@ -19,6 +19,7 @@ JOBS_DIR = REPO_ROOT / "jobs"
 SHIPPED = sorted(JOBS_DIR.glob("*.yaml"))
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 CODE_HASH = "0123456789abcdef"
+IMAGE_HASH = "fedcba9876543210"
 OUTPUTS = {
     "project": "demo-project",
     "project_number": "123456789012",
@@ -31,6 +32,7 @@ OUTPUTS = {
     "tensorboard": "projects/demo-project/locations/us-central1/tensorboards/1234567890",
     "artifact_registry": "us-central1-docker.pkg.dev/demo-project/ml",
     "trainer_image": "us-central1-docker.pkg.dev/demo-project/ml/trainer",
+    "builder_service_account": "image-builder@demo-project.iam.gserviceaccount.com",
 }
 PLANNED_OUTPUTS = {
     **OUTPUTS,
@@ -38,7 +40,16 @@ PLANNED_OUTPUTS = {
 }
 
 
-def run_cli(argv, *, outputs=None, factory=None, now=NOW, code_hash=CODE_HASH):
+def run_cli(
+    argv,
+    *,
+    outputs=None,
+    factory=None,
+    now=NOW,
+    code_hash=CODE_HASH,
+    image_hash=IMAGE_HASH,
+    repo_root=REPO_ROOT,
+):
     """Run run_job.py's main in-process: (exit status, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     try:
@@ -48,6 +59,8 @@ def run_cli(argv, *, outputs=None, factory=None, now=NOW, code_hash=CODE_HASH):
             factory=factory,
             now=now,
             code_hash=code_hash,
+            image_hash=image_hash,
+            repo_root=repo_root,
             out=out,
             err=err,
         )
@@ -79,11 +92,11 @@ def subprocess_env():
     return dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
 
 
-def run_script(args, env, cwd=REPO_ROOT, timeout=60):
+def run_script(args, env, cwd=REPO_ROOT, timeout=60, script="run_job.py"):
     import subprocess
 
     return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "run_job.py"), *map(str, args)],
+        [sys.executable, str(REPO_ROOT / "scripts" / script), *map(str, args)],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -1,5 +1,7 @@
-"""A fake Vertex AI JobService REST endpoint on 127.0.0.1, for the real JobServiceClient (REST transport,
-anonymous credentials) to talk to. It records every request and plays a scripted sequence of job states."""
+"""A fake Google Cloud REST endpoint on 127.0.0.1: Vertex AI's JobService, Cloud Build's builds and Artifact
+Registry's tags, for the real generated clients (REST transport, anonymous credentials) to talk to. It records
+every request and plays scripted sequences of job and build states; a successful build creates its image tags
+the way Cloud Build's push does."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from jobs.cloud import Clients, LocalDirStorage, VertexJobs
+from jobs.cloud import Clients, CloudBuilds, ImageRegistry, LocalDirStorage, VertexJobs, tag_resource_name
+from jobs.image import VARIANTS
+from tests.jobs.conftest import IMAGE_HASH, OUTPUTS
 
 COLLECTIONS = ("customJobs", "hyperparameterTuningJobs")
+BUILD_OPERATION = "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata"
 
 
 @dataclass
@@ -34,13 +39,32 @@ class FakeVertex:
     jobs: dict[str, dict] = field(default_factory=dict)
     polls: dict[str, int] = field(default_factory=dict)
     next_id: int = 1000
+    # Artifact Registry tag resource names that exist: by default the trainer images of the tests' fixed image
+    # hash, so a job on them submits without a build (tests of builds start from an empty registry).
+    tags: set[str] = field(
+        default_factory=lambda: {
+            tag_resource_name(f"{OUTPUTS['trainer_image']}:{v}-{IMAGE_HASH}") for v in VARIANTS
+        }
+    )
+    # Statuses a build reports on successive GETs after creation; the last one sticks.
+    build_states: list[str] = field(default_factory=lambda: ["QUEUED", "WORKING", "SUCCESS"])
+    build_detail: str = ""
+    builds: dict[str, dict] = field(default_factory=dict)
 
     def created(self) -> list[Request]:
-        return [r for r in self.requests if r.method == "POST"]
+        return [r for r in self.requests if r.method == "POST" and not r.path.endswith("/builds")]
+
+    def created_builds(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "POST" and r.path.endswith("/builds")]
+
+    def add_image(self, image: str) -> None:
+        self.tags.add(tag_resource_name(image))
 
     def handle(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
         self.requests.append(Request(method, path, query, body))
         path = path.removeprefix("/v1/")
+        if "/tags/" in path or path.endswith("/builds") or "/builds/" in path:
+            return self._registry_or_build(method, path, query, body)
         collection = next((c for c in COLLECTIONS if path.endswith("/" + c)), None)
         if method == "POST" and collection:
             name = f"{path}/{self.next_id}"
@@ -70,7 +94,55 @@ class FakeVertex:
             if job["state"] == "JOB_STATE_FAILED":
                 job["error"] = {"code": 3, "message": self.error_message}
             return 200, job
-        return 404, {"error": {"code": 404, "message": f"no such resource {path}", "status": "NOT_FOUND"}}
+        return _not_found(path)
+
+    def _registry_or_build(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
+        if "/tags/" in path:
+            return (200, {"name": path}) if method == "GET" and path in self.tags else _not_found(path)
+        if method == "POST":
+            build_id = f"build-{len(self.builds) + 1}"
+            name = f"{path}/{build_id}"
+            project = path.split("/")[1]
+            build = {
+                **body,
+                "id": build_id,
+                "name": name,
+                "projectId": project,
+                "status": self.build_states[0],
+                "createTime": f"2026-01-02T03:05:{len(self.builds):02d}Z",
+                "logUrl": f"https://console.cloud.google.com/cloud-build/builds/{build_id}?project={project}",
+            }
+            self.builds[name] = build
+            self.polls[name] = 0
+            return 200, {
+                "name": f"operations/build/{project}/{build_id}",
+                "metadata": {"@type": BUILD_OPERATION, "build": build},
+            }
+        if path.endswith("/builds"):
+            wanted = re.search(r'tags="([^"]+)"', query.get("filter", [""])[0])
+            found = [
+                b
+                for n, b in self.builds.items()
+                if n.startswith(path + "/")
+                and (not wanted or wanted.group(1) in b.get("tags", []))
+                and b["status"] in ("PENDING", "QUEUED", "WORKING")
+            ]
+            return 200, {"builds": found}
+        if path not in self.builds:
+            return _not_found(path)
+        self.polls[path] += 1
+        build = self.builds[path]
+        build["status"] = self.build_states[min(self.polls[path], len(self.build_states) - 1)]
+        if build["status"] == "SUCCESS":
+            for image in build.get("images", []):
+                self.add_image(image)
+        elif build["status"] == "FAILURE":
+            build["statusDetail"] = self.build_detail
+        return 200, build
+
+
+def _not_found(path: str) -> tuple[int, dict]:
+    return 404, {"error": {"code": 404, "message": f"no such resource {path}", "status": "NOT_FOUND"}}
 
 
 def send_json(handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
@@ -128,14 +200,21 @@ class FakeVertexServer:
         def make(project: str, region: str) -> Clients:
             from google.auth.credentials import AnonymousCredentials
             from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+            from google.cloud.artifactregistry_v1 import ArtifactRegistryClient
+            from google.cloud.devtools.cloudbuild_v1 import CloudBuildClient
 
             calls.append((project, region))
-            client = JobServiceClient(
-                credentials=AnonymousCredentials(),
-                transport="rest",
-                client_options={"api_endpoint": self.endpoint},
+            options = {
+                "credentials": AnonymousCredentials(),
+                "transport": "rest",
+                "client_options": {"api_endpoint": self.endpoint},
+            }
+            return Clients(
+                jobs=VertexJobs(JobServiceClient(**options)),
+                storage=LocalDirStorage(storage_root),
+                images=ImageRegistry(ArtifactRegistryClient(**options)),
+                builds=CloudBuilds(CloudBuildClient(**options)),
             )
-            return Clients(jobs=VertexJobs(client), storage=LocalDirStorage(storage_root))
 
         make.calls = calls
         return make

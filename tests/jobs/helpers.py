@@ -9,9 +9,24 @@ from jobs.compile import Context, JobFlags, compile_job
 from jobs.loader import load_text
 from jobs.trainer_contract import load_trainer_contract
 from jobs.validate import validate
-from tests.jobs.conftest import CODE_HASH, NOW, OUTPUTS
+from tests.jobs.conftest import CODE_HASH, IMAGE_HASH, NOW, OUTPUTS
 
 DELETE = object()
+PREBUILT_CPU = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
+PREBUILT_GPU = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
+
+
+def on_trainer_image(variant: str, pool: str = "jobSpec.workerPoolSpecs.0") -> dict:
+    """Mutations that move CUSTOM's pool from the prebuilt image to the trainer image of ``variant``."""
+    return {
+        "trainer": {"delivery": "container"},
+        f"{pool}.pythonPackageSpec": DELETE,
+        f"{pool}.containerSpec": {
+            "imageUri": "${infra.trainer_image}:" + variant + "-${job.image_tag}",
+            "args": ["--train-files=${infra.data_bucket}/a.csv", "--eval-files=${infra.data_bucket}/b.csv"],
+        },
+    }
+
 
 CUSTOM = textwrap.dedent("""\
     kind: CustomJob
@@ -97,6 +112,7 @@ def compile_text(
         env="dev",
         outputs=outputs or OUTPUTS,
         code_hash=CODE_HASH,
+        image_hash=IMAGE_HASH,
         now=now,
         flags=flags or JobFlags(),
         overrides=tuple(overrides),

@@ -13,7 +13,7 @@ from jobs.compile import JobFlags, job_name
 from jobs.errors import JobError
 from jobs.loader import load_text
 from jobs.overrides import Override, apply_overrides
-from tests.jobs.conftest import NOW, OUTPUTS
+from tests.jobs.conftest import IMAGE_HASH, NOW, OUTPUTS
 from tests.jobs.helpers import CUSTOM, TUNING, check, compile_text
 
 # ---- strict YAML -------------------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ GCLOUD_CUSTOM = textwrap.dedent("""\
       - machineSpec: {machineType: n1-standard-4}
         replicaCount: 1
         containerSpec:
-          imageUri: ${infra.trainer_image}:latest
+          imageUri: ${infra.trainer_image}:cpu-${job.image_tag}
           args: [--train-files=gs://d/a.csv, --eval-files=gs://d/b.csv]
     """)
 
@@ -201,7 +201,7 @@ def test_gcloud_custom_job_spec_file():
     assert job.body["displayName"] == "nightly"
     assert (
         job.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"]
-        == "us-central1-docker.pkg.dev/demo-project/ml/trainer:latest"
+        == f"us-central1-docker.pkg.dev/demo-project/ml/trainer:cpu-{IMAGE_HASH}"
     )
     # Errors use the file's own paths (no jobSpec level in a gcloud file).
     with pytest.raises(JobError) as caught:
@@ -302,12 +302,12 @@ def test_set_on_the_multiworker_chief_changes_its_workers(cli):
             JOBS_DIR / "census_multiworker.yaml",
             "--dry-run",
             "--set",
-            "jobSpec.workerPoolSpecs.0.pythonPackageSpec.args.3=--num-epochs=2",
+            "jobSpec.workerPoolSpecs.0.containerSpec.args.3=--num-epochs=2",
         ]
     )
     assert rc == 0, err
     pools = json.loads(out)["customJob"]["jobSpec"]["workerPoolSpecs"]
-    assert [p["pythonPackageSpec"]["args"][3] for p in pools] == ["--num-epochs=2", "--num-epochs=2"]
+    assert [p["containerSpec"]["args"][3] for p in pools] == ["--num-epochs=2", "--num-epochs=2"]
 
 
 @pytest.mark.parametrize(

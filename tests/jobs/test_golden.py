@@ -1,7 +1,9 @@
-"""Golden files: the exact --dry-run output of every shipped definition (fixed clock, code hash and outputs).
+"""Golden files: the exact --dry-run output of every shipped definition (fixed clock, code and image hashes
+and outputs): the job request (stdout, <name>.json) and the plan with its build requests (stderr,
+<name>.plan.txt).
 
-A change to a definition or to the compiler shows up as a reviewable diff of the request Vertex AI receives.
-Regenerate after an intended change: UPDATE_GOLDEN=1 pytest tests/jobs/test_golden.py
+A change to a definition or to the compiler shows up as a reviewable diff of the requests Vertex AI and Cloud
+Build receive. Regenerate after an intended change: UPDATE_GOLDEN=1 pytest tests/jobs/test_golden.py
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import os
 
 import pytest
 
-from tests.jobs.conftest import REPO_ROOT, SHIPPED, run_cli
+from jobs.image import RUNNABLE_PREBUILT, variant_for_machine
+from tests.jobs.conftest import IMAGE_HASH, OUTPUTS, REPO_ROOT, SHIPPED, run_cli
 
 GOLDEN = REPO_ROOT / "tests" / "jobs" / "golden"
 
@@ -25,6 +28,7 @@ def test_every_issue_definition_is_shipped():
         "census_multiworker",
         "census_gpu",
         "census_tpu",
+        "census_prebuilt",
     } <= names
 
 
@@ -39,6 +43,10 @@ def test_dry_run_matches_golden(path):
     assert golden.is_file(), f"missing {golden}; run UPDATE_GOLDEN=1 pytest {__file__}"
     assert request == json.loads(golden.read_text(encoding="utf-8"))
     assert out == golden.read_text(encoding="utf-8")  # key order too: it is what a reviewer reads
+    plan = GOLDEN / f"{path.stem}.plan.txt"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        plan.write_text(err, encoding="utf-8")
+    assert err == plan.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -57,11 +65,18 @@ def test_shipped_definitions_follow_the_house_rules(path):
     if kind == "hyperparameterTuningJob":
         assert body["maxFailedTrialCount"] >= 1
     for pool in spec["workerPoolSpecs"]:
-        package = pool["pythonPackageSpec"]
-        assert package["pythonModule"] == "trainer.task"
-        assert package["executorImageUri"].startswith("us-docker.pkg.dev/vertex-ai/training/tf-")
-        assert package["packageUris"] == [
-            "gs://demo-project-staging/packages/0123456789abcdef/trainer-0.1.0.tar.gz"
-        ]
-        assert "--train-files=gs://demo-project-data/census/adult.data" in package["args"]
-        assert "--eval-files=gs://demo-project-data/census/adult.test" in package["args"]
+        if path.stem == "census_prebuilt":
+            program = pool["pythonPackageSpec"]
+            assert program["pythonModule"] == "trainer.task"
+            assert program["executorImageUri"] in RUNNABLE_PREBUILT
+            assert program["packageUris"] == [
+                "gs://demo-project-staging/packages/0123456789abcdef/trainer-0.1.0.tar.gz"
+            ]
+        else:
+            # Every other definition runs the trainer image of its hardware, built from this checkout.
+            program = pool["containerSpec"]
+            variant = variant_for_machine(pool["machineSpec"])
+            assert program["imageUri"] == f"{OUTPUTS['trainer_image']}:{variant}-{IMAGE_HASH}"
+            assert "command" not in program  # the image's entrypoint is the trainer
+        assert "--train-files=gs://demo-project-data/census/adult.data" in program["args"]
+        assert "--eval-files=gs://demo-project-data/census/adult.test" in program["args"]

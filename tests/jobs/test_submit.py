@@ -13,10 +13,11 @@ import pytest
 from google.protobuf import json_format
 
 import jobs.plan
-from tests.jobs.conftest import CODE_HASH, JOBS_DIR, OUTPUTS, PLANNED_OUTPUTS, run_cli
+from tests.jobs.conftest import CODE_HASH, IMAGE_HASH, JOBS_DIR, OUTPUTS, PLANNED_OUTPUTS, run_cli
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer, Request
 
-CPU = JOBS_DIR / "census_cpu.yaml"
+# The python-package path (sdist staging); the container path and image builds: tests/jobs/test_images.py.
+CPU = JOBS_DIR / "census_prebuilt.yaml"
 TUNING = JOBS_DIR / "census_tuning.yaml"
 PACKAGE = f"demo-project-staging/packages/{CODE_HASH}/trainer-0.1.0.tar.gz"
 
@@ -311,7 +312,10 @@ def test_gcloud_container_config_submits_without_packaging(vertex, tmp_path, wri
     (post,) = vertex.fake.created()
     assert post.body["displayName"] == "nightly-census"
     pool = post.body["jobSpec"]["workerPoolSpecs"][0]
-    assert pool["containerSpec"]["imageUri"] == "us-central1-docker.pkg.dev/demo-project/ml/trainer:latest"
+    assert (
+        pool["containerSpec"]["imageUri"]
+        == f"us-central1-docker.pkg.dev/demo-project/ml/trainer:cpu-{IMAGE_HASH}"
+    )
     assert "trainer package" not in out and not any(tmp_path.rglob("*.tar.gz"))
 
 

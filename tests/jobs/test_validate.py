@@ -9,7 +9,16 @@ import re
 import pytest
 
 from jobs.errors import JobError
-from tests.jobs.helpers import CUSTOM, DELETE, TUNING, check, set_path
+from tests.jobs.helpers import (
+    CUSTOM,
+    DELETE,
+    PREBUILT_CPU,
+    PREBUILT_GPU,
+    TUNING,
+    check,
+    on_trainer_image,
+    set_path,
+)
 
 POOL = "jobSpec.workerPoolSpecs.0"
 MACHINE = f"{POOL}.machineSpec"
@@ -31,7 +40,8 @@ VALID = [
                 "machineType": "n1-standard-8",
                 "acceleratorType": "NVIDIA_TESLA_T4",
                 "acceleratorCount": 1,
-            }
+            },
+            f"{POOL}.pythonPackageSpec.executorImageUri": PREBUILT_GPU,
         },
     ),
     (
@@ -42,7 +52,8 @@ VALID = [
                 "machineType": "n1-highmem-16",
                 "acceleratorType": "NVIDIA_TESLA_V100",
                 "acceleratorCount": 8,
-            }
+            },
+            f"{POOL}.pythonPackageSpec.executorImageUri": PREBUILT_GPU,
         },
     ),
     (
@@ -53,7 +64,8 @@ VALID = [
                 "machineType": "a2-highgpu-2g",
                 "acceleratorType": "NVIDIA_TESLA_A100",
                 "acceleratorCount": 2,
-            }
+            },
+            f"{POOL}.pythonPackageSpec.executorImageUri": PREBUILT_GPU,
         },
     ),
     (
@@ -64,7 +76,8 @@ VALID = [
                 "machineType": "a2-ultragpu-1g",
                 "acceleratorType": "NVIDIA_A100_80GB",
                 "acceleratorCount": 1,
-            }
+            },
+            f"{POOL}.pythonPackageSpec.executorImageUri": PREBUILT_GPU,
         },
     ),
     (
@@ -75,23 +88,33 @@ VALID = [
                 "machineType": "a3-highgpu-8g",
                 "acceleratorType": "NVIDIA_H100_80GB",
                 "acceleratorCount": 8,
-            }
+            },
+            f"{POOL}.pythonPackageSpec.executorImageUri": PREBUILT_GPU,
         },
     ),
     (
         "l4",
         CUSTOM,
-        {MACHINE: {"machineType": "g2-standard-8", "acceleratorType": "NVIDIA_L4", "acceleratorCount": 1}},
+        {
+            MACHINE: {"machineType": "g2-standard-8", "acceleratorType": "NVIDIA_L4", "acceleratorCount": 1},
+            f"{POOL}.pythonPackageSpec.executorImageUri": PREBUILT_GPU,
+        },
     ),
     (
         "l4x4",
         CUSTOM,
-        {MACHINE: {"machineType": "g2-standard-48", "acceleratorType": "NVIDIA_L4", "acceleratorCount": 4}},
+        {
+            MACHINE: {"machineType": "g2-standard-48", "acceleratorType": "NVIDIA_L4", "acceleratorCount": 4},
+            f"{POOL}.pythonPackageSpec.executorImageUri": PREBUILT_GPU,
+        },
     ),
     (
         "tpu-v2",
         CUSTOM,
-        {MACHINE: {"machineType": "cloud-tpu", "acceleratorType": "TPU_V2", "acceleratorCount": 8}},
+        {
+            MACHINE: {"machineType": "cloud-tpu", "acceleratorType": "TPU_V2", "acceleratorCount": 8},
+            **on_trainer_image("tpu"),
+        },
     ),
     (
         "v5e",
@@ -102,10 +125,15 @@ VALID = [
                 "acceleratorType": "TPU_V5_LITEPOD",
                 "acceleratorCount": 4,
                 "tpuTopology": "2x2",
-            }
+            },
+            **on_trainer_image("tpu"),
         },
     ),
-    ("v5e-1", CUSTOM, {MACHINE: {"machineType": "ct5lp-hightpu-1t", "tpuTopology": "1x1"}}),
+    (
+        "v5e-1",
+        CUSTOM,
+        {MACHINE: {"machineType": "ct5lp-hightpu-1t", "tpuTopology": "1x1"}, **on_trainer_image("tpu")},
+    ),
     ("e2", CUSTOM, {MACHINE: {"machineType": "e2-standard-8"}}),
     ("c2", CUSTOM, {MACHINE: {"machineType": "c2-standard-16"}}),
     (
@@ -117,7 +145,7 @@ VALID = [
                     "machineSpec": {"machineType": "n1-standard-4"},
                     "replicaCount": 1,
                     "pythonPackageSpec": {
-                        "executorImageUri": "x",
+                        "executorImageUri": PREBUILT_CPU,
                         "pythonModule": "trainer.task",
                         "args": ["--train-files=a", "--eval-files=b"],
                     },
@@ -127,7 +155,7 @@ VALID = [
                     "machineSpec": {"machineType": "n1-standard-4"},
                     "replicaCount": 3,
                     "pythonPackageSpec": {
-                        "executorImageUri": "x",
+                        "executorImageUri": PREBUILT_CPU,
                         "pythonModule": "trainer.task",
                         "args": ["--train-files=a", "--eval-files=b"],
                     },
@@ -470,7 +498,7 @@ INVALID = [
                 "machineSpec": {"machineType": "n1-standard-4"},
                 "replicaCount": 2,
                 "pythonPackageSpec": {
-                    "executorImageUri": "x",
+                    "executorImageUri": PREBUILT_CPU,
                     "pythonModule": "trainer.task",
                     "args": ["--train-files=gs://demo-project-data/a.csv", "--eval-files=other"],
                 },

@@ -11,7 +11,7 @@ import pytest
 from infra.outputs import resolve_outputs
 from tests.jobs.conftest import REPO_ROOT, run_script
 
-EPOCHS_ARG = "jobSpec.workerPoolSpecs.0.pythonPackageSpec.args.3"
+EPOCHS_ARG = "jobSpec.workerPoolSpecs.0.containerSpec.args.3"
 
 
 @pytest.mark.parametrize("job, folder, warning", [

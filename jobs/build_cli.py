@@ -1,0 +1,91 @@
+"""The command line behind scripts/build_image.py (see its docstring for usage).
+
+The same steps run_job.py runs before a submission (jobs.plan: look up each tag in Artifact Registry, build
+the missing ones with Cloud Build), for the variants asked for rather than those a job uses: the deploy
+workflow runs it after the apply, so merged code is ready to run under exactly the tag run_job.py computes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TextIO
+
+from jobs.cli import DEFAULT_ENV, EXIT_BAD_INPUT, EXIT_INTERRUPTED, REPO_ROOT, _Parser, print_plan
+
+
+def build_parser(description: str | None = None) -> _Parser:
+    from jobs.image import VARIANTS
+
+    p = _Parser(
+        prog="build_image.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--env", default=DEFAULT_ENV, help=f"infra environment (default {DEFAULT_ENV})")
+    p.add_argument("--outputs-file", type=Path, metavar="PATH", help="deployed outputs JSON (as run_job.py)")
+    p.add_argument(
+        "--variant",
+        action="append",
+        choices=VARIANTS,
+        help="image variant to build (repeatable; default: all of " + ", ".join(VARIANTS) + ")",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--dry-run", action="store_true", help="print the plan and build requests; touch nothing"
+    )
+    mode.add_argument(
+        "--print-tag", action="store_true", help="print the image tags of this checkout and exit"
+    )
+    return p
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    description: str | None = None,
+    factory: Callable | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    repo_root: Path = REPO_ROOT,
+    outputs: Mapping[str, str] | None = None,
+) -> int:
+    from jobs.cli import _clients, _cloud_failure, load_outputs, trainer_image_hash
+    from jobs.errors import JobError
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = build_parser(description).parse_args(argv)
+    variants = tuple(dict.fromkeys(args.variant or ("cpu", "gpu", "tpu")))
+    try:
+        digest = trainer_image_hash(repo_root, needed=True)
+        if args.print_tag:
+            print(json.dumps({v: f"{v}-{digest}" for v in variants}), file=out)
+            return 0
+        if outputs is None:
+            outputs = load_outputs(args.env, args.outputs_file, "build_image.py")
+        from jobs.builds import image_build, variant_image
+        from jobs.plan import build_only_plan
+
+        builds = [image_build(variant_image(outputs, v, digest), outputs, digest) for v in variants]
+        plan = build_only_plan(builds)
+        if args.dry_run:
+            print_plan(plan, err)
+            return 0
+        try:
+            plan.execute(_clients(factory, outputs["project"], outputs["region"]), repo_root, out)
+        except JobError:
+            raise
+        except KeyboardInterrupt:
+            print(
+                "interrupted; the builds keep running, and running the same command again follows them",
+                file=err,
+            )
+            return EXIT_INTERRUPTED
+        except Exception as exc:  # noqa: BLE001 - a failed build or a cloud error: one line, exit 1
+            return _cloud_failure(exc, err)
+        return 0
+    except JobError as exc:
+        print(str(exc), file=err)
+        return EXIT_BAD_INPUT

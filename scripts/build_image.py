@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""Build the trainer image variants with Cloud Build, unless Artifact Registry already has their tags.
+
+Usage (from the repo root, inside the Pipenv environment):
+  python scripts/build_image.py --env prod                       # cpu, gpu and tpu: build what is missing
+  python scripts/build_image.py --env dev --variant cpu --dry-run  # the plan and the exact build requests
+  python scripts/build_image.py --print-tag                      # this checkout's tags, as JSON
+
+Each image is <trainer_image>:<variant>-<hash>, the hash covering the build context that .dockerignore lets
+through (Dockerfile, pinned requirements, trainer code): the same tag run_job.py uses for the job definitions,
+so a job submitted after the deploy workflow ran this finds its image built. The build context is uploaded to
+the staging bucket and built as the stack's builder service account. Exit status: 0 built or present; 1 a
+build failed (its log link is printed) or a cloud error; 2 bad input; 130 interrupted (builds keep running;
+run again to follow them).
+"""
+
+import sys
+from pathlib import Path
+
+# Run as a script: make the repo root importable (jobs/, infra/).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from jobs.build_cli import main  # noqa: E402 - after the path setup above
+
+if __name__ == "__main__":
+    sys.exit(main(description=__doc__))
