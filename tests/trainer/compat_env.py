@@ -323,49 +323,8 @@ def install_sdist(python: Path, sdist: Path, cwd: Path, what: str) -> subprocess
 
 # --- the run -----------------------------------------------------------------------------------------------
 
-# Runs in a layer, in a fresh process: reload the exported SavedModel with TensorFlow alone and score raw
-# adult.test rows through serving_default in the export format (labels kept for scoring only).
-RELOAD = r"""
-import json, sys
-import numpy as np
-import tensorflow as tf
-import keras
-
-model_dir, fmt, eval_file = sys.argv[1:4]
-lines = [l for l in open(eval_file).read().splitlines() if l.strip() and not l.startswith("|")]
-rows = [[f.strip() for f in l.split(",")] for l in lines]
-labels = np.array([r[14].rstrip(".") == ">50K" for r in rows], dtype=np.float32)
-names = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
-         "relationship", "race", "gender", "capital_gain", "capital_loss", "hours_per_week", "native_country"]
-ints = {"age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"}
-loaded = tf.saved_model.load(model_dir)
-serve = loaded.signatures["serving_default"]
-if fmt == "JSON":
-    out = serve(**{n: tf.constant([int(r[i]) if n in ints else r[i] for r in rows],
-                                  tf.int64 if n in ints else tf.string) for i, n in enumerate(names)})
-elif fmt == "CSV":
-    half = len(lines) // 2  # rows as in the file (with the label) and without it
-    out = serve(csv_row=tf.constant(lines[:half] + [l.rsplit(",", 1)[0] for l in lines[half:]]))
-else:
-    def example(r):
-        f = {n: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(r[i])])) if n in ints
-             else tf.train.Feature(bytes_list=tf.train.BytesList(value=[r[i].encode()]))
-             for i, n in enumerate(names)}
-        return tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString()
-    out = serve(examples=tf.constant([example(r) for r in rows]))
-prob = out["probability"].numpy()
-auc = keras.metrics.AUC()
-auc.update_state(labels, prob)
-print(json.dumps({
-    "rows": len(rows), "signatures": sorted(loaded.signatures),
-    "signature_inputs": sorted(serve.structured_input_signature[1]),
-    "accuracy": float(np.mean((prob > 0.5) == (labels == 1))), "auc": float(auc.result()),
-    "probability_range": [float(prob.min()), float(prob.max())],
-    "class_ids_match": bool(np.all(out["class_id"].numpy() == (prob > 0.5))),
-    "labels": sorted({x.decode() for x in out["label"].numpy()}),
-    "first": {"probability": float(prob[0]), "label": out["label"].numpy()[0].decode()},
-}))
-"""
+# Runs in the layer, in a fresh process: reloads the SavedModel with TensorFlow alone and scores raw rows.
+SCORE = REPO_ROOT / "tests" / "trainer" / "score_saved_model.py"
 
 
 @dataclass
@@ -432,11 +391,11 @@ def run_stack(spec: StackSpec, sdist: Path, data: dict[str, Path], work: Path) -
         result.seconds["train"] = time.perf_counter() - mark
         if result.train.returncode == 0:
             mark = time.perf_counter()
-            proc = _run([python, "-c", RELOAD, result.out / "model", spec.export_format, data["eval"]],
+            proc = _run([python, SCORE, data["eval"], result.out / "model", spec.export_format],
                         cwd=cwd, timeout=300)
             result.seconds["reload"] = time.perf_counter() - mark
             if proc.returncode == 0:
-                result.reload = json.loads(proc.stdout.strip().splitlines()[-1])
+                result.reload = json.loads(proc.stdout.strip().splitlines()[-1])[spec.export_format]
             else:
                 result.reload_error = _tail(proc)
         result.seconds["total"] = time.perf_counter() - started

@@ -21,47 +21,8 @@ pytestmark = pytest.mark.timeout(240)
 BAD_ROW = ("39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, "
            "oops, 0, 40, United-States, <=50K")
 
-# Runs in a fresh interpreter: load each SavedModel, send raw adult.test rows in its format and score them.
-PREDICT = r'''
-import json, sys
-import numpy as np
-import tensorflow as tf
-import keras
-
-path, pairs = sys.argv[1], sys.argv[2:]
-lines = [l for l in open(path).read().splitlines() if l.strip() and not l.startswith("|")]
-rows = [[f.strip() for f in l.split(",")] for l in lines]
-labels = np.array([r[14].rstrip(".") == ">50K" for r in rows], dtype=np.float32)
-names = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
-         "relationship", "race", "gender", "capital_gain", "capital_loss", "hours_per_week", "native_country"]
-ints = {"age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"}
-def score(model_dir, fmt):
-  serve = tf.saved_model.load(model_dir).signatures["serving_default"]
-  if fmt == "JSON":
-    out = serve(**{n: tf.constant([int(r[i]) if n in ints else r[i] for r in rows],
-                                  tf.int64 if n in ints else tf.string) for i, n in enumerate(names)})
-  elif fmt == "CSV":
-    # Half the rows as they are in the file (with the label), half without it.
-    half = len(lines) // 2
-    csv = lines[:half] + [l.rsplit(",", 1)[0] for l in lines[half:]]
-    out = serve(csv_row=tf.constant(csv))
-  else:
-    def example(r):
-        f = {n: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(r[i])])) if n in ints
-             else tf.train.Feature(bytes_list=tf.train.BytesList(value=[r[i].encode()]))
-             for i, n in enumerate(names)}
-        return tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString()
-    out = serve(examples=tf.constant([example(r) for r in rows]))
-  prob = out["probability"].numpy()
-  auc = keras.metrics.AUC()
-  auc.update_state(labels, prob)
-  return {"accuracy": float(np.mean((prob > 0.5) == (labels == 1))), "auc": float(auc.result()),
-          "class_ids_match": bool(np.all(out["class_id"].numpy() == (prob > 0.5))),
-          "labels": sorted({x.decode() for x in out["label"].numpy()}),
-          "signature_inputs": sorted(serve.structured_input_signature[1])}
-
-print(json.dumps({fmt: score(model_dir, fmt) for model_dir, fmt in zip(pairs[::2], pairs[1::2])}))
-'''
+# Reloads each SavedModel in a fresh interpreter and scores raw adult.test rows in its format.
+SCORE = REPO_ROOT / "tests" / "trainer" / "score_saved_model.py"
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +79,7 @@ def predictions(json_run, csv_run, example_run, census_slice) -> dict[str, dict]
     models = {"JSON": json_run[0] / "out/7/model", "CSV": csv_run[0] / "job/model",
               "EXAMPLE": example_run / "job/model"}
     args = [str(census_slice["eval"])] + [x for fmt, path in models.items() for x in (str(path), fmt)]
-    out = subprocess.run([sys.executable, "-c", PREDICT, *args], cwd=REPO_ROOT, env=subprocess_env(),
+    out = subprocess.run([sys.executable, str(SCORE), *args], cwd=REPO_ROOT, env=subprocess_env(),
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     scores = json.loads(out.stdout.strip().splitlines()[-1])
