@@ -121,10 +121,13 @@ def job_name(file: str) -> str:
 
 def submission_hash(body: Mapping[str, Any], context: Context, parent: str) -> str:
     """Same definition + same code + same overrides -> same hash, so a retried submit finds its job."""
+    # The image hash counts only where the body names the image it tags: a prebuilt-image job stays the same
+    # submission when only the Dockerfile changed.
+    names_image = "${job.image_tag}" in json.dumps(body, default=str)
     material = {
         "body": body,
         "code": context.code_hash,
-        "image": context.image_hash,
+        "image": context.image_hash if names_image else "",
         "overrides": list(context.overrides),
         "parent": parent,
     }

@@ -103,6 +103,7 @@ def compile_text(
     now=NOW,
     overrides=(),
     file="job.yaml",
+    image_hash=IMAGE_HASH,
 ):
     document = load_text(text, file)
     document.data = copy.deepcopy(document.data)
@@ -112,7 +113,7 @@ def compile_text(
         env="dev",
         outputs=outputs or OUTPUTS,
         code_hash=CODE_HASH,
-        image_hash=IMAGE_HASH,
+        image_hash=image_hash,
         now=now,
         flags=flags or JobFlags(),
         overrides=tuple(overrides),

@@ -264,6 +264,20 @@ def test_job_id_and_submission_hash():
     )
 
 
+def test_the_image_hash_counts_only_for_jobs_on_the_trainer_image():
+    from tests.jobs.helpers import on_trainer_image
+
+    other = "00000000000000aa"
+    # A prebuilt-image job stays the same submission when only the image's build context changed ...
+    assert compile_text(CUSTOM, image_hash=other).submission_hash == compile_text(CUSTOM).submission_hash
+    # ... a job on the trainer image is a new one, running the new image.
+    before = compile_text(CUSTOM, on_trainer_image("cpu"))
+    after = compile_text(CUSTOM, on_trainer_image("cpu"), image_hash=other)
+    assert after.submission_hash != before.submission_hash
+    image = after.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"]
+    assert image == f"{OUTPUTS['trainer_image']}:cpu-{other}"
+
+
 @pytest.mark.parametrize(
     "file, name",
     [("jobs/census_tuning.yaml", "census-tuning"), ("My Job.v2.yml", "my-job-v2"), ("___.yaml", "job")],
