@@ -34,6 +34,7 @@ TAG = re.compile(rf"({'|'.join(VARIANTS)})-([0-9a-f]{{{HASH_LENGTH}}})")
 # (a dataset or a virtualenv let through) that would be uploaded on every build.
 MAX_CONTEXT_BYTES = 64 << 20
 MAX_CONTEXT_FILES = 5000
+MAX_RULES_BYTES = 64 << 10
 
 # Vertex AI's prebuilt TensorFlow training images (python-package delivery), e.g.
 # us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest
@@ -68,6 +69,9 @@ class Rule:
 
 def read_rules(repo_root: Path) -> tuple[Rule, ...]:
     path = repo_root / DOCKERIGNORE
+    _regular_file(path, DOCKERIGNORE)
+    if path.stat().st_size > MAX_RULES_BYTES:
+        raise ImageError(DOCKERIGNORE, "(file)", f"over {MAX_RULES_BYTES >> 10} KiB", "a short allowlist")
     text = _read_text(path, DOCKERIGNORE, "an allowlist: `*`, then `!path` lines")
     rules = []
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -127,21 +131,27 @@ def _included(rules: tuple[Rule, ...], rel: str) -> bool:
 
 
 def context_files(repo_root: Path) -> list[str]:
-    """POSIX paths (relative to the repo root, sorted) of the build context's files."""
+    """POSIX paths (relative to the repo root, sorted) of the build context's files.
+
+    Fails fast, before reading any content, on what the context must not hold: links, pipes or devices (a
+    link could pull in anything outside the checkout), more files or bytes than trainer sources come to.
+    """
     rules = read_rules(repo_root)
     _regular_file(repo_root / DOCKERFILE, DOCKERFILE)
     files: list[str] = []
+    total = 0
     for dirpath, dirnames, filenames in os.walk(repo_root):
         base = Path(dirpath).relative_to(repo_root).as_posix()
-        dirnames.sort()
+        # os.walk lists a link to a directory among the directories and never enters it: check it as an entry.
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
         # Prune what no rule can bring back, so .venv or node_modules are never walked.
-        dirnames[:] = [d for d in dirnames if _may_contain(rules, _join(base, d))]
-        for name in sorted(filenames):
+        dirnames[:] = sorted(d for d in dirnames if d not in links and _may_contain(rules, _join(base, d)))
+        for name in sorted(filenames + links):
             rel = _join(base, name)
             if not _included(rules, rel):
                 continue
-            mode = os.lstat(repo_root / rel).st_mode
-            if not stat.S_ISREG(mode):
+            info = os.lstat(repo_root / rel)
+            if not stat.S_ISREG(info.st_mode):
                 raise ImageError(
                     rel,
                     "(file)",
@@ -149,11 +159,13 @@ def context_files(repo_root: Path) -> list[str]:
                     "regular files only; exclude it in .dockerignore",
                 )
             files.append(rel)
-            if len(files) > MAX_CONTEXT_FILES:
+            total += info.st_size
+            if len(files) > MAX_CONTEXT_FILES or total > MAX_CONTEXT_BYTES:
                 raise ImageError(
                     DOCKERIGNORE,
                     "(rules)",
-                    f"the build context has over {MAX_CONTEXT_FILES} files",
+                    f"the build context is over {MAX_CONTEXT_FILES} files or {MAX_CONTEXT_BYTES >> 20} MiB "
+                    f"(at {rel})",
                     "an allowlist of the trainer's sources",
                 )
     if DOCKERFILE not in files:
@@ -199,13 +211,6 @@ def write_context(repo_root: Path, out: Path) -> tuple[int, int, str]:
             data = _read_bytes(repo_root / rel, rel)
             digest.update(rel.encode() + b"\0" + data + b"\0")
             total += len(data)
-            if total > MAX_CONTEXT_BYTES:
-                raise ImageError(
-                    DOCKERIGNORE,
-                    "(rules)",
-                    f"the build context is over {MAX_CONTEXT_BYTES >> 20} MiB",
-                    "an allowlist of the trainer's sources",
-                )
             info = tarfile.TarInfo(rel)
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             tar.addfile(info, io.BytesIO(data))

@@ -158,6 +158,33 @@ def test_unreadable_or_irregular_inputs_are_refused(tmp_path):
     assert caught.value.file == ".dockerignore" and "UTF-8" in caught.value.problem
 
 
+def test_hostile_contexts_fail_before_anything_is_read(tmp_path, monkeypatch):
+    import jobs.image
+
+    repo = make_repo(tmp_path / "repo")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo / "trainer/linked").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ImageError) as caught:
+        context_files(repo)
+    assert caught.value.file == "trainer/linked" and "not a regular file" in caught.value.problem
+    (repo / "trainer/linked").unlink()
+    os.mkfifo(repo / "trainer/pipe")
+    with pytest.raises(ImageError) as caught:
+        image_hash(repo)  # would block forever reading a FIFO
+    assert caught.value.file == "trainer/pipe"
+    (repo / "trainer/pipe").unlink()
+    monkeypatch.setattr(jobs.image, "MAX_CONTEXT_BYTES", 10)
+    with pytest.raises(ImageError) as caught:
+        image_hash(repo)
+    assert caught.value.file == ".dockerignore" and "over" in caught.value.problem
+    monkeypatch.undo()
+    (repo / ".dockerignore").write_text("*\n" + "!x\n" * 40000)
+    with pytest.raises(ImageError) as caught:
+        image_hash(repo)
+    assert caught.value.file == ".dockerignore" and "KiB" in caught.value.problem
+
+
 # ---- which image runs where ----------------------------------------------------------------------------
 
 
