@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine (Python 3.11 + make; Node comes from the Pipfile):
 #   make run    install everything, then run the census tuning study locally (the embedded default)
-#   make test   install everything, then run the whole test suite
+#   make test   install everything, then run the whole test suite (what CI runs)
+#   make test-fast  the same without the tests that train models: the edit-test loop
 # Each target installs pipenv if it is missing and runs `pipenv sync --dev` first: slow once, ~1 s when warm.
 
 SHELL := /bin/bash
@@ -20,7 +21,7 @@ RUN_JOB ?= jobs/census_tuning.yaml
 RUN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test deps python-deps node-deps pipenv lint synth scan clean
+.PHONY: run test test-fast deps python-deps node-deps pipenv lint synth scan clean
 
 run: python-deps
 	$(PIPENV) run python scripts/run_job.py $(RUN_JOB) --local $(RUN_ARGS)
@@ -29,6 +30,11 @@ run: python-deps
 test: deps
 	@status=0; $(PIPENV) run pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; status=0; fi; exit $$status
+
+# The edit-test loop: everything but the tests that train real models (marker `training`, see
+# `pytest --markers`). CI runs the complete `make test`.
+test-fast: PYTEST_ARGS += -m "not training"
+test-fast: test
 
 deps: python-deps node-deps
 

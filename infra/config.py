@@ -216,9 +216,13 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
         project_number=_check(path, "project_number", project_number, _str_matching(_PROJECT_NUMBER),
                               "the project's numeric id, e.g. \"123456789012\""),
         region=region,
-        name_prefix=_check(path, "name_prefix", doc["name_prefix"], _str_matching(_PREFIX),
+        # Bucket names start with the prefix, and GCS refuses names that start with "goog" or contain
+        # "google": caught here as a config error rather than by the bucket construct at synth time.
+        name_prefix=_check(path, "name_prefix", doc["name_prefix"],
+                           lambda v: _str_matching(_PREFIX)(v) and not v.startswith("goog")
+                           and "google" not in v,
                            f"3-{MAX_PREFIX_LEN} lowercase letters, digits or hyphens, starting with a "
-                           "letter"),
+                           "letter, not starting with 'goog' or containing 'google'"),
         state_bucket=_check(path, "state_bucket", doc["state_bucket"], _str_matching(_BUCKET),
                             "a bucket name: 3-63 lowercase letters, digits, '-' or '_'"),
         github=GithubConfig(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.cdk import Construct, Fn, GcsBackend, TerraformOutput, TerraformStack
+from infra.cdk import Construct, Fn, GcsBackend, TerraformOutput, TerraformResource, TerraformStack
 from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
@@ -191,6 +191,29 @@ class PlatformStack(TerraformStack):
         self.ci = ci
         self._add_outputs(runtime)
 
+    def _output_dependencies(self) -> dict[str, list[TerraformResource]]:
+        """Output key -> the grants that make what it names usable, so Terraform writes an output only once a
+        consumer of it (a job, a build, the deploy workflow) can use the thing: the bucket the runtime writes,
+        the account with its roles and its actAs grants, the repository the builder pushes to.
+
+        The project, its number and region are config literals that name no resource, so nothing holds them
+        back. The TensorBoard has no resource-level IAM: writing to it is the runtime's project-level
+        aiplatform.user (its project grants), and its CMEK grants already precede the instance itself.
+        """
+        runtime, builder, ci = self.runtime, self.builder, self.ci
+        registry = list(self.registry.grants)
+        return {
+            **{key: list(self.buckets[role].grants) for key, role in BUCKET_OUTPUTS.items()},
+            "runtime_service_account": [*runtime.project_grants, *runtime.account_grants],
+            "tensorboard": list(runtime.project_grants),
+            "artifact_registry": registry,
+            "trainer_image": registry,
+            "builder_service_account": [*builder.project_grants, *builder.account_grants],
+            # The provider is usable once its tokens may impersonate the deployer (workloadIdentityUser).
+            "workload_identity_provider": list(ci.account_grants),
+            "deployer_service_account": [*ci.project_grants, *ci.account_grants],
+        }
+
     def _add_outputs(self, runtime: RuntimeIdentity) -> None:
         cfg = self.cfg
         planned = planned_outputs(cfg)
@@ -212,5 +235,7 @@ class PlatformStack(TerraformStack):
             "deployer_service_account": self.ci.account.email,
         }
         assert tuple(values) == OUTPUT_KEYS, "stack outputs must be exactly infra.outputs.OUTPUT_KEYS"
+        dependencies = self._output_dependencies()
         for key, value in values.items():
-            TerraformOutput(self, key, value=value, description=f"{key} (see infra/outputs.py)")
+            TerraformOutput(self, key, value=value, description=f"{key} (see infra/outputs.py)",
+                            depends_on=dependencies.get(key) or None)

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.body import gs_bucket, image_name, split_image
 from jobs.errors import JobError
-from jobs.image import DOCKERFILE, TAG, split_image
+from jobs.image import DOCKERFILE, TAG
 
 # Cloud Build's own docker builder (Google keeps it current; cached on the build workers).
 DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
@@ -80,7 +81,7 @@ def image_build(
             "no value in the environment's outputs: the stack predates image builds",
             "redeploy the stack (cdktn deploy <env> --outputs-file .infra-outputs/<env>.json)",
         )
-    bucket = staging.removeprefix("gs://").split("/", 1)[0]
+    bucket = gs_bucket(staging)
     obj = f"{CONTEXT_FOLDER}/{tag_hash}.tar.gz"
     parent = f"projects/{project}/locations/{region}"
     build_tag = f"trainer-{variant}-{tag_hash}"
@@ -121,11 +122,12 @@ def job_builds(job, outputs: Mapping[str, str], image_hash: str) -> list[ImageBu
     """Each distinct trainer image the job's pools run, in pool order (a job may mix variants)."""
     trainer_image = str(outputs.get("trainer_image", ""))
     builds: dict[str, ImageBuild] = {}
-    for path, pool in job.worker_pools():
-        image = str((pool.get("containerSpec") or {}).get("imageUri", ""))
-        if not trainer_image or split_image(image)[0] != trainer_image or image in builds:
+    for pool in job.pools():
+        # Only a container names the trainer image; a python package runs in a prebuilt image.
+        image = pool.image if pool.is_container else ""
+        if not trainer_image or image_name(image) != trainer_image or image in builds:
             continue
-        field = job.file_path(f"{path}.containerSpec.imageUri")
+        field = job.file_path(pool.field(pool.image_field))
         builds[image] = image_build(
             image, outputs, image_hash, file=job.file, field=field, line=job.document.line_of(field)
         )

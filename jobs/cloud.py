@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from jobs.body import split_gs
 from jobs.compile import CUSTOM_JOB, TUNING_JOB
 
 TERMINAL_STATES = frozenset(
@@ -31,13 +32,6 @@ SUCCESS_STATE = "JOB_STATE_SUCCEEDED"
 # Cloud Build statuses (Build.Status) after which a build changes no more.
 BUILD_TERMINAL = frozenset({"SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED"})
 BUILD_LIVE = ("PENDING", "QUEUED", "WORKING")
-
-
-def split_gs(uri: str) -> tuple[str, str]:
-    if not uri.startswith("gs://") or "/" not in uri[5:]:
-        raise ValueError(f"not a gs://bucket/object URI: {uri!r}")
-    bucket, _, name = uri[5:].partition("/")
-    return bucket, name
 
 
 class Storage(Protocol):

@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobs import body as job_body
+from jobs.body import CUSTOM_JOB, KINDS, TUNING_JOB
 from jobs.errors import JobError, one_of
 from jobs.loader import Document
 from jobs.references import resolve
 
-CUSTOM_JOB = "CustomJob"
-TUNING_JOB = "HyperparameterTuningJob"
-KINDS = (CUSTOM_JOB, TUNING_JOB)
 PYTHON_PACKAGE = "python-package"
 CONTAINER = "container"
 DELIVERIES = (PYTHON_PACKAGE, CONTAINER)
@@ -99,17 +98,19 @@ class CompiledJob:
         line = self.document.line_of(path)
         return JobError(self.file, path, f"{problem} (line {line})" if line else problem, allowed)
 
+    def pools(self) -> list[job_body.Pool]:
+        """Each worker pool, whichever kind of job this is (read by jobs.body)."""
+        return job_body.job_pools(self.body, self.kind)
+
     def worker_pools(self) -> list[tuple[str, dict[str, Any]]]:
-        """(body path, pool) for each worker pool, whichever kind of job this is."""
-        spec_path = "jobSpec" if self.kind == CUSTOM_JOB else "trialJobSpec"
-        pools = (self.body.get(spec_path) or {}).get("workerPoolSpecs") or []
-        return [(f"{spec_path}.workerPoolSpecs.{i}", p) for i, p in enumerate(pools) if isinstance(p, dict)]
+        """(body path, pool) for each worker pool: the plain-dict view of :meth:`pools`."""
+        return [(pool.path, pool.raw) for pool in self.pools()]
 
     def installs_repo_trainer(self) -> bool:
         """Whether a pool installs this checkout's trainer sdist, so it must be built and uploaded."""
         return any(
-            self.package_uri in ((pool.get("pythonPackageSpec") or {}).get("packageUris") or [])
-            for _, pool in self.worker_pools()
+            pool.is_package and self.package_uri in (pool.program.get("packageUris") or [])
+            for pool in self.pools()
         )
 
 
@@ -218,12 +219,12 @@ def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any
         return kind, delivery, data, ""
     if "trainer" in data:
         raise JobError(file, "trainer", "a 'trainer' header needs a 'kind'", "kind: " + "|".join(KINDS))
-    if "workerPoolSpecs" in data:
+    if job_body.POOLS_FIELD in data:
         # gcloud ai custom-jobs create --config: the file is a CustomJobSpec.
-        return CUSTOM_JOB, _delivery_of(data.get("workerPoolSpecs")), {"jobSpec": data}, "jobSpec."
-    if "studySpec" in data or "trialJobSpec" in data:
-        trial = data.get("trialJobSpec") if isinstance(data.get("trialJobSpec"), dict) else {}
-        return TUNING_JOB, _delivery_of(trial.get("workerPoolSpecs")), data, ""
+        spec_field = job_body.spec_field(CUSTOM_JOB)
+        return CUSTOM_JOB, _delivery_of(data, ""), {spec_field: data}, spec_field + "."
+    if job_body.STUDY_FIELD in data or job_body.spec_field(TUNING_JOB) in data:
+        return TUNING_JOB, _delivery_of(job_body.job_spec(data, TUNING_JOB), ""), data, ""
     raise JobError(
         file,
         "(top level)",
@@ -233,9 +234,8 @@ def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any
     )
 
 
-def _delivery_of(pools: Any) -> str:
-    pools = pools if isinstance(pools, list) else []
-    uses_container = any(isinstance(p, dict) and "containerSpec" in p for p in pools)
+def _delivery_of(spec: Any, spec_path: str) -> str:
+    uses_container = any(job_body.CONTAINER_SPEC in pool.raw for pool in job_body.pools(spec, spec_path))
     return CONTAINER if uses_container else PYTHON_PACKAGE
 
 
@@ -260,9 +260,7 @@ def _apply_flags(body: dict[str, Any], kind: str, flags: JobFlags, file: str) ->
 
 
 def _default_package_uris(body: dict[str, Any], kind: str) -> None:
-    spec = body.get("jobSpec" if kind == CUSTOM_JOB else "trialJobSpec")
-    pools = spec.get("workerPoolSpecs") if isinstance(spec, dict) else None
-    for pool in pools if isinstance(pools, list) else []:
-        package = pool.get("pythonPackageSpec") if isinstance(pool, dict) else None
+    for pool in job_body.job_pools(body, kind):
+        package = pool.raw.get(job_body.PYTHON_PACKAGE_SPEC)
         if isinstance(package, dict) and not package.get("packageUris"):
             package["packageUris"] = ["${job.package_uri}"]

@@ -24,6 +24,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.body import split_image  # noqa: F401 - read through jobs.body; here for scripts/job_images.py
+
 DOCKERFILE = "Dockerfile"
 DOCKERIGNORE = ".dockerignore"
 VARIANTS = ("cpu", "gpu", "tpu")
@@ -270,13 +272,6 @@ def variant_for_machine(machine: dict) -> str:
     if accelerator.startswith("NVIDIA_"):
         return "gpu"
     return "cpu"
-
-
-def split_image(uri: str) -> tuple[str, str]:
-    """(name, tag) of an image reference; tag "" when it has none (a digest counts as none)."""
-    name = uri.split("@", 1)[0]
-    head, _, tag = name.rpartition(":")
-    return (head, tag) if head and "/" not in tag else (name, "")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from jobs import cloud
+from jobs import body, cloud
 from jobs.builds import ImageBuild
 from jobs.compile import SUBMISSION_LABEL, TUNING_JOB, CompiledJob
 from jobs.image import write_context
@@ -191,7 +191,7 @@ class ShowLinks:
     def run(self, ex: Execution) -> None:
         name = ex.remote["name"]
         print(f"console:     {cloud.console_url(name)}", file=ex.out)
-        spec = ex.job.body.get("jobSpec") or ex.job.body.get("trialJobSpec") or {}
+        spec = body.job_spec(ex.job.body, ex.job.kind) or {}
         if spec.get("tensorboard"):
             print(f"tensorboard: {cloud.tensorboard_url(spec['tensorboard'], name)}", file=ex.out)
 

@@ -6,14 +6,14 @@ bills) every trial to completion before anyone notices; these facts let ``jobs.v
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-# The module Vertex runs for this repo's python package.
-TRAINER_MODULE = "trainer.task"
-METRIC_FLAG = "--hypertune-metric"
+# The module Vertex runs for this repo's python package and its metric flag, as the trainer defines them.
+from trainer.contract import METRIC_FLAG, TRAINER_MODULE
+
+__all__ = ["METRIC_FLAG", "TRAINER_MODULE", "TrainerArgsError", "TrainerContract", "load_trainer_contract"]
 
 
 class TrainerArgsError(ValueError):
@@ -26,7 +26,7 @@ class TrainerContract:
     reportable_metrics: tuple[str, ...]
     default_metric: str
     models: tuple[str, ...]
-    parse: Callable[[Sequence[str]], argparse.Namespace] | None = None
+    parse: Callable[[Sequence[str]], object] | None = None
 
     def check_args(self, args: Sequence[str]) -> None:
         """Raise TrainerArgsError with the parser's own one-line message if the trainer would reject args."""
@@ -37,7 +37,10 @@ class TrainerContract:
         except SystemExit as exc:  # a parser that exits instead of raising
             raise TrainerArgsError(f"the trainer's parser exited with status {exc.code}") from None
         except ValueError as exc:
-            raise TrainerArgsError(str(exc).splitlines()[0]) from None
+            # The trainer words its errors for its own command line ("trainer.task: error: ..."); here they
+            # go after the definition's field path instead.
+            message = str(exc).splitlines()[0].removeprefix(f"{TRAINER_MODULE}: error: ")
+            raise TrainerArgsError(message) from None
 
 
 @lru_cache(maxsize=1)
@@ -51,17 +54,11 @@ def load_trainer_contract() -> TrainerContract:
         getattr(config, "DEFAULT_HYPERTUNE_METRIC", "accuracy"),
     )
 
-    def parse(args: Sequence[str]) -> argparse.Namespace:
-        try:
-            strict = config.build_parser(raise_errors=True)
-        except (
-            TypeError
-        ):  # an older parser without raise_errors: parse_known_args still reports unknown flags
-            strict = config.build_parser()
-        namespace, unknown = strict.parse_known_args(list(args))
-        if unknown:
-            raise TrainerArgsError(f"unrecognized arguments: {' '.join(unknown)}")
-        return namespace
+    def parse(args: Sequence[str]):
+        # The trainer's own start-up path: its parser, then the checks argparse cannot make. A value of the
+        # right type but out of range (--scale-factor=-1, --num-layers=0) would otherwise pass here and fail
+        # every trial at start-up, after the job was scheduled and billed.
+        return config.resolve_config(list(args))
 
     return TrainerContract(
         flags=flags,

@@ -13,10 +13,23 @@ from collections.abc import Callable
 from typing import Any
 
 from jobs import image, machines
+from jobs.body import (
+    CONTAINER_SPEC,
+    GOALS,
+    PROGRAMS,
+    PYTHON_PACKAGE_SPEC,
+    VALUE_SPECS,
+    Pool,
+    is_gs,
+    join,
+    pools,
+    spec_field,
+    split_image,
+)
 from jobs.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
 from jobs.errors import JobError, one_of
-from jobs.loader import join
-from jobs.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
+from jobs.trainer_contract import TrainerArgsError, TrainerContract
+from trainer.contract import METRIC_FLAG, TRAINER_MODULE, WORKER_POOLS
 
 LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
@@ -24,14 +37,7 @@ SERVICE_ACCOUNT = re.compile(
     r"[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com|[0-9]+-compute@developer\.gserviceaccount\.com"
 )
 TENSORBOARD = re.compile(r"projects/[^/]+/locations/([^/]+)/tensorboards/[^/]+")
-VALUE_SPECS = {
-    "DOUBLE": "doubleValueSpec",
-    "INTEGER": "integerValueSpec",
-    "DISCRETE": "discreteValueSpec",
-    "CATEGORICAL": "categoricalValueSpec",
-}
 LOG_SCALES = ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
-GOALS = ("MAXIMIZE", "MINIMIZE")
 
 
 def validate(
@@ -50,14 +56,14 @@ def validate(
         raise job.error(exc.path, exc.problem, exc.allowed) from None
 
     _check_top(job)
-    spec_path = "jobSpec" if job.kind == CUSTOM_JOB else "trialJobSpec"
-    _check_job_spec(job, spec_path)
+    _check_job_spec(job, spec_field(job.kind))
     if job.kind == TUNING_JOB:
         _check_study(job)
-    pools = [(p, pool) for p, pool in job.worker_pools() if _runs_repo_trainer(pool, trainer_image)]
-    for path, pool in pools:
-        _check_image(job, path, pool, trainer_image)
-    if pools and trainer is not None:
+    trainer_pools = [pool for pool in job.pools() if _runs_repo_trainer(pool, trainer_image)]
+    for pool in trainer_pools:
+        _check_image(job, pool, trainer_image)
+    _check_replicas_run_the_chiefs_program(job, trainer_pools)
+    if trainer_pools and trainer is not None:
         try:
             contract = trainer if isinstance(trainer, TrainerContract) else trainer()
         except Exception as exc:  # noqa: BLE001 - a broken trainer/config.py is bad input, not a crash
@@ -67,7 +73,7 @@ def validate(
                 f"cannot read the trainer's flags ({type(exc).__name__}: {exc})",
                 "an importable trainer.config that does not import TensorFlow",
             ) from None
-        _check_trainer_contract(job, contract, pools)
+        _check_trainer_contract(job, contract, trainer_pools)
 
 
 def _check_top(job: CompiledJob) -> None:
@@ -96,24 +102,24 @@ def _check_job_spec(job: CompiledJob, spec_path: str) -> None:
     spec = job.body.get(spec_path)
     if not isinstance(spec, dict):
         raise job.error(spec_path, "missing", "a CustomJobSpec with workerPoolSpecs")
-    pools = spec.get("workerPoolSpecs")
-    if not pools:
+    raw_pools = spec.get("workerPoolSpecs")
+    if not raw_pools:
         raise job.error(
             join(spec_path, "workerPoolSpecs"),
             "no worker pools",
-            "1-4 pools: chief, workers, parameter servers, evaluators",
+            f"1-{len(WORKER_POOLS)} pools: chief, workers, parameter servers, evaluators",
         )
-    if len(pools) > 4:
+    if len(raw_pools) > len(WORKER_POOLS):
         raise job.error(
             join(spec_path, "workerPoolSpecs"),
-            f"{len(pools)} worker pools",
-            "at most 4: chief, workers, parameter servers, evaluators",
+            f"{len(raw_pools)} worker pools",
+            f"at most {len(WORKER_POOLS)}: chief, workers, parameter servers, evaluators",
         )
-    for index, pool in enumerate(pools):
-        _check_pool(job, join(spec_path, f"workerPoolSpecs.{index}"), index, pool)
+    for pool in pools(spec, spec_path):
+        _check_pool(job, pool)
 
     prefix = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix")
-    if prefix is not None and not str(prefix).startswith("gs://"):
+    if prefix is not None and not is_gs(prefix):
         raise job.error(
             join(spec_path, "baseOutputDirectory.outputUriPrefix"),
             f"{prefix!r} is not a gs:// URI",
@@ -155,8 +161,9 @@ def _check_job_spec(job: CompiledJob, spec_path: str) -> None:
             )
 
 
-def _check_pool(job: CompiledJob, path: str, index: int, pool: dict[str, Any]) -> None:
-    if not pool:
+def _check_pool(job: CompiledJob, pool: Pool) -> None:
+    path, index = pool.path, pool.index
+    if not pool.raw:
         if index == 0:
             raise job.error(
                 path,
@@ -164,7 +171,7 @@ def _check_pool(job: CompiledJob, path: str, index: int, pool: dict[str, Any]) -
                 "machineSpec, replicaCount, and pythonPackageSpec or containerSpec",
             )
         return  # an empty placeholder pool keeps later pools at their positions (e.g. no parameter servers)
-    replicas = int(pool.get("replicaCount", 0) or 0)
+    replicas = int(pool.raw.get("replicaCount", 0) or 0)
     if replicas < 1:
         raise job.error(join(path, "replicaCount"), f"replicaCount is {replicas}", "an integer >= 1")
     if index == 0 and replicas != 1:
@@ -173,14 +180,14 @@ def _check_pool(job: CompiledJob, path: str, index: int, pool: dict[str, Any]) -
             f"the first pool is the chief and has {replicas} replicas",
             "1; put further replicas in pool 1 (workers)",
         )
-    programs = [k for k in ("pythonPackageSpec", "containerSpec") if k in pool]
+    programs = pool.programs
     if len(programs) != 1:
         raise job.error(
             path,
-            f"has {' and '.join(programs) or 'neither'} of pythonPackageSpec/containerSpec",
-            "exactly one of pythonPackageSpec, containerSpec",
+            f"has {' and '.join(programs) or 'neither'} of {'/'.join(PROGRAMS)}",
+            f"exactly one of {', '.join(PROGRAMS)}",
         )
-    wanted = "pythonPackageSpec" if job.delivery == PYTHON_PACKAGE else "containerSpec"
+    wanted = PYTHON_PACKAGE_SPEC if job.delivery == PYTHON_PACKAGE else CONTAINER_SPEC
     if programs[0] != wanted:
         raise job.error(
             join(path, programs[0]),
@@ -188,8 +195,8 @@ def _check_pool(job: CompiledJob, path: str, index: int, pool: dict[str, Any]) -
             f"{wanted} in every pool, or trainer.delivery: "
             f"{CONTAINER if job.delivery == PYTHON_PACKAGE else PYTHON_PACKAGE}",
         )
-    if programs[0] == "pythonPackageSpec":
-        package = pool["pythonPackageSpec"]
+    if pool.is_package:
+        package = pool.program
         for key in ("executorImageUri", "pythonModule"):
             if not package.get(key):
                 raise job.error(
@@ -198,16 +205,16 @@ def _check_pool(job: CompiledJob, path: str, index: int, pool: dict[str, Any]) -
                     "a prebuilt training image URI" if key == "executorImageUri" else TRAINER_MODULE,
                 )
         for i, uri in enumerate(package.get("packageUris") or []):
-            if not str(uri).startswith("gs://"):
+            if not is_gs(uri):
                 raise job.error(
                     join(path, f"pythonPackageSpec.packageUris.{i}"),
                     f"{uri!r} is not a gs:// URI",
                     "${job.package_uri} (the trainer sdist run_job.py uploads)",
                 )
-    elif not pool["containerSpec"].get("imageUri"):
+    elif not pool.image:
         allowed = "${infra.trainer_image}:<variant>-${job.image_tag}"
-        raise job.error(join(path, "containerSpec.imageUri"), "missing", allowed)
-    machine = pool.get("machineSpec")
+        raise job.error(pool.field(pool.image_field), "missing", allowed)
+    machine = pool.raw.get("machineSpec")
     if not machine:
         raise job.error(join(path, "machineSpec"), "missing", "machineSpec: {machineType: n1-standard-4}")
     _check_machine(job, join(path, "machineSpec"), machine)
@@ -386,13 +393,12 @@ def _check_parameter(
         )
 
 
-def _check_image(job: CompiledJob, path: str, pool: dict[str, Any], trainer_image: str) -> None:
+def _check_image(job: CompiledJob, pool: Pool, trainer_image: str) -> None:
     """The image a pool runs the trainer in must be one the trainer runs on, built for the pool's machine."""
-    wanted = image.variant_for_machine(pool.get("machineSpec") or {})
-    machine = (pool.get("machineSpec") or {}).get("acceleratorType") or "no accelerator"
-    if "pythonPackageSpec" in pool:
-        where = join(path, "pythonPackageSpec.executorImageUri")
-        uri = str(pool["pythonPackageSpec"].get("executorImageUri", ""))
+    wanted = image.variant_for_machine(pool.machine)
+    machine = pool.machine.get("acceleratorType") or "no accelerator"
+    where, uri = pool.field(pool.image_field), pool.image
+    if pool.is_package:
         prebuilt = image.parse_prebuilt(uri)
         runnable = (
             f"{one_of(image.RUNNABLE_PREBUILT)} (TensorFlow >= "
@@ -419,9 +425,7 @@ def _check_image(job: CompiledJob, path: str, pool: dict[str, Any], trainer_imag
                 f"(no prebuilt {wanted} image runs the trainer)",
             )
         return
-    where = join(path, "containerSpec.imageUri")
-    uri = str(pool["containerSpec"].get("imageUri", ""))
-    name, tag = image.split_image(uri)
+    name, tag = split_image(uri)
     if name != trainer_image:
         return  # a `python -m trainer...` command in another image: that image is the user's business
     found = image.TAG.fullmatch(tag)
@@ -440,20 +444,11 @@ def _check_image(job: CompiledJob, path: str, pool: dict[str, Any], trainer_imag
         )
 
 
-def _runs_repo_trainer(pool: dict[str, Any], trainer_image: str) -> bool:
-    package = pool.get("pythonPackageSpec")
-    if package is not None:
-        return package.get("pythonModule") == TRAINER_MODULE
-    container = pool.get("containerSpec") or {}
-    command = " ".join(container.get("command") or [])
-    uri = container.get("imageUri", "")
-    return bool(trainer_image and image.split_image(uri)[0] == trainer_image) or TRAINER_MODULE in command
-
-
-def _args_of(pool: dict[str, Any]) -> tuple[str, list]:
-    if "pythonPackageSpec" in pool:
-        return "pythonPackageSpec.args", list(pool["pythonPackageSpec"].get("args") or [])
-    return "containerSpec.args", list(pool["containerSpec"].get("args") or [])
+def _runs_repo_trainer(pool: Pool, trainer_image: str) -> bool:
+    if pool.is_package:
+        return pool.module == TRAINER_MODULE
+    command = " ".join(pool.command)
+    return bool(trainer_image and split_image(pool.image)[0] == trainer_image) or TRAINER_MODULE in command
 
 
 def _metric_arg(args: list) -> tuple[int, str] | None:
@@ -465,7 +460,7 @@ def _metric_arg(args: list) -> tuple[int, str] | None:
     return None
 
 
-def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, pools: list) -> None:
+def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, trainer_pools: list[Pool]) -> None:
     tuned: list[tuple[str, dict]] = []
     if job.kind == TUNING_JOB:
         tuned = tuned_parameters(job.body["studySpec"])
@@ -477,10 +472,10 @@ def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, pools: l
                     f"the trainer has no flag {flag}",
                     ", ".join(sorted(f[2:] for f in trainer.flags if "_" not in f and f != "--help")),
                 )
-    _check_replicas_agree(job, pools)
-    for path, pool in pools:
-        args_path, args = _args_of(pool)
-        args = [str(a) for a in args]
+    _check_replicas_agree(job, trainer_pools)
+    for pool in trainer_pools:
+        path, args_path = pool.path, pool.args_field
+        args = [str(a) for a in pool.args]
         try:
             trainer.check_args(args)
         except TrainerArgsError as exc:
@@ -511,16 +506,31 @@ def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, pools: l
                     )
 
 
-def _check_replicas_agree(job: CompiledJob, pools: list) -> None:
+def _check_replicas_run_the_chiefs_program(job: CompiledJob, trainer_pools: list[Pool]) -> None:
+    """Chief, workers and parameter servers of a trainer job run one image and module: a pool on another
+    image (a --set on one pool, an edited anchor) joins no cluster, and the others wait for it forever."""
+    if not any(pool.index in (0, 1, 2) for pool in trainer_pools):
+        return
+    replicas = [pool for pool in job.pools() if pool.raw and pool.index in (0, 1, 2)]
+    chief = replicas[0]
+    for pool in replicas[1:]:
+        if (pool.program_field, pool.image, pool.module) != (chief.program_field, chief.image, chief.module):
+            raise job.error(
+                pool.field(pool.image_field),
+                f"worker pool {pool.index} runs another program than the chief (pool 0)",
+                f"the chief's image {chief.image!r}: pools 0-2 are replicas of one multi-worker program",
+            )
+
+
+def _check_replicas_agree(job: CompiledJob, trainer_pools: list[Pool]) -> None:
     """Chief, workers and parameter servers are replicas of one distributed program: with different args (say
     a --set that changed the chief's epochs only) the cluster waits forever in its first collective op."""
-    chief = next((pool for path, pool in pools if path.endswith(".0")), None)
+    chief = next((pool for pool in trainer_pools if pool.index == 0), None)
     if chief is None:
         return
-    _, chief_args = _args_of(chief)
-    for path, pool in pools:
-        index = int(path.rsplit(".", 1)[1])
-        args_path, args = _args_of(pool)
+    chief_args = chief.args
+    for pool in trainer_pools:
+        index, path, args_path, args = pool.index, pool.path, pool.args_field, pool.args
         if index in (1, 2) and args != chief_args:
             differs = next(
                 (i for i, (a, b) in enumerate(zip(args, chief_args, strict=False)) if a != b),

@@ -12,3 +12,24 @@ if _venv_bin.is_dir() and str(_venv_bin) not in os.environ.get("PATH", "").split
     os.environ["PATH"] = f"{_venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("CHECKPOINT_DISABLE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Start the suites on a user's copy of the repo (tests/user_copy.py) in the background as soon as a test
+    that needs them is collected, so they overlap with the rest of the run."""
+    if not any(item.nodeid.startswith("tests/test_shipped_environments.py") for item in items):
+        return
+    import shutil
+    import tempfile
+
+    from tests.user_copy import start_suites
+
+    root = Path(tempfile.mkdtemp(prefix="user-copy-"))
+    run = start_suites(root / "repo")
+    config._user_copy_run = run
+
+    def cleanup():
+        run.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    config.add_cleanup(cleanup)

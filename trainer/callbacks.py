@@ -9,6 +9,8 @@ import time
 
 import keras
 
+from trainer.contract import METRIC_FLAG
+
 log = logging.getLogger("trainer")
 
 
@@ -35,7 +37,7 @@ class HypertuneReporter(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         if self.key not in logs:
-            raise KeyError(f"--hypertune-metric {self.tag}: Keras logged no {self.key!r} "
+            raise KeyError(f"{METRIC_FLAG} {self.tag}: Keras logged no {self.key!r} "
                            f"(have {sorted(logs)})")
         self.hpt.report_hyperparameter_tuning_metric(
             hyperparameter_metric_tag=self.tag, metric_value=float(logs[self.key]), global_step=epoch + 1)

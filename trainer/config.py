@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainer.contract import METRIC_FLAG, TRAINER_MODULE
 from trainer.registry import TASK_MODULES
 
 MODELS: tuple[str, ...] = tuple(TASK_MODULES)
@@ -32,10 +33,6 @@ DEFAULT_HYPERTUNE_METRIC = "accuracy"
 EXPORT_FORMATS: tuple[str, ...] = ("JSON", "CSV", "EXAMPLE")
 DISTRIBUTIONS: tuple[str, ...] = ("auto", "default", "mirrored", "multi_worker", "tpu")
 VERBOSITIES: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
-# Set to "1" by `run_job.py --local` when this machine lacks the accelerators the job asks for: an explicit
-# --distribution tpu or mirrored then trains with the default (CPU) strategy instead of failing. Vertex AI
-# never sets it, so there a TPU job without a TPU still fails at once instead of training on the host's CPU.
-CPU_FALLBACK_ENV = "TRAINER_CPU_FALLBACK"
 
 
 class ConfigError(ValueError):
@@ -124,7 +121,7 @@ def build_parser(*, raise_errors: bool = False) -> argparse.ArgumentParser:
     """
     d = _DEFAULTS
     p = _Parser(
-        prog="trainer.task",
+        prog=TRAINER_MODULE,
         description="Train a registered model on Vertex AI or locally and export a SavedModel.",
         raise_errors=raise_errors,
         allow_abbrev=False,  # a tuning parameterId must match a flag exactly, never a prefix of one
@@ -179,7 +176,7 @@ def build_parser(*, raise_errors: bool = False) -> argparse.ArgumentParser:
 
 def _check(ok: bool, flag: str, allowed: str, value: object) -> None:
     if not ok:
-        raise ConfigError(f"trainer.task: error: argument {flag}: must be {allowed}, got {value!r}")
+        raise ConfigError(f"{TRAINER_MODULE}: error: argument {flag}: must be {allowed}, got {value!r}")
 
 
 def validate(cfg: TrainerConfig) -> TrainerConfig:
@@ -200,7 +197,7 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
     _check(cfg.model in MODELS, "--model", f"one of {', '.join(MODELS)}", cfg.model)
     _check(cfg.export_format in EXPORT_FORMATS, "--export-format", f"one of {', '.join(EXPORT_FORMATS)}",
            cfg.export_format)
-    _check(cfg.hypertune_metric in REPORTABLE_METRICS, "--hypertune-metric",
+    _check(cfg.hypertune_metric in REPORTABLE_METRICS, METRIC_FLAG,
            f"one of {', '.join(REPORTABLE_METRICS)}", cfg.hypertune_metric)
     _check(cfg.distribution in DISTRIBUTIONS, "--distribution", f"one of {', '.join(DISTRIBUTIONS)}",
            cfg.distribution)
@@ -231,7 +228,7 @@ def config_from_json(text: str) -> TrainerConfig:
 
 
 __all__ = [
-    "CPU_FALLBACK_ENV", "DEFAULT_HYPERTUNE_METRIC", "DISTRIBUTIONS", "EXPORT_FORMATS", "METRIC_GOALS",
+    "DEFAULT_HYPERTUNE_METRIC", "DISTRIBUTIONS", "EXPORT_FORMATS", "METRIC_GOALS",
     "MODELS", "REPORTABLE_METRICS",
     "ConfigError", "TrainerConfig", "build_parser", "config_from_json", "resolve_config", "validate",
 ]

@@ -15,11 +15,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from trainer.config import CPU_FALLBACK_ENV, ConfigError
-
-# Vertex AI worker pools, in order, and the TF_CONFIG task type each one plays.
-WORKER_POOL_ROLES = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps",
-                     "workerpool3": "evaluator"}
+from trainer.config import ConfigError
+from trainer.contract import (
+    CLUSTER_SPEC,
+    CPU_FALLBACK_ENV,
+    OUTPUT_DIRS,
+    TF_CONFIG,
+    TRAINER_MODULE,
+    TRIAL_ID,
+    WORKER_POOL_ROLES,
+)
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class Cluster:
     task_type: str = "chief"
     task_index: int = 0
     spec: dict[str, list[str]] = field(default_factory=dict)  # task type -> addresses; empty: one process
-    source: str = ""  # "TF_CONFIG", "CLUSTER_SPEC" or "" (single process)
+    source: str = ""  # TF_CONFIG, CLUSTER_SPEC (the variable it came from) or "" (single process)
 
     @property
     def num_workers(self) -> int:
@@ -65,12 +70,12 @@ class Cluster:
 def output_dirs(job_dir: str | None, environ: Mapping[str, str] = os.environ) -> OutputDirs:
     """AIP_* directories when Vertex AI sets them, else ``<job-dir>/model|checkpoints|logs``."""
     values = {}
-    for key, env in (("model", "AIP_MODEL_DIR"), ("checkpoints", "AIP_CHECKPOINT_DIR"),
-                     ("logs", "AIP_TENSORBOARD_LOG_DIR")):
+    for key, env in OUTPUT_DIRS.items():
         value = environ.get(env, "").strip()
         if not value:
             if not job_dir:
-                raise ConfigError(f"trainer.task: error: argument --job-dir: required unless {env} is set")
+                raise ConfigError(f"{TRAINER_MODULE}: error: argument --job-dir: required unless {env} is "
+                                  "set")
             value = job_dir.rstrip("/") + "/" + key
         values[key] = value.rstrip("/") or value
     return OutputDirs(**values)
@@ -106,30 +111,30 @@ def _task(raw: dict, name: str, roles: Mapping[str, str] | None = None) -> tuple
 
 def cluster_from_env(environ: Mapping[str, str] = os.environ) -> Cluster:
     """Read TF_CONFIG (preferred: TensorFlow's own vocabulary) or else Vertex AI's CLUSTER_SPEC."""
-    raw = _parse_json(environ, "TF_CONFIG")
+    raw = _parse_json(environ, TF_CONFIG)
     if raw and raw.get("cluster"):
         spec = {k: list(v) for k, v in raw["cluster"].items() if v}
-        task_type, index = _task(raw, "TF_CONFIG")
+        task_type, index = _task(raw, TF_CONFIG)
         if task_type not in spec or index >= len(spec[task_type]):
-            raise ConfigError(f"environment variable TF_CONFIG: task {task_type}:{index} "
+            raise ConfigError(f"environment variable {TF_CONFIG}: task {task_type}:{index} "
                               "is not in the cluster")
-        return Cluster(task_type, index, spec, "TF_CONFIG")
-    raw = _parse_json(environ, "CLUSTER_SPEC")
+        return Cluster(task_type, index, spec, TF_CONFIG)
+    raw = _parse_json(environ, CLUSTER_SPEC)
     if raw and raw.get("cluster"):
         pools = raw["cluster"]
         unknown = sorted(set(pools) - set(WORKER_POOL_ROLES))
         if unknown:
-            raise ConfigError(f"environment variable CLUSTER_SPEC: unknown worker pools {unknown}; "
+            raise ConfigError(f"environment variable {CLUSTER_SPEC}: unknown worker pools {unknown}; "
                               f"allowed: {', '.join(WORKER_POOL_ROLES)}")
         spec = {WORKER_POOL_ROLES[p]: list(v) for p, v in pools.items() if v}
-        task_type, index = _task(raw, "CLUSTER_SPEC", WORKER_POOL_ROLES)
-        return Cluster(task_type, index, spec, "CLUSTER_SPEC")
+        task_type, index = _task(raw, CLUSTER_SPEC, WORKER_POOL_ROLES)
+        return Cluster(task_type, index, spec, CLUSTER_SPEC)
     return Cluster()
 
 
 def trial_id(environ: Mapping[str, str] = os.environ) -> str | None:
     """The tuning trial this run is (Vertex AI sets CLOUD_ML_TRIAL_ID), or None outside a study."""
-    return environ.get("CLOUD_ML_TRIAL_ID") or None
+    return environ.get(TRIAL_ID) or None
 
 
 def _has_tpu(environ: Mapping[str, str]) -> bool:
@@ -159,9 +164,9 @@ def make_strategy(requested: str, cluster: Cluster, environ: Mapping[str, str] =
     """Create the tf.distribute strategy; must run before any other TensorFlow work in the process."""
     import tensorflow as tf
 
-    if cluster.source == "CLUSTER_SPEC" and "TF_CONFIG" not in os.environ:
+    if cluster.source == CLUSTER_SPEC and TF_CONFIG not in os.environ:
         # MultiWorkerMirroredStrategy reads TF_CONFIG; derive it from Vertex AI's CLUSTER_SPEC.
-        os.environ["TF_CONFIG"] = cluster.tf_config()
+        os.environ[TF_CONFIG] = cluster.tf_config()
     kind = choose_distribution(requested, cluster, len(tf.config.list_physical_devices("GPU")), environ)
     if kind != requested and requested != "auto":
         logging.getLogger("trainer").warning(

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 
 from trainer.config import ConfigError, resolve_config
+from trainer.contract import TRAINER_MODULE
 from trainer.data import DataError, expand_files
 from trainer.env import cluster_from_env, output_dirs
 
@@ -42,7 +43,7 @@ def _configure_logging(verbosity: str) -> None:
 
 
 def _usage_error(exc: Exception) -> int:
-    prefix = "trainer.task: error: "
+    prefix = f"{TRAINER_MODULE}: error: "
     message = str(exc)
     print(message if message.startswith(prefix) else prefix + message, file=sys.stderr)
     return EXIT_USAGE

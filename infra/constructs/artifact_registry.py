@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
 from infra.constructs import Grant, skip_unless_cmek
+from infra.constructs import validation as v
 from infra.google import (
     ArtifactRegistryRepository,
     ArtifactRegistryRepositoryCleanupPolicies,
@@ -26,11 +27,23 @@ class ImageRegistryProps:
     kms_key: str | None = None
     depends_on: Sequence[TerraformResource] = ()
 
+    def validate(self, where: str) -> None:
+        v.check_project(where, self.project)
+        v.check_region(where, "location", self.location)
+        v.check_str(where, "repository_id", self.repository_id, v.REPOSITORY_ID,
+                    "1-63 lowercase letters, digits or hyphens, starting with a letter")
+        v.check_labels(where, self.labels)
+        v.check_positive(where, "keep_versions", self.keep_versions, 1000)
+        v.check_positive(where, "untagged_retention_days", self.untagged_retention_days, 3650)
+        v.check_grants(where, self.grants, ("repository",))
+        v.check_kms_key(where, self.kms_key, self.location)
+
 
 class ImageRegistry(Construct):
     """Docker repository for trainer images, with a cleanup policy and reader/writer grants on it."""
 
     def __init__(self, scope: Construct, id_: str, props: ImageRegistryProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         self.repository = ArtifactRegistryRepository(
             self, "repository",

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from infra.cdk import Construct, TerraformResource, TerraformResourceLifecycle
 from infra.constructs import Grant, checkov_skip
+from infra.constructs import validation as v
 from infra.google import (
     StorageBucket,
     StorageBucketIamMember,
@@ -33,6 +34,23 @@ class BucketProps:
     kms_key: str | None = None
     depends_on: Sequence[TerraformResource] = field(default=())
 
+    def validate(self, where: str) -> None:
+        name = self.name
+        # GCS refuses names that start with "goog" or contain "google" (and near misspellings of it).
+        v.check(where, "name", name, v.matches(v.BUCKET_NAME, name) and not name.startswith("goog")
+                and not any(word in name for word in ("google", "g00gle", "go0gle", "g0ogle")),
+                "a GCS bucket name: 3-63 lowercase letters, digits, '-' or '_', starting and ending with a "
+                "letter or digit, not starting with 'goog' or containing 'google'")
+        v.check_project(where, self.project)
+        v.check_region(where, "location", self.location)
+        v.check_labels(where, self.labels)
+        v.check_grants(where, self.grants, ("bucket",))
+        v.check_positive(where, "noncurrent_retention_days", self.noncurrent_retention_days, 3650)
+        v.check_bool(where, "protect_from_destroy", self.protect_from_destroy)
+        if self.expire_after_days is not None:
+            v.check_positive(where, "expire_after_days", self.expire_after_days, 3650)
+        v.check_kms_key(where, self.kms_key, self.location)
+
 
 class TrainingBucket(Construct):
     """A regional, private, versioned bucket with its lifecycle and its object-level grants.
@@ -43,6 +61,7 @@ class TrainingBucket(Construct):
     """
 
     def __init__(self, scope: Construct, id_: str, props: BucketProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         rules = [
             # Versioning keeps overwritten checkpoints and models recoverable for a while, not forever.

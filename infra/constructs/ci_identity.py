@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
 from infra.constructs import BUILDS_EDITOR, role_id, skip_justified_project_role
+from infra.constructs import validation as v
 from infra.google import (
     IamWorkloadIdentityPool,
     IamWorkloadIdentityPoolProvider,
@@ -58,6 +59,28 @@ class GithubCiIdentityProps:
     grantable_project_roles: tuple[str, ...]
     depends_on: Sequence[TerraformResource] = ()
 
+    def validate(self, where: str) -> None:
+        v.check_project(where, self.project)
+        for name in ("pool_id", "provider_id"):
+            v.check_str(where, name, getattr(self, name), v.WIF_ID,
+                        "4-32 lowercase letters, digits or hyphens, not starting with 'gcp-'")
+        v.check_str(where, "repository", self.repository, v.GITHUB_REPOSITORY, "OWNER/NAME on GitHub")
+        v.check_positive(where, "repository_id", self.repository_id, 10**12)
+        # The branch is quoted into the provider's CEL condition: no quotes, no spaces.
+        v.check_str(where, "deploy_branch", self.deploy_branch, v.BRANCH, "a branch name such as main")
+        v.check_str(where, "deployer_account_id", self.deployer_account_id, v.ACCOUNT_ID,
+                    "6-30 lowercase letters, digits or hyphens, starting with a letter")
+        v.check_roles(where, "project_roles", self.project_roles)
+        # A union of what each identity is granted: repeats are expected.
+        v.check_roles(where, "grantable_project_roles", self.grantable_project_roles, unique=False)
+        # projectIamAdmin is granted only with its condition, and never grantable: with it the deployer could
+        # grant itself the role without the condition, then anything (self-escalation).
+        for name in ("project_roles", "grantable_project_roles"):
+            roles = getattr(self, name)
+            v.check(where, name, roles, PROJECT_IAM_ADMIN not in roles,
+                    f"roles without {PROJECT_IAM_ADMIN}: it must not be grantable by the deployer "
+                    "(self-escalation)")
+
 
 class GithubCiIdentity(Construct):
     """Keyless CI: GitHub Actions OIDC tokens from one repository and branch may impersonate the deployer.
@@ -69,6 +92,7 @@ class GithubCiIdentity(Construct):
     """
 
     def __init__(self, scope: Construct, id_: str, props: GithubCiIdentityProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         deps = list(props.depends_on) or None
         ref = f"refs/heads/{props.deploy_branch}"
@@ -117,8 +141,6 @@ class GithubCiIdentity(Construct):
                                      member=self.member)
             skip_justified_project_role(grant, role)
             self.project_grants.append(grant)
-        if PROJECT_IAM_ADMIN in props.grantable_project_roles:
-            raise ValueError(f"{PROJECT_IAM_ADMIN} must not be grantable by the deployer (self-escalation)")
         allowed = ", ".join(f"'{role}'" for role in sorted(set(props.grantable_project_roles)))
         self.project_grants.append(ProjectIamMember(
             self, "projectIamAdmin", project=props.project, role=PROJECT_IAM_ADMIN, member=self.member,

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from infra.cdk import Construct
 from infra.constructs import Grant
+from infra.constructs import validation as v
 from infra.google import KmsCryptoKeyIamMember
 
 
@@ -11,6 +12,12 @@ from infra.google import KmsCryptoKeyIamMember
 class CmekKeyProps:
     kms_key: str
     grants: tuple[Grant, ...]
+
+    def validate(self, where: str) -> None:
+        v.check(where, "kms_key", self.kms_key, v.matches(v.KMS_KEY, self.kms_key),
+                "projects/P/locations/L/keyRings/R/cryptoKeys/K")
+        v.check(where, "grants", self.grants, bool(self.grants), "at least one grant (else: no CmekKey)")
+        v.check_grants(where, self.grants)
 
 
 class CmekKey(Construct):
@@ -24,6 +31,7 @@ class CmekKey(Construct):
     """
 
     def __init__(self, scope: Construct, id_: str, props: CmekKeyProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         self.grants = [
             KmsCryptoKeyIamMember(self, grant.key, crypto_key_id=props.kms_key, role=grant.role,

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
 from infra.constructs import BUILDS_EDITOR, role_id, skip_justified_project_role
+from infra.constructs import validation as v
 from infra.google import ProjectIamMember
 
 # Creating a CustomJob or HyperparameterTuningJob (aiplatform.customJobs.create, ...) exists only at project
@@ -25,6 +26,20 @@ class JobSubmittersProps:
     project_roles: tuple[str, ...] = SUBMITTER_PROJECT_ROLES
     depends_on: Sequence[TerraformResource] = ()
 
+    def validate(self, where: str) -> None:
+        v.check_project(where, self.project)
+        v.check(where, "members", self.members, isinstance(self.members, tuple), "a tuple of (key, member)")
+        for i, pair in enumerate(self.members):
+            v.check(where, f"members[{i}]", pair, isinstance(pair, tuple) and len(pair) == 2,
+                    "a (key, member) pair")
+            v.check_key(where, f"members[{i}].key", pair[0])
+            v.check_member(where, f"members[{i}].member", pair[1])
+        # The grants' construct ids start with the key.
+        keys = tuple(key for key, _ in self.members)
+        for i in range(len(keys)):
+            v.check_once(where, "members", keys, i, "key")
+        v.check_roles(where, "project_roles", self.project_roles)
+
 
 class JobSubmitters(Construct):
     """The humans (`job_submitters` in the environment config) who launch training and tuning jobs.
@@ -35,6 +50,7 @@ class JobSubmitters(Construct):
     """
 
     def __init__(self, scope: Construct, id_: str, props: JobSubmittersProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         # Project IAM calls need cloudresourcemanager.googleapis.com, which the same apply may be enabling.
         deps = list(props.depends_on) or None

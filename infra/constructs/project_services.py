@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.cdk import Construct
+from infra.constructs import validation as v
 from infra.google import ProjectService
 
 
@@ -10,6 +11,15 @@ from infra.google import ProjectService
 class ProjectServicesProps:
     project: str
     services: tuple[str, ...]
+
+    def validate(self, where: str) -> None:
+        v.check_project(where, self.project)
+        v.check(where, "services", self.services, isinstance(self.services, tuple) and bool(self.services),
+                "a non-empty tuple of service names")
+        for i, service in enumerate(self.services):
+            v.check_str(where, f"services[{i}]", service, v.SERVICE, "a name such as storage.googleapis.com")
+            # Each service's construct id is its first label.
+            v.check_once(where, "services", self.services, i, "service")
 
 
 class ProjectServices(Construct):
@@ -21,6 +31,7 @@ class ProjectServices(Construct):
     """
 
     def __init__(self, scope: Construct, id_: str, props: ProjectServicesProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         self.services = [
             ProjectService(self, service.split(".", 1)[0], project=props.project, service=service,

@@ -4,6 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
+from infra.constructs import validation as v
 from infra.google import DataGoogleStorageProjectServiceAccount
 
 VERTEX_AI_AGENT_DOMAIN = "gcp-sa-aiplatform.iam.gserviceaccount.com"
@@ -23,6 +24,13 @@ class ServiceAgentsProps:
     # time.
     with_storage_agent: bool = False
     depends_on: Sequence[TerraformResource] = ()
+
+    def validate(self, where: str) -> None:
+        v.check_project(where, self.project)
+        # The agents' emails are built from it: a wrong number names accounts that do not exist.
+        v.check_str(where, "project_number", self.project_number, v.PROJECT_NUMBER,
+                    "the project's number as a string, e.g. \"123456789012\"")
+        v.check_bool(where, "with_storage_agent", self.with_storage_agent)
 
 
 class ServiceAgents(Construct):
@@ -44,6 +52,7 @@ class ServiceAgents(Construct):
     """
 
     def __init__(self, scope: Construct, id_: str, props: ServiceAgentsProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         number = props.project_number
         self.vertex_ai = f"serviceAccount:service-{number}@{VERTEX_AI_AGENT_DOMAIN}"

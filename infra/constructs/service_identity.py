@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
 from infra.constructs import Grant, role_id
+from infra.constructs import validation as v
 from infra.google import ProjectIamMember, ServiceAccount, ServiceAccountIamMember
 
 
@@ -19,6 +20,17 @@ class ServiceIdentityProps:
     account_grants: tuple[Grant, ...]
     depends_on: Sequence[TerraformResource] = ()
 
+    def validate(self, where: str) -> None:
+        v.check_project(where, self.project)
+        v.check_str(where, "account_id", self.account_id, v.ACCOUNT_ID,
+                    "6-30 lowercase letters, digits or hyphens, starting with a letter")
+        v.check_text(where, "display_name", self.display_name, 100)
+        v.check_text(where, "description", self.description, 256)
+        v.check_roles(where, "project_roles", self.project_roles)
+        # Account grants are siblings of the account and of the project grants (named by role).
+        v.check_grants(where, self.account_grants, ("account", *map(role_id, self.project_roles)),
+                       name="account_grants")
+
 
 class ServiceIdentity(Construct):
     """A keyless service account, its project-level roles and the grants on the account itself.
@@ -29,6 +41,7 @@ class ServiceIdentity(Construct):
     """
 
     def __init__(self, scope: Construct, id_: str, props: ServiceIdentityProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         self.account = ServiceAccount(
             self, "account", project=props.project, account_id=props.account_id,

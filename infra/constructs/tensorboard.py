@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
 from infra.constructs import skip_unless_cmek
+from infra.constructs import validation as v
 from infra.google import VertexAiTensorboard
 
 
@@ -17,6 +18,13 @@ class TensorboardProps:
     kms_key: str | None = None
     depends_on: Sequence[TerraformResource] = ()
 
+    def validate(self, where: str) -> None:
+        v.check_project(where, self.project)
+        v.check_region(where, "region", self.region)
+        v.check_text(where, "display_name", self.display_name, 128)
+        v.check_labels(where, self.labels)
+        v.check_kms_key(where, self.kms_key, self.region)
+
 
 class Tensorboard(Construct):
     """The Vertex AI TensorBoard instance jobs stream their logs to (same region as the log bucket).
@@ -26,6 +34,7 @@ class Tensorboard(Construct):
     """
 
     def __init__(self, scope: Construct, id_: str, props: TensorboardProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         self.tensorboard = VertexAiTensorboard(
             self, "tensorboard",

@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 from typing import IO
 
+from jobs.body import CUSTOM_JOB, KINDS, spec_field
 from jobs.local.spec import LocalRunError
+from trainer.contract import JOB_ID
 
 __all__ = ["LocalRunError", "run_local"]
 
-KINDS = ("CustomJob", "HyperparameterTuningJob")
 _IMPORT_STDOUT = sys.stdout
 
 
@@ -53,28 +54,28 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
     from jobs.local import environment, spec
 
     if kind not in KINDS:
-        raise LocalRunError(f"kind: {kind!r}; use CustomJob or HyperparameterTuningJob")
+        raise LocalRunError("kind", f"{kind!r}; use {' or '.join(KINDS)}")
     if not isinstance(body, dict):
-        raise LocalRunError("body: expected the compiled request body (a mapping)")
+        raise LocalRunError("body", "expected the compiled request body (a mapping)")
     image = outputs.get("trainer_image", "")
-    if kind == "CustomJob":
-        job = spec.parse_job_spec(body.get("jobSpec"), "jobSpec", image)
+    if kind == CUSTOM_JOB:
+        job = spec.parse_job_spec(body.get(spec_field(kind)), spec_field(kind), image)
         study = None
     else:
         study = spec.parse_tuning_job(body, image)
         job = study.trial_job
     for pool in job.pools:
-        environment.check_module_root(pool.python_argv, repo_root, _pool_path(kind, pool.index))
+        environment.check_module_root(pool.python_argv, repo_root, pool.path)
     missing = environment.missing_accelerators(job)
     if missing and strict:
-        raise LocalRunError(f"machineSpec: this machine lacks {'; '.join(missing)} (--strict-accelerators)")
+        raise LocalRunError("machineSpec", f"this machine lacks {'; '.join(missing)} (--strict-accelerators)")
     name = str(body.get("displayName") or "local-job")
     base = _base_dir(job.base_output_uri, local_root, name, study and study.raw_study_spec, resume)
     if missing:
         print(f"warning: this machine lacks {'; '.join(missing)}: running on CPU", file=sys.stderr)
     staged = environment.stage_data(repo_root, local_root, outputs.get("data_bucket", ""))
     if staged:
-        where = local_root / "gs" / environment.bucket_name(outputs["data_bucket"])
+        where = environment.local_bucket(outputs["data_bucket"], local_root)
         print(f"staged {staged} data file(s) into {where}", file=stream)
     # Like a Vertex machine without accelerators, a job that asks for none does not see this machine's GPUs.
     cpu_only = bool(missing) or not any(p.accelerator_type for p in job.pools)
@@ -98,15 +99,10 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
 
 
 def local_job_id(name: str) -> str:
-    """CLOUD_ML_JOB_ID for a local run (Vertex AI sets the job's numeric id)."""
+    """The job id (CLOUD_ML_JOB_ID) of a local run (Vertex AI sets the job's numeric id)."""
     from jobs.local.tuning import slug
 
     return f"local-{slug(name)}"
-
-
-def _pool_path(kind: str, index: int) -> str:
-    prefix = "jobSpec" if kind == "CustomJob" else "trialJobSpec"
-    return f"{prefix}.workerPoolSpecs[{index}]"
 
 
 def _registry(local_root: Path, study_spec: dict) -> Path:
@@ -129,12 +125,12 @@ def _base_dir(uri: str, local_root: Path, name: str, study_spec: dict | None, re
         base = local_root / "runs" / f"{tuning.slug(name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     if not resume and study_spec is not None and (base / "study.db").exists():
         raise LocalRunError(
-            f"baseOutputDirectory: a study already exists at {base}; pass --resume to continue it"
+            "baseOutputDirectory", f"a study already exists at {base}; pass --resume to continue it"
         )
     if resume and study_spec is not None and not (base / "study.db").exists():
         registry = _registry(local_root, study_spec)
         if not registry.exists():
-            raise LocalRunError(f"--resume: no earlier local run of this studySpec under {local_root}")
+            raise LocalRunError("--resume", f"no earlier local run of this studySpec under {local_root}")
         base = Path(json.loads(registry.read_text())["base"])
     return base
 
@@ -156,7 +152,7 @@ def _run_custom_job(
         base_local=base if has_base else None,
         local_root=local_root,
         repo_root=repo_root,
-        extra_env={"CLOUD_ML_JOB_ID": local_job_id(name)},
+        extra_env={JOB_ID: local_job_id(name)},
         threads=threads,
         cpu_only=cpu_only,
     )

@@ -23,24 +23,34 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 from pathlib import Path
 
-from jobs.local.spec import TF_TASK_TYPES, JobSpec, LocalRunError, PoolSpec
-from trainer.config import CPU_FALLBACK_ENV  # the trainer's side of the CPU-fallback contract
+from jobs.body import gs_bucket, rebase_gs
+from jobs.local.spec import JobSpec, LocalRunError, PoolSpec
+from trainer.contract import (
+    CLUSTER_SPEC,
+    CPU_FALLBACK_ENV,
+    OUTPUT_DIRS,
+    REPLICA_VARIABLES,
+    TF_CONFIG,
+    TF_TASK_TYPES,
+    WORKER_POOLS,
+)
 
-_GS = re.compile(r"gs://")
+# Pool 3's TF_CONFIG role: TensorFlow's multi-worker strategies reject an evaluator inside the cluster.
+_EVALUATOR = TF_TASK_TYPES[3]
 
 
 def to_local(value: str, local_root: Path) -> str:
     """Map every gs:// URI inside ``value`` (a path, a glob, a comma list, a ``--flag=uri``) to local_root."""
-    return _GS.sub(f"{local_root / 'gs'}/", value)
+    return rebase_gs(value, str(local_root / "gs"))
 
 
-def bucket_name(uri: str) -> str:
-    return uri[len("gs://") :].split("/", 1)[0] if uri.startswith("gs://") else uri.strip("/")
+def local_bucket(uri: str, local_root: Path) -> Path:
+    """The folder that stands in for the bucket of ``uri`` (gs://bucket/...)."""
+    return local_root / "gs" / gs_bucket(uri)
 
 
 def stage_data(repo_root: Path, local_root: Path, data_bucket: str) -> int:
@@ -51,7 +61,7 @@ def stage_data(repo_root: Path, local_root: Path, data_bucket: str) -> int:
     source = repo_root / "data"
     if not data_bucket or not source.is_dir():
         return 0
-    target = local_root / "gs" / bucket_name(data_bucket)
+    target = local_bucket(data_bucket, local_root)
     copied = 0
     for path in sorted(source.rglob("*")):
         dest = target / path.relative_to(source)
@@ -83,7 +93,7 @@ def missing_accelerators(job: JobSpec) -> list[str]:
     missing = []
     gpus = local_gpu_count()
     for pool in job.pools:
-        where = f"workerpool{pool.index} ({pool.machine_type or 'unspecified machine'})"
+        where = f"{WORKER_POOLS[pool.index]} ({pool.machine_type or 'unspecified machine'})"
         is_tpu = _is_tpu(pool)
         if is_tpu and not has_local_tpu():
             topo = f" topology {pool.tpu_topology}" if pool.tpu_topology else ""
@@ -115,11 +125,7 @@ def output_dirs(base_local: Path | None, trial_id: str | None) -> dict[str, str]
     if base_local is None:
         return {}
     root = base_local / trial_id if trial_id else base_local
-    return {
-        "AIP_MODEL_DIR": f"{root / 'model'}/",
-        "AIP_CHECKPOINT_DIR": f"{root / 'checkpoints'}/",
-        "AIP_TENSORBOARD_LOG_DIR": f"{root / 'logs'}/",
-    }
+    return {variable: f"{root / folder}/" for folder, variable in OUTPUT_DIRS.items()}
 
 
 def cluster_envs(job: JobSpec, trial_id: str | None) -> dict[tuple[int, int], dict[str, str]]:
@@ -128,26 +134,25 @@ def cluster_envs(job: JobSpec, trial_id: str | None) -> dict[tuple[int, int], di
         return {}
     ports = iter(free_ports(job.replica_total))
     cluster = {
-        f"workerpool{p.index}": [f"127.0.0.1:{next(ports)}" for _ in range(p.replica_count)]
-        for p in job.pools
+        WORKER_POOLS[p.index]: [f"127.0.0.1:{next(ports)}" for _ in range(p.replica_count)] for p in job.pools
     }
     tf_cluster = {
-        TF_TASK_TYPES[p.index]: cluster[f"workerpool{p.index}"]
+        TF_TASK_TYPES[p.index]: cluster[WORKER_POOLS[p.index]]
         for p in job.pools
-        if TF_TASK_TYPES[p.index] != "evaluator"
+        if TF_TASK_TYPES[p.index] != _EVALUATOR
     }
     envs = {}
     for pool in job.pools:
         for i in range(pool.replica_count):
-            task: dict[str, object] = {"type": f"workerpool{pool.index}", "index": i}
+            task: dict[str, object] = {"type": WORKER_POOLS[pool.index], "index": i}
             tf_task: dict[str, object] = {"type": TF_TASK_TYPES[pool.index], "index": i}
             if trial_id:
                 task["trial"] = tf_task["trial"] = trial_id
             envs[(pool.index, i)] = {
-                "CLUSTER_SPEC": json.dumps(
+                CLUSTER_SPEC: json.dumps(
                     {"cluster": cluster, "environment": "cloud", "task": task, "job": job.raw}
                 ),
-                "TF_CONFIG": json.dumps(
+                TF_CONFIG: json.dumps(
                     {"cluster": tf_cluster, "environment": "cloud", "task": tf_task, "job": job.raw}
                 ),
             }
@@ -171,14 +176,7 @@ def replica_env(
 ) -> dict[str, str]:
     env = dict(base_env)
     # Stale contract variables from the caller's shell must not leak into a replica.
-    for key in (
-        CPU_FALLBACK_ENV,
-        "TF_CONFIG",
-        "CLUSTER_SPEC",
-        "CLOUD_ML_TRIAL_ID",
-        "CLOUD_ML_HP_METRIC_FILE",
-        *output_dirs(Path("x"), None),
-    ):
+    for key in REPLICA_VARIABLES:
         env.pop(key, None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo_root), base_env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -209,4 +207,4 @@ def check_module_root(argv: tuple[str, ...], repo_root: Path, path: str) -> None
         import importlib.util
 
         if importlib.util.find_spec(top) is None:
-            raise LocalRunError(f"{path}: module {argv[1]!r} is not in this repo ({repo_root}) nor installed")
+            raise LocalRunError(path, f"module {argv[1]!r} is not in this repo ({repo_root}) nor installed")

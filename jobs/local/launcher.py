@@ -17,6 +17,7 @@ from pathlib import Path
 
 from jobs.local import environment
 from jobs.local.spec import JobSpec
+from trainer.contract import WORKER_POOLS
 
 GRACE_S = 10.0
 
@@ -139,7 +140,7 @@ def start_job(
         argv = [sys.executable, *(environment.to_local(a, local_root) for a in pool.python_argv)]
         argv += [environment.to_local(a, local_root) for a in extra_args]
         for i in range(pool.replica_count):
-            name = f"workerpool{pool.index}-{i}"
+            name = f"{WORKER_POOLS[pool.index]}-{i}"
             env = environment.replica_env(
                 pool,
                 base_env=dict(os.environ),

@@ -1,7 +1,8 @@
 """Typed view of the compiled Vertex AI REST body (camelCase), limited to what a local run needs.
 
-The body was already validated against ``google.cloud.aiplatform_v1`` by ``jobs/``; this module only reads it,
-and raises :class:`LocalRunError` (one line naming the field path) for what cannot run on this machine.
+The body was already validated against ``google.cloud.aiplatform_v1`` by ``jobs/``; this module reads it
+through ``jobs.body`` (the reader validate and compile use too) and raises :class:`LocalRunError` (one line
+naming the field by its dotted body path) for what cannot run on this machine.
 """
 
 from __future__ import annotations
@@ -10,18 +11,27 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs import body as job_body
+from jobs.body import GOALS, TUNING_JOB, VALUE_SPECS, image_name, join, spec_field
+from trainer.contract import TRAINER_MODULE, WORKER_POOLS
+
 
 class LocalRunError(ValueError):
-    """A job that cannot run locally; ``str()`` is one line naming the field and what is allowed."""
+    """A job that cannot run locally; ``str()`` is one line, ``<field.path>: <problem>``, as a JobError's."""
 
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(self.__str__())
 
-# Vertex AI's worker pool positions and the TF_CONFIG task type each one gets (chief, workers, ps, evaluator).
-TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+    def __str__(self) -> str:
+        return " ".join(f"{self.path}: {self.problem}".split())
 
 
 @dataclass(frozen=True)
 class PoolSpec:
     index: int  # position in workerPoolSpecs: decides the workerpoolN name and the TF task type
+    path: str  # the pool's body path (jobSpec.workerPoolSpecs.<index>), for errors
     replica_count: int
     # Exactly what runs as the replica's argv after the Python interpreter, e.g. ["-m", "trainer.task", ...].
     python_argv: tuple[str, ...]
@@ -76,23 +86,23 @@ def _int(value: Any, path: str) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise LocalRunError(f"{path}: {value!r} is not an integer") from None
+        raise LocalRunError(path, f"{value!r} is not an integer") from None
 
 
-def _env_pairs(items: Any, path: str) -> tuple[tuple[str, str], ...]:
+def _env_pairs(items: list[Any], path: str) -> tuple[tuple[str, str], ...]:
     pairs = []
-    for i, item in enumerate(items or []):
+    for i, item in enumerate(items):
         if not isinstance(item, dict) or "name" not in item:
-            raise LocalRunError(f"{path}[{i}]: expected {{name, value}}, got {item!r}")
+            raise LocalRunError(join(path, i), f"expected {{name, value}}, got {item!r}")
         pairs.append((str(item["name"]), str(item.get("value", ""))))
     return tuple(pairs)
 
 
-def _container_argv(spec: dict[str, Any], path: str, trainer_image: str) -> tuple[str, ...]:
+def _container_argv(pool: job_body.Pool, trainer_image: str) -> tuple[str, ...]:
     """The python argv that runs a container's entrypoint here, or an error: there is no Docker engine."""
-    image = str(spec.get("imageUri", ""))
-    command = [str(c) for c in spec.get("command", []) or []]
-    args = [str(a) for a in spec.get("args", []) or []]
+    image = pool.image
+    command = [str(c) for c in pool.command]
+    args = [str(a) for a in pool.args]
     if command:
         if (
             len(command) >= 3
@@ -102,70 +112,72 @@ def _container_argv(spec: dict[str, Any], path: str, trainer_image: str) -> tupl
         ):
             return ("-m", *command[2:], *args)
         raise LocalRunError(
-            f"{path}.command: {' '.join(command)!r} cannot run locally (no Docker engine here); a container "
-            "job runs locally only when its command is `python -m trainer.<module>` or it uses the trainer "
-            "image without a command"
+            pool.field(pool.program_field, "command"),
+            f"{' '.join(command)!r} cannot run locally (no Docker engine here); a container job runs locally "
+            "only when its command is `python -m trainer.<module>` or it uses the trainer image without a "
+            "command",
         )
-    if trainer_image and _strip_tag(image) == _strip_tag(trainer_image):
+    if trainer_image and image_name(image) == image_name(trainer_image):
         # The trainer image's entrypoint is `python -m trainer.task` (built from this repo).
-        return ("-m", "trainer.task", *args)
+        return ("-m", TRAINER_MODULE, *args)
     raise LocalRunError(
-        f"{path}.imageUri: {image!r} cannot run locally (no Docker engine here); only this repo's trainer "
-        f"image ({trainer_image or '${infra.trainer_image}'}) or a `python -m trainer.<module>` command can"
+        pool.field(pool.image_field),
+        f"{image!r} cannot run locally (no Docker engine here); only this repo's trainer image "
+        f"({trainer_image or '${infra.trainer_image}'}) or a `python -m trainer.<module>` command can",
     )
 
 
 def _is_trainer(module: str) -> bool:
-    return module == "trainer" or module.startswith("trainer.")
-
-
-def _strip_tag(image: str) -> str:
-    image = image.split("@", 1)[0]
-    name, _, tag = image.rpartition(":")
-    return name if name and "/" not in tag else image
+    top = TRAINER_MODULE.split(".", 1)[0]
+    return module == top or module.startswith(top + ".")
 
 
 def parse_job_spec(spec: Any, path: str, trainer_image: str = "") -> JobSpec:
     if not isinstance(spec, dict):
-        raise LocalRunError(f"{path}: expected a CustomJobSpec object")
-    pools_raw = spec.get("workerPoolSpecs")
+        raise LocalRunError(path, "expected a CustomJobSpec object")
+    pools_raw = spec.get(job_body.POOLS_FIELD)
+    pools_path = join(path, job_body.POOLS_FIELD)
     if not isinstance(pools_raw, list) or not pools_raw:
-        raise LocalRunError(f"{path}.workerPoolSpecs: at least one worker pool is required")
+        raise LocalRunError(pools_path, "at least one worker pool is required")
+    if len(pools_raw) > len(WORKER_POOLS):
+        raise LocalRunError(
+            pools_path,
+            f"{len(pools_raw)} worker pools; use at most {len(WORKER_POOLS)} ({', '.join(WORKER_POOLS)})",
+        )
     pools = []
-    for i, pool in enumerate(pools_raw):
-        ppath = f"{path}.workerPoolSpecs[{i}]"
-        if not pool:  # Vertex: pools after the first may be skipped with an empty value
-            if i == 0:
-                raise LocalRunError(f"{ppath}: the first worker pool (the chief) cannot be empty")
+    for pool in job_body.pools(spec, path):
+        if not pool.raw:  # Vertex: pools after the first may be skipped with an empty value
+            if pool.index == 0:
+                raise LocalRunError(pool.path, "the first worker pool (the chief) cannot be empty")
             continue
-        count = _int(pool.get("replicaCount", 1), f"{ppath}.replicaCount")
-        if count < 1 or (i == 0 and count != 1):
-            allowed = "1" if i == 0 else ">= 1"
-            raise LocalRunError(f"{ppath}.replicaCount: {count} is not allowed; use {allowed}")
-        if "pythonPackageSpec" in pool:
-            pkg = pool["pythonPackageSpec"]
-            module = str(pkg.get("pythonModule", ""))
-            if not module:
-                raise LocalRunError(f"{ppath}.pythonPackageSpec.pythonModule: required (e.g. trainer.task)")
-            argv = ("-m", module, *(str(a) for a in pkg.get("args", []) or []))
-            env = _env_pairs(pkg.get("env"), f"{ppath}.pythonPackageSpec.env")
-        elif "containerSpec" in pool:
-            argv = _container_argv(pool["containerSpec"], f"{ppath}.containerSpec", trainer_image)
-            env = _env_pairs(pool["containerSpec"].get("env"), f"{ppath}.containerSpec.env")
+        count = _int(pool.raw.get("replicaCount", 1), pool.field("replicaCount"))
+        if count < 1 or (pool.index == 0 and count != 1):
+            allowed = "1" if pool.index == 0 else ">= 1"
+            raise LocalRunError(pool.field("replicaCount"), f"{count} is not allowed; use {allowed}")
+        if pool.is_package:
+            if not pool.module:
+                raise LocalRunError(
+                    pool.field(pool.program_field, "pythonModule"), f"required (e.g. {TRAINER_MODULE})"
+                )
+            argv = ("-m", pool.module, *(str(a) for a in pool.args))
+        elif pool.is_container:
+            argv = _container_argv(pool, trainer_image)
         else:
-            raise LocalRunError(f"{ppath}: needs pythonPackageSpec or containerSpec")
-        machine = pool.get("machineSpec", {}) or {}
+            raise LocalRunError(pool.path, f"needs {' or '.join(job_body.PROGRAMS)}")
+        env = _env_pairs(pool.env, pool.field(pool.program_field, "env"))
+        machine = pool.machine
         accel = str(machine.get("acceleratorType", ""))
         pools.append(
             PoolSpec(
-                index=i,
+                index=pool.index,
+                path=pool.path,
                 replica_count=count,
                 python_argv=argv,
                 env=env,
                 machine_type=str(machine.get("machineType", "")),
                 accelerator_type="" if accel == "ACCELERATOR_TYPE_UNSPECIFIED" else accel,
                 accelerator_count=_int(
-                    machine.get("acceleratorCount", 0), f"{ppath}.machineSpec.acceleratorCount"
+                    machine.get("acceleratorCount", 0), pool.field("machineSpec", "acceleratorCount")
                 ),
                 tpu_topology=str(machine.get("tpuTopology", "")),
             )
@@ -174,7 +186,9 @@ def parse_job_spec(spec: Any, path: str, trainer_image: str = "") -> JobSpec:
     return JobSpec(
         pools=tuple(pools),
         base_output_uri=str(base),
-        timeout_s=_duration((spec.get("scheduling") or {}).get("timeout"), f"{path}.scheduling.timeout"),
+        timeout_s=_duration(
+            (spec.get("scheduling") or {}).get("timeout"), join(path, "scheduling", "timeout")
+        ),
         raw=spec,
     )
 
@@ -184,28 +198,24 @@ def _duration(value: Any, path: str) -> float | None:
         return None
     match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(value))
     if not match:
-        raise LocalRunError(f"{path}: {value!r} is not a duration; use seconds like '3600s'")
+        raise LocalRunError(path, f"{value!r} is not a duration; use seconds like '3600s'")
     return float(match.group(1)) or None
 
 
-_KINDS = {
-    "doubleValueSpec": "DOUBLE",
-    "integerValueSpec": "INTEGER",
-    "discreteValueSpec": "DISCRETE",
-    "categoricalValueSpec": "CATEGORICAL",
-}
+# The body's value spec field -> the ParameterSpec type it makes.
+_KINDS = {spec_name: kind for kind, spec_name in VALUE_SPECS.items()}
 
 
 def _parameter(raw: Any, path: str) -> ParameterSpec:
     if not isinstance(raw, dict) or not raw.get("parameterId"):
-        raise LocalRunError(f"{path}.parameterId: required")
+        raise LocalRunError(join(path, "parameterId"), "required")
     if raw.get("conditionalParameterSpecs"):
         raise LocalRunError(
-            f"{path}.conditionalParameterSpecs: conditional parameters are not supported locally"
+            join(path, "conditionalParameterSpecs"), "conditional parameters are not supported locally"
         )
     kinds = [k for k in _KINDS if k in raw]
     if len(kinds) != 1:
-        raise LocalRunError(f"{path}: needs exactly one of {', '.join(_KINDS)}")
+        raise LocalRunError(path, f"needs exactly one of {', '.join(_KINDS)}")
     key = kinds[0]
     kind, body = _KINDS[key], raw[key] or {}
     scale = str(raw.get("scaleType") or "UNIT_LINEAR_SCALE")
@@ -217,15 +227,15 @@ def _parameter(raw: Any, path: str) -> ParameterSpec:
         try:
             low, high = conv(body.get("minValue")), conv(body.get("maxValue"))
         except (TypeError, ValueError):
-            raise LocalRunError(f"{path}.{key}: minValue and maxValue must be numbers") from None
+            raise LocalRunError(join(path, key), "minValue and maxValue must be numbers") from None
         if low > high or (kind == "DOUBLE" and low == high):
-            raise LocalRunError(f"{path}.{key}: minValue {low} must be below maxValue {high}")
+            raise LocalRunError(join(path, key), f"minValue {low} must be below maxValue {high}")
         if scale != "UNIT_LINEAR_SCALE" and low <= 0:
-            raise LocalRunError(f"{path}.{key}.minValue: {scale} needs minValue > 0, got {low}")
+            raise LocalRunError(join(path, key, "minValue"), f"{scale} needs minValue > 0, got {low}")
         return ParameterSpec(pid, kind, scale, low, high)
     values = tuple(body.get("values") or ())
     if not values:
-        raise LocalRunError(f"{path}.{key}.values: at least one value is required")
+        raise LocalRunError(join(path, key, "values"), "at least one value is required")
     if kind == "DISCRETE":
         values = tuple(float(v) for v in values)
     else:
@@ -241,34 +251,36 @@ def _int_value(value: Any) -> int:
 
 
 def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConfig:
-    spec = body.get("studySpec")
+    study_path = job_body.STUDY_FIELD
+    spec = body.get(study_path)
     if not isinstance(spec, dict):
-        raise LocalRunError("studySpec: required for a HyperparameterTuningJob")
+        raise LocalRunError(study_path, f"required for a {TUNING_JOB}")
     metrics = spec.get("metrics") or []
     if len(metrics) != 1 or not metrics[0].get("metricId"):
-        raise LocalRunError("studySpec.metrics: exactly one metric {metricId, goal} is supported")
+        raise LocalRunError(join(study_path, "metrics"), "exactly one metric {metricId, goal} is supported")
     goal = str(metrics[0].get("goal", ""))
-    if goal not in ("MAXIMIZE", "MINIMIZE"):
-        raise LocalRunError(f"studySpec.metrics[0].goal: {goal!r}; use MAXIMIZE or MINIMIZE")
-    params = tuple(
-        _parameter(p, f"studySpec.parameters[{i}]") for i, p in enumerate(spec.get("parameters") or [])
-    )
+    if goal not in GOALS:
+        raise LocalRunError(join(study_path, "metrics", 0, "goal"), f"{goal!r}; use {' or '.join(GOALS)}")
+    params_path = join(study_path, "parameters")
+    params = tuple(_parameter(p, join(params_path, i)) for i, p in enumerate(spec.get("parameters") or []))
     if not params:
-        raise LocalRunError("studySpec.parameters: at least one parameter is required")
+        raise LocalRunError(params_path, "at least one parameter is required")
     ids = [p.parameter_id for p in params]
     if len(set(ids)) != len(ids):
-        raise LocalRunError(f"studySpec.parameters: parameterId values must be unique, got {ids}")
+        raise LocalRunError(params_path, f"parameterId values must be unique, got {ids}")
     algorithm = str(spec.get("algorithm") or "ALGORITHM_UNSPECIFIED")
     if algorithm not in ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH"):
         raise LocalRunError(
-            f"studySpec.algorithm: {algorithm!r}; use ALGORITHM_UNSPECIFIED, GRID_SEARCH or RANDOM_SEARCH"
+            join(study_path, "algorithm"),
+            f"{algorithm!r}; use ALGORITHM_UNSPECIFIED, GRID_SEARCH or RANDOM_SEARCH",
         )
     if algorithm == "GRID_SEARCH":
         for i, p in enumerate(params):
             if p.kind == "DOUBLE":
                 raise LocalRunError(
-                    f"studySpec.parameters[{i}]: GRID_SEARCH takes INTEGER, DISCRETE or CATEGORICAL "
-                    f"parameters, not DOUBLE ({p.parameter_id})"
+                    join(params_path, i),
+                    "GRID_SEARCH takes INTEGER, DISCRETE or CATEGORICAL parameters, not DOUBLE "
+                    f"({p.parameter_id})",
                 )
     selection = str(spec.get("measurementSelectionType") or "LAST_MEASUREMENT")
     if selection == "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED":
@@ -277,11 +289,12 @@ def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConf
     parallel = _int(body.get("parallelTrialCount", 1) or 1, "parallelTrialCount")
     max_failed = _int(body.get("maxFailedTrialCount", 0) or 0, "maxFailedTrialCount")
     if max_trials < 1:
-        raise LocalRunError(f"maxTrialCount: {max_trials}; use an integer >= 1")
+        raise LocalRunError("maxTrialCount", f"{max_trials}; use an integer >= 1")
     if not 1 <= parallel <= max_trials:
-        raise LocalRunError(f"parallelTrialCount: {parallel}; use 1..maxTrialCount ({max_trials})")
+        raise LocalRunError("parallelTrialCount", f"{parallel}; use 1..maxTrialCount ({max_trials})")
     if max_failed < 0:
-        raise LocalRunError(f"maxFailedTrialCount: {max_failed}; use 0 (Vertex AI decides) or more")
+        raise LocalRunError("maxFailedTrialCount", f"{max_failed}; use 0 (Vertex AI decides) or more")
+    trial_path = spec_field(TUNING_JOB)
     return StudyConfig(
         metric_id=str(metrics[0]["metricId"]),
         goal=goal,
@@ -291,6 +304,6 @@ def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConf
         max_trials=max_trials,
         parallel_trials=parallel,
         max_failed_trials=max_failed,
-        trial_job=parse_job_spec(body.get("trialJobSpec"), "trialJobSpec", trainer_image),
+        trial_job=parse_job_spec(body.get(trial_path), trial_path, trainer_image),
         raw_study_spec=spec,
     )

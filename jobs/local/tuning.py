@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from jobs.local import environment, launcher, report, search_space, spec
+from jobs.local import environment, launcher, local_job_id, report, search_space, spec
 from jobs.local.spec import LocalRunError, StudyConfig
+from trainer.contract import HP_METRIC_FILE, JOB_ID, MODEL_DIR, TRIAL_ID
 
 POLL_S = 0.1
 INTERRUPTED = "interrupted"
@@ -119,12 +120,12 @@ class StudyRunner:
         direction = "maximize" if self.cfg.goal == "MAXIMIZE" else "minimize"
         if resume:
             if not db.exists():
-                raise LocalRunError(f"--resume: no interrupted study '{self.name}' at {db}")
+                raise LocalRunError("--resume", f"no interrupted study '{self.name}' at {db}")
             study = optuna.load_study(study_name=None, storage=storage, sampler=sampler)
             self.name = study.user_attrs.get("display_name", self.name)
             if study.user_attrs.get("fingerprint") != fingerprint:
                 raise LocalRunError(
-                    f"--resume: studySpec differs from the study in {db}; use the same definition"
+                    "--resume", f"studySpec differs from the study in {db}; use the same definition"
                 )
             # Resumed trials run the original trialJobSpec: a new submission's args carry a new job id.
             stored = study.user_attrs.get("request")
@@ -135,7 +136,7 @@ class StudyRunner:
             return study
         if db.exists():
             raise LocalRunError(
-                f"baseOutputDirectory: a study already exists at {db}; pass --resume to continue it"
+                "baseOutputDirectory", f"a study already exists at {db}; pass --resume to continue it"
             )
         self.base.mkdir(parents=True, exist_ok=True)
         study = optuna.create_study(
@@ -174,8 +175,10 @@ class StudyRunner:
         """Where the study stands, appended to each trial's progress line."""
         finished = self._finished()
         failed = sum(t.state.name == "FAIL" for t in finished)
-        return (f"[{len(self.running)} running, {len(finished) - failed} done, {failed} failed; "
-                f"{self.target_trials()} trials]")
+        return (
+            f"[{len(self.running)} running, {len(finished) - failed} done, {failed} failed; "
+            f"{self.target_trials()} trials]"
+        )
 
     def _budget_spent(self, finished) -> bool:
         failed = [t for t in finished if t.state.name == "FAIL"]
@@ -203,9 +206,9 @@ class StudyRunner:
             repo_root=self.repo_root,
             trial_id=trial_id,
             extra_env={
-                "CLOUD_ML_JOB_ID": f"local-{slug(self.name)}",
-                "CLOUD_ML_TRIAL_ID": trial_id,
-                "CLOUD_ML_HP_METRIC_FILE": str(metric_file),
+                JOB_ID: local_job_id(self.name),
+                TRIAL_ID: trial_id,
+                HP_METRIC_FILE: str(metric_file),
             },
             extra_args=search_space.trial_args(values),
             threads=self.threads,
@@ -232,9 +235,7 @@ class StudyRunner:
                 f"reported {self.cfg.metric_id}={metric}; log: {item.run.chief_log}",
             )
         if rc == 0 and metric is not None:
-            trial.set_user_attr(
-                "model_dir", environment.output_dirs(self.base, item.trial_id)["AIP_MODEL_DIR"]
-            )
+            trial.set_user_attr("model_dir", environment.output_dirs(self.base, item.trial_id)[MODEL_DIR])
             self.study.tell(trial, metric)
             best = self.study.best_trial
             self.log(

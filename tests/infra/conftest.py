@@ -1,4 +1,10 @@
-"""Synthesizes every environment once per session, into a temporary directory (never the repo's cdktf.out)."""
+"""The infra tests' own environments, synthesized once into a temporary directory (never cdktf.out).
+
+Every infra test reads the scenarios in tests/infra/scenarios/, through the loader's own override
+(`INFRA_ENVIRONMENTS_DIR`), never infra/environments/: users put their own project there first thing
+(infra/README.md), and the tests must pass whatever valid values it holds. Only test_shipped.py looks at the
+shipped files, and asserts nothing about their values.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,29 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import list_environments, load_environment
+from infra.config import ENVIRONMENTS_DIR_VAR, list_environments, load_environment
+from tests.infra.helpers import SCENARIOS_DIR
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+
+@pytest.fixture(scope="package", autouse=True)
+def scenarios_dir():
+    """Point the loader at the scenarios for the tests of this package only.
+
+    Package scope, not session: in a run that also collects tests/jobs or tests/scripts, those still read the
+    real environments once the infra tests are done. Tests that need another directory monkeypatch the
+    variable again; pytest restores this value after each of them.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENVIRONMENTS_DIR_VAR, str(SCENARIOS_DIR))
+        yield SCENARIOS_DIR
 
 
-@pytest.fixture(scope="session")
-def configs():
+@pytest.fixture(scope="package")
+def configs(scenarios_dir):
     return {env: load_environment(env) for env in list_environments()}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def synth_result(tmp_path_factory, configs):
     from infra.main import build_app
     from infra.policy import write_checkov_config
@@ -29,16 +47,16 @@ def synth_result(tmp_path_factory, configs):
     return outdir, stacks
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def synth_dir(synth_result) -> Path:
     return synth_result[0]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack_texts(synth_dir, configs) -> dict[str, str]:
     return {env: (synth_dir / "stacks" / env / "cdk.tf.json").read_text() for env in configs}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stacks(stack_texts) -> dict[str, dict]:
     return {env: json.loads(text) for env, text in stack_texts.items()}

@@ -12,7 +12,14 @@ import pytest
 import yaml
 
 from infra import outputs
-from infra.config import ENVIRONMENTS_DIR, ConfigError, list_environments, load_environment
+from infra.config import (
+    ENVIRONMENTS_DIR,
+    ENVIRONMENTS_DIR_VAR,
+    ConfigError,
+    environments_dir,
+    list_environments,
+    load_environment,
+)
 from infra.outputs import (
     OUTPUT_KEYS,
     PENDING_DEPLOY,
@@ -21,12 +28,14 @@ from infra.outputs import (
     planned_outputs,
     resolve_outputs,
 )
+from tests.infra.helpers import BASIC, CMEK, SCENARIOS, SCENARIOS_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dev_doc() -> dict:
-    return yaml.safe_load((ENVIRONMENTS_DIR / "dev.yaml").read_text())
+    """A valid config to break one field of: the `standard` scenario (us-central1, submitters, labels)."""
+    return yaml.safe_load((SCENARIOS_DIR / f"{BASIC}.yaml").read_text())
 
 
 @pytest.fixture
@@ -42,15 +51,38 @@ def _write(env_dir: Path, doc, name: str = "dev") -> Path:
     return path
 
 
-def test_shipped_environments_load():
-    assert list_environments() == ["dev", "prod"]
-    dev, prod = load_environment("dev"), load_environment("prod")
-    assert (dev.name, dev.project_id, dev.region, dev.cmek) == ("dev", "acme-ml-dev", "us-central1", False)
-    assert prod.cmek and prod.kms_key.split("/")[3] == prod.region
-    assert dev.github.repository_id == 123456789 and dev.github.deploy_branch == "main"
-    assert dev.all_labels["environment"] == "dev" and dev.all_labels["managed-by"] == "cdktn"
+def test_infra_tests_read_the_scenarios_not_the_shipped_environments():
+    # The package fixture in conftest.py points the loader here for every infra test: a user's values in
+    # infra/environments/*.yaml cannot make them fail (test_shipped.py covers those files on their own).
+    assert environments_dir() == SCENARIOS_DIR != ENVIRONMENTS_DIR
+    assert os.environ[ENVIRONMENTS_DIR_VAR] == str(SCENARIOS_DIR)
+    assert tuple(list_environments()) == SCENARIOS
+    assert all(Path(load_environment(env).source).parent == SCENARIOS_DIR for env in SCENARIOS)
+
+
+def test_configs_fixture_is_the_scenarios(configs):
+    assert tuple(configs) == SCENARIOS
+    assert {Path(cfg.source).parent for cfg in configs.values()} == {SCENARIOS_DIR}
+
+
+def test_scenarios_load():
+    basic, cmek, minimal = load_environment(BASIC), load_environment(CMEK), load_environment("minimal")
+    assert (basic.name, basic.project_id, basic.region, basic.cmek) == (
+        "standard", "scn-std-proj", "us-central1", False)
+    assert cmek.cmek and cmek.kms_key.split("/")[3] == cmek.region == "asia-northeast1"
+    assert basic.github.repository_id == 2002 and basic.github.deploy_branch == "release"
+    assert basic.all_labels == {"team": "scenario-ml", "cost-center": "scn-research",
+                                "environment": "standard", "managed-by": "cdktn"}
+    assert basic.job_submitters == ("group:ml-team@scenario.example", "user:lead@scenario.example")
+    assert (basic.staging_retention_days, basic.noncurrent_retention_days, basic.registry_keep_versions,
+            basic.registry_untagged_retention_days) == (9, 21, 5, 3)
+    # `minimal` leaves every optional key out: the defaults.
+    assert (minimal.job_submitters, minimal.labels, minimal.kms_key, minimal.github.deploy_branch) == (
+        (), (), None, "main")
+    assert (minimal.staging_retention_days, minimal.noncurrent_retention_days, minimal.registry_keep_versions,
+            minimal.registry_untagged_retention_days) == (14, 30, 10, 7)
     with pytest.raises(AttributeError):
-        dev.region = "europe-west4"  # frozen
+        basic.region = "europe-west4"  # frozen
 
 
 def _set(doc, dotted, value):
@@ -77,6 +109,8 @@ _DELETE = object()
         ("github.repository_id", "acme/repo", "github.repository_id", "gh api repos"),
         ("project_number", "12ab", "project_number", "numeric"),
         ("name_prefix", "a-very-long-prefix-that-overflows", "name_prefix", "3-21"),
+        ("name_prefix", "googly-ml", "name_prefix", "not starting with 'goog'"),
+        ("name_prefix", "my-google-ml", "name_prefix", "containing 'google'"),
         ("job_submitters", ["ml@acme.example"], "job_submitters[0]", "group:"),
         ("labels", {"Team": "x"}, "labels.Team", "lowercase"),
         ("kms_key", "projects/sec-proj/locations/europe-west4/keyRings/r/cryptoKeys/k", "kms_key",
@@ -168,11 +202,11 @@ def test_cdktn_synth_reports_the_one_line_and_fails(env_dir, tmp_path):
 def test_stack_selection(monkeypatch):
     from infra.main import selected_environments
 
-    monkeypatch.setenv("INFRA_STACKS", "prod, dev,prod")
-    assert [cfg.name for cfg in selected_environments()] == ["prod", "dev"]
-    assert [cfg.name for cfg in selected_environments(["dev", "dev"])] == ["dev"]
+    monkeypatch.setenv("INFRA_STACKS", "cmek, standard,cmek")
+    assert [cfg.name for cfg in selected_environments()] == ["cmek", "standard"]
+    assert [cfg.name for cfg in selected_environments(["minimal", "minimal"])] == ["minimal"]
     monkeypatch.delenv("INFRA_STACKS")
-    assert [cfg.name for cfg in selected_environments()] == ["dev", "prod"]
+    assert [cfg.name for cfg in selected_environments()] == list(SCENARIOS)
 
 
 def test_pure_modules_do_not_import_the_cdk():
@@ -189,19 +223,19 @@ def test_pure_modules_do_not_import_the_cdk():
 
 
 def test_planned_outputs_from_config_alone():
-    planned = planned_outputs(load_environment("dev"))
+    planned = planned_outputs(load_environment(BASIC))
     assert tuple(planned) == OUTPUT_KEYS
-    assert planned["data_bucket"] == "gs://acme-ml-dev-data"
-    assert planned["tensorboard_logs_bucket"] == "gs://acme-ml-dev-tensorboard-logs"
-    assert planned["runtime_service_account"] == "acme-ml-dev-runtime@acme-ml-dev.iam.gserviceaccount.com"
-    assert planned["builder_service_account"] == "acme-ml-dev-builder@acme-ml-dev.iam.gserviceaccount.com"
-    assert planned["artifact_registry"] == "us-central1-docker.pkg.dev/acme-ml-dev/acme-ml-dev-images"
+    assert planned["data_bucket"] == "gs://scn-std-data"
+    assert planned["tensorboard_logs_bucket"] == "gs://scn-std-tensorboard-logs"
+    assert planned["runtime_service_account"] == "scn-std-runtime@scn-std-proj.iam.gserviceaccount.com"
+    assert planned["builder_service_account"] == "scn-std-builder@scn-std-proj.iam.gserviceaccount.com"
+    assert planned["artifact_registry"] == "us-central1-docker.pkg.dev/scn-std-proj/scn-std-images"
     assert planned["trainer_image"] == planned["artifact_registry"] + "/trainer"
-    tensorboards = "projects/acme-ml-dev/locations/us-central1/tensorboards"
+    tensorboards = "projects/scn-std-proj/locations/us-central1/tensorboards"
     assert planned["tensorboard"] == f"{tensorboards}/{PENDING_DEPLOY}"
     assert is_pending(planned["tensorboard"])
     assert not any(is_pending(v) for k, v in planned.items() if k != "tensorboard")
-    assert not is_pending("projects/acme-ml-dev/locations/us-central1/tensorboards/123")
+    assert not is_pending("projects/scn-std-proj/locations/us-central1/tensorboards/123")
 
 
 def _cli_outputs_file(tmp_path: Path, env: str, values: dict) -> Path:
@@ -216,15 +250,15 @@ def _cli_outputs_file(tmp_path: Path, env: str, values: dict) -> Path:
 
 
 def test_deployed_outputs_reads_the_cli_outputs_file(tmp_path):
-    values = {**planned_outputs(load_environment("dev")),
-              "tensorboard": "projects/acme-ml-dev/locations/us-central1/tensorboards/4711"}
-    path = _cli_outputs_file(tmp_path, "dev", values)
-    assert deployed_outputs(path, "dev") == values
-    assert resolve_outputs("dev", path) == values
+    values = {**planned_outputs(load_environment(BASIC)),
+              "tensorboard": "projects/scn-std-proj/locations/us-central1/tensorboards/4711"}
+    path = _cli_outputs_file(tmp_path, BASIC, values)
+    assert deployed_outputs(path, BASIC) == values
+    assert resolve_outputs(BASIC, path) == values
 
 
 def test_deployed_outputs_errors_are_one_line(tmp_path):
-    path = _cli_outputs_file(tmp_path, "dev", {"project": "acme-ml-dev"})
+    path = _cli_outputs_file(tmp_path, "dev", {"project": "scn-std-proj"})
     with pytest.raises(ConfigError, match=r"field 'dev.project_number': got None"):
         deployed_outputs(path, "dev")
     with pytest.raises(ConfigError, match=r"field 'prod': no outputs for stack 'prod' \(stacks in file: dev"):
@@ -238,18 +272,19 @@ def test_deployed_outputs_errors_are_one_line(tmp_path):
 def test_resolve_outputs_prefers_the_default_file_for_that_environment(tmp_path, monkeypatch):
     assert outputs.default_outputs_file("dev") == REPO_ROOT / ".infra-outputs" / "dev.json"
     monkeypatch.setattr(outputs, "OUTPUTS_DIR", tmp_path)
-    planned = planned_outputs(load_environment("dev"))
-    assert resolve_outputs("dev") == planned  # no deploy yet
-    (tmp_path / "dev.json").write_text(json.dumps({"prod": {"project": "acme-ml-prod"}}))
-    assert resolve_outputs("dev") == planned  # a file without this stack is not this environment's deploy
+    planned = planned_outputs(load_environment(BASIC))
+    assert resolve_outputs(BASIC) == planned  # no deploy yet
+    (tmp_path / f"{BASIC}.json").write_text(json.dumps({CMEK: {"project": "scn-cmek-proj"}}))
+    assert resolve_outputs(BASIC) == planned  # a file without this stack is not this environment's deploy
     deployed = {**planned, "tensorboard": planned["tensorboard"].replace(PENDING_DEPLOY, "99")}
-    _cli_outputs_file(tmp_path, "dev", deployed)
-    assert resolve_outputs("dev") == deployed
+    _cli_outputs_file(tmp_path, BASIC, deployed)
+    assert resolve_outputs(BASIC) == deployed
 
 
 def test_outputs_of_another_deploy_are_refused(tmp_path):
-    stale = {**planned_outputs(load_environment("dev")), "project": "someone-elses-project"}
-    path = _cli_outputs_file(tmp_path, "dev", stale)
-    expected = r"field 'dev.project': got 'someone-elses-project' but .*dev.yaml says 'acme-ml-dev'"
+    stale = {**planned_outputs(load_environment(BASIC)), "project": "someone-elses-project"}
+    path = _cli_outputs_file(tmp_path, BASIC, stale)
+    expected = (r"field 'standard.project': got 'someone-elses-project' but "
+                r".*tests/infra/scenarios/standard.yaml says 'scn-std-proj'")
     with pytest.raises(ConfigError, match=expected):
-        resolve_outputs("dev", path)
+        resolve_outputs(BASIC, path)

@@ -4,39 +4,17 @@ reason, on the resource it concerns in cdk.tf.json."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from infra.constructs import BUILDS_EDITOR
 from infra.policy import CONFIG_NAME, collect_skips, write_checkov_config
-
-CHECKOV = Path(sys.executable).parent / "checkov"
-
-
-def run_checkov(outdir: Path) -> dict:
-    """checkov as users run it: `checkov -d <outdir>`, which loads the generated .checkov.yaml by itself."""
-    env = {**os.environ, "BC_SKIP_MAPPING": "TRUE", "LOG_LEVEL": "ERROR"}
-    result = subprocess.run(
-        [str(CHECKOV), "-d", str(outdir), "--framework", "terraform_json", "--compact", "-o", "json"],
-        cwd=outdir, env=env, capture_output=True, text=True, timeout=180,
-    )
-    assert result.returncode in (0, 1), result.stderr[-2000:]
-    report = json.loads(result.stdout)
-    return report[0] if isinstance(report, list) else report
+from tests.infra.helpers import BASIC, findings, run_checkov
 
 
 @pytest.fixture(scope="module")
 def checkov_report(synth_dir) -> dict:
     return run_checkov(synth_dir)
-
-
-def findings(records: list[dict]) -> set[tuple[str, str, str]]:
-    """(stack, logical id, check id); checkov names resources `resource.<id>` or `<type>.<id>`."""
-    return {(r["file_path"].split("/")[2], r["resource"].split(".", 1)[1], r["check_id"]) for r in records}
 
 
 def recorded_skips(stacks: dict) -> set[tuple[str, str, str]]:
@@ -79,16 +57,16 @@ def test_impersonation_skips_cover_only_project_grants_of_builds_editor(stacks, 
 
 def test_the_baseline_hides_no_new_finding(stacks, tmp_path):
     """A regression beside the written skips still fails (baseline mode lists few passed checks)."""
-    stack = json.loads(json.dumps(stacks["dev"]))
+    stack = json.loads(json.dumps(stacks[BASIC]))
     name, bucket = sorted(stack["resource"]["google_storage_bucket"].items())[0]
     bucket["uniform_bucket_level_access"] = False
-    (tmp_path / "stacks" / "dev").mkdir(parents=True)
-    (tmp_path / "stacks" / "dev" / "cdk.tf.json").write_text(json.dumps(stack))
+    (tmp_path / "stacks" / BASIC).mkdir(parents=True)
+    (tmp_path / "stacks" / BASIC / "cdk.tf.json").write_text(json.dumps(stack))
     write_checkov_config(tmp_path)
     report = run_checkov(tmp_path)
     assert {(r["resource"].split(".", 1)[1], r["check_id"]) for r in report["results"]["failed_checks"]} == {
         (name, "CKV_GCP_29")}
-    assert report["summary"]["skipped"] == len(recorded_skips({"dev": stack}))
+    assert report["summary"]["skipped"] == len(recorded_skips({BASIC: stack}))
 
 
 def test_a_skip_without_a_reason_is_refused():

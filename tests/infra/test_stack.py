@@ -24,6 +24,7 @@ from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES
 from infra.naming import BUCKET_ROLES, resource_names
 from infra.outputs import OUTPUT_KEYS, PENDING_DEPLOY, is_pending, planned_outputs, resolve_outputs
 from infra.stack import SERVICES
+from tests.infra.helpers import BASIC, CMEK, SCENARIOS
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 BASIC_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
@@ -87,15 +88,15 @@ def bucket_by_role(stack: dict, role: str) -> dict:
 
 def test_testing_api_matches_the_synthesized_file(synth_result, stacks):
     _, app_stacks = synth_result
-    synthesized = json.loads(cdk.Testing.synth(app_stacks["dev"]))  # without "//" metadata
-    assert synthesized["resource"] == without_comments(stacks["dev"]["resource"])
-    assert synthesized["output"] == stacks["dev"]["output"]
+    synthesized = json.loads(cdk.Testing.synth(app_stacks[BASIC]))  # without "//" metadata
+    assert synthesized["resource"] == without_comments(stacks[BASIC]["resource"])
+    assert synthesized["output"] == stacks[BASIC]["output"]
 
 
 @pytest.mark.parametrize("role", BUCKET_ROLES)
 def test_buckets_have_the_required_properties(stack_texts, configs, role):
-    cfg = configs["dev"]
-    assert cdk.Testing.to_have_resource_with_properties(stack_texts["dev"], "google_storage_bucket", {
+    cfg = configs[BASIC]
+    assert cdk.Testing.to_have_resource_with_properties(stack_texts[BASIC], "google_storage_bucket", {
         "name": resource_names(cfg).bucket(role),
         "location": cfg.region.upper(),
         "uniform_bucket_level_access": True,
@@ -107,15 +108,15 @@ def test_buckets_have_the_required_properties(stack_texts, configs, role):
 
 
 def test_testing_api_sees_wif_and_registry(stack_texts, configs):
-    cfg = configs["prod"]
+    cfg = configs[CMEK]
     assert cdk.Testing.to_have_resource_with_properties(
-        stack_texts["prod"], "google_iam_workload_identity_pool_provider",
+        stack_texts[CMEK], "google_iam_workload_identity_pool_provider",
         {"oidc": {"issuer_uri": "https://token.actions.githubusercontent.com"}})
     assert cdk.Testing.to_have_resource_with_properties(
-        stack_texts["prod"], "google_artifact_registry_repository",
+        stack_texts[CMEK], "google_artifact_registry_repository",
         {"format": "DOCKER", "kms_key_name": cfg.kms_key, "repository_id": resource_names(cfg).registry_id})
     assert not cdk.Testing.to_have_resource_with_properties(
-        stack_texts["dev"], "google_artifact_registry_repository", {"kms_key_name": cfg.kms_key})
+        stack_texts[BASIC], "google_artifact_registry_repository", {"kms_key_name": cfg.kms_key})
 
 
 # --- storage
@@ -249,8 +250,9 @@ def test_image_builder_holds_exactly_log_writing_staging_reads_and_pushes_to_thi
         assert stack["output"]["builder_service_account"]["value"] == email_ref
 
 
-def test_runtime_account_object_access_is_per_bucket(stacks):
-    stack = stacks["dev"]
+@pytest.mark.parametrize("env", SCENARIOS)
+def test_runtime_account_object_access_is_per_bucket(stacks, env):
+    stack = stacks[env]
     # Writers also read the bucket's metadata: TensorFlow's makedirs checks the bucket root (BucketExists).
     writer = {"roles/storage.objectUser", "roles/storage.legacyBucketReader"}
     expected = {"data": {"roles/storage.objectViewer"}, "staging": {"roles/storage.objectViewer"},
@@ -377,16 +379,18 @@ def test_services_and_backend(stacks, configs):
         assert backend == {"gcs": {"bucket": cfg.state_bucket, "prefix": f"infra/{env}"}}
 
 
-def test_cmek_is_a_config_option(stacks, configs):
-    prod, dev = stacks["prod"], stacks["dev"]
-    key = configs["prod"].kms_key
-    (tb,) = resources(prod, "google_vertex_ai_tensorboard").values()
+@pytest.mark.parametrize("plain", [env for env in SCENARIOS if env != CMEK])
+def test_cmek_is_a_config_option(stacks, configs, plain):
+    cmek, dev = stacks[CMEK], stacks[plain]
+    assert configs[CMEK].cmek and not configs[plain].cmek
+    key = configs[CMEK].kms_key
+    (tb,) = resources(cmek, "google_vertex_ai_tensorboard").values()
     assert tb["encryption_spec"] == {"kms_key_name": key}
-    agents = {b["member"] for b in resources(prod, "google_kms_crypto_key_iam_member").values()}
+    agents = {b["member"] for b in resources(cmek, "google_kms_crypto_key_iam_member").values()}
     assert len(agents) == 3 and all(b["crypto_key_id"] == key
-                                    for b in resources(prod, "google_kms_crypto_key_iam_member").values())
+                                    for b in resources(cmek, "google_kms_crypto_key_iam_member").values())
     assert "kms" not in json.dumps(without_comments(dev["resource"])).replace("cloudkms", "")
-    # ...and dev says why its CMEK checks are skipped, in the synthesized JSON itself.
+    # ...and a stack without a key says why its CMEK checks are skipped, in the synthesized JSON itself.
     skips = {s["id"]: s["comment"] for _, _, body in all_resources(dev)
              for s in body.get("//", {}).get("checkov", {}).get("skip", [])}
     assert "kms_key: null" in skips["CKV_GCP_84"] and "kms_key: null" in skips["CKV2_GCP_26"]
@@ -431,6 +435,74 @@ def test_outputs_are_exactly_the_interface_keys(stacks):
         assert stack["//"]["outputs"] == {stack["//"]["metadata"]["stackName"]: {k: k for k in OUTPUT_KEYS}}
 
 
+def grants_of_account(stack: dict, email_ref: str) -> set[str]:
+    """The project grants of the service account `${google_service_account.X.email}` and the grants on it."""
+    rtype, account, attr = ref_target(stack, email_ref)
+    assert (rtype, attr) == ("google_service_account", "email")
+    name = REF.fullmatch(email_ref)[2]
+    return {
+        *(f"google_project_iam_member.{n}" for n, b in resources(stack, "google_project_iam_member").items()
+          if b["member"] == f"serviceAccount:{email_ref}"),
+        *(f"google_service_account_iam_member.{n}"
+          for n, b in resources(stack, "google_service_account_iam_member").items()
+          if b["service_account_id"] == f"${{google_service_account.{name}.name}}"),
+    }
+
+
+def grants_on(stack: dict, rtype: str, attr: str, target_ref: str) -> set[str]:
+    """Every `<rtype>` grant whose `attr` is the resource `target_ref` (`${type.name.attr}`) refers to."""
+    target = REF.search(target_ref)
+    ref = f"${{{target[1]}.{target[2]}.name}}"
+    return {f"{rtype}.{n}" for n, b in resources(stack, rtype).items() if b[attr] == ref}
+
+
+@pytest.mark.parametrize("env", SCENARIOS)
+def test_outputs_depend_on_the_grants_that_make_what_they_name_usable(stacks, env):
+    """Whoever reads an output (a job, a build, the deploy workflow) gets a thing it can already use:
+    Terraform writes the output only after the grants on that thing (expected sets derived from the JSON)."""
+    stack = stacks[env]
+    out = stack["output"]
+    depends = {key: {d.removeprefix("${").removesuffix("}") for d in body.get("depends_on", [])}
+               for key, body in out.items()}
+    assert all(len(body.get("depends_on", [])) == len(depends[key]) for key, body in out.items())
+    runtime = out["runtime_service_account"]["value"]
+    deployer = out["deployer_service_account"]["value"]
+    (wif_user,) = [b for b in resources(stack, "google_service_account_iam_member").values()
+                   if b["role"] == "roles/iam.workloadIdentityUser"]
+    registry = grants_on(stack, "google_artifact_registry_repository_iam_member", "repository",
+                         out["artifact_registry"]["value"])
+    expected = {
+        # Literals from the config: no resource, nothing to wait for.
+        "project": set(), "project_number": set(), "region": set(),
+        **{key: grants_on(stack, "google_storage_bucket_iam_member", "bucket", out[key]["value"])
+           for key in ("data_bucket", "staging_bucket", "models_bucket", "tensorboard_logs_bucket")},
+        "runtime_service_account": grants_of_account(stack, runtime),
+        # No resource-level IAM on a TensorBoard: the runtime writes it with its project roles.
+        "tensorboard": {g for g in grants_of_account(stack, runtime) if g.startswith("google_project_iam")},
+        "artifact_registry": registry,
+        "trainer_image": registry,
+        "builder_service_account": grants_of_account(stack, out["builder_service_account"]["value"]),
+        # The provider's tokens act through the grants on the account they impersonate.
+        "workload_identity_provider": {
+            f"google_service_account_iam_member.{n}"
+            for n, b in resources(stack, "google_service_account_iam_member").items()
+            if b["service_account_id"] == wif_user["service_account_id"]},
+        "deployer_service_account": grants_of_account(stack, deployer),
+    }
+    assert depends == expected
+    # Not vacuous: each named resource's grants are there, the roles that make it usable among them.
+    assert all(expected[key] for key in expected if key not in ("project", "project_number", "region"))
+    roles = {key: {stack["resource"][d.split(".")[0]][d.split(".")[1]]["role"] for d in deps}
+             for key, deps in depends.items()}
+    assert "roles/storage.objectUser" in roles["models_bucket"] & roles["tensorboard_logs_bucket"]
+    assert "roles/storage.objectViewer" in roles["data_bucket"] & roles["staging_bucket"]
+    assert {"roles/aiplatform.user", "roles/iam.serviceAccountUser"} <= roles["runtime_service_account"]
+    assert "roles/aiplatform.user" in roles["tensorboard"]
+    assert {"roles/artifactregistry.writer", "roles/artifactregistry.reader"} <= roles["trainer_image"]
+    assert "roles/iam.workloadIdentityUser" in roles["workload_identity_provider"]
+    assert wif_user["service_account_id"] == deployer.replace(".email}", ".name}")  # the deployer's tokens
+
+
 def test_planned_and_deployed_outputs_cannot_disagree(stacks, configs, tmp_path):
     for env, stack in stacks.items():
         planned = planned_outputs(configs[env])
@@ -457,9 +529,9 @@ def test_planned_and_deployed_outputs_cannot_disagree(stacks, configs, tmp_path)
 def test_synthesis_is_deterministic(tmp_path, configs, stack_texts):
     from infra.main import build_app
 
-    app, _ = build_app([configs["dev"]], tmp_path)
+    app, _ = build_app([configs[BASIC]], tmp_path)
     app.synth()
-    assert (tmp_path / "stacks" / "dev" / "cdk.tf.json").read_text() == stack_texts["dev"]
+    assert (tmp_path / "stacks" / BASIC / "cdk.tf.json").read_text() == stack_texts[BASIC]
 
 
 GOLDEN_FIELDS = {
@@ -490,11 +562,13 @@ def golden_summary(stack: dict) -> dict:
             entry = {k: body[k] for k in GOLDEN_FIELDS.get(rtype, ()) if k in body}
         summary.setdefault(rtype, {})[path] = entry
     summary["output"] = {k: v["value"] for k, v in stack["output"].items()}
+    summary["output_depends_on"] = {k: sorted(v["depends_on"]) for k, v in stack["output"].items()
+                                    if "depends_on" in v}
     summary["backend"] = stack["terraform"]["backend"]
     return json.loads(SUFFIX.sub("", json.dumps(summary, sort_keys=True)))
 
 
-@pytest.mark.parametrize("env", ["dev", "prod"])
+@pytest.mark.parametrize("env", SCENARIOS)
 def test_golden(stacks, env):
     path = GOLDEN_DIR / f"{env}.json"
     actual = golden_summary(stacks[env])
@@ -508,8 +582,8 @@ def test_app_entry_point_synthesizes_into_the_cli_outdir(tmp_path, monkeypatch, 
     from infra.main import main
 
     monkeypatch.setenv("CDKTF_OUTDIR", str(tmp_path))  # what `cdktn synth` sets for the app
-    monkeypatch.setenv("INFRA_STACKS", "prod")
+    monkeypatch.setenv("INFRA_STACKS", CMEK)
     assert main([]) == 0
-    assert sorted(p.name for p in (tmp_path / "stacks").iterdir()) == ["prod"]
-    assert (tmp_path / "stacks" / "prod" / "cdk.tf.json").read_text() == stack_texts["prod"]
+    assert sorted(p.name for p in (tmp_path / "stacks").iterdir()) == [CMEK]
+    assert (tmp_path / "stacks" / CMEK / "cdk.tf.json").read_text() == stack_texts[CMEK]
     assert f'baseline: "{tmp_path.resolve()}/.checkov.baseline"' in (tmp_path / ".checkov.yaml").read_text()

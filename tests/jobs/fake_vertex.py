@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 from jobs.cloud import Clients, CloudBuilds, ImageRegistry, LocalDirStorage, VertexJobs, tag_resource_name
 from jobs.image import VARIANTS
-from tests.jobs.conftest import IMAGE_HASH, OUTPUTS
+from tests.jobs.helpers import IMAGE_HASH, OUTPUTS
 
 COLLECTIONS = ("customJobs", "hyperparameterTuningJobs")
 BUILD_OPERATION = "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata"

@@ -1,15 +1,89 @@
-"""Building blocks for the table-driven compile/validate tests: minimal valid definitions and mutations."""
+"""Shared by the jobs and scripts tests: fixed infra outputs, clock and hashes (so requests are reproducible),
+runners for scripts/*.py in-process and as a subprocess, minimal valid definitions and their mutations, and
+a small checkout with a trainer image build context."""
 
 from __future__ import annotations
 
 import copy
+import io
+import sys
 import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
 
+from jobs.cli import main
 from jobs.compile import Context, JobFlags, compile_job
 from jobs.loader import load_text
 from jobs.trainer_contract import load_trainer_contract
 from jobs.validate import validate
-from tests.jobs.conftest import CODE_HASH, IMAGE_HASH, NOW, OUTPUTS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+JOBS_DIR = REPO_ROOT / "jobs"
+SHIPPED = sorted(JOBS_DIR.glob("*.yaml"))
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+CODE_HASH = "0123456789abcdef"
+IMAGE_HASH = "fedcba9876543210"
+OUTPUTS = {
+    "project": "demo-project",
+    "project_number": "123456789012",
+    "region": "us-central1",
+    "data_bucket": "gs://demo-project-data",
+    "staging_bucket": "gs://demo-project-staging",
+    "models_bucket": "gs://demo-project-models",
+    "tensorboard_logs_bucket": "gs://demo-project-tensorboard",
+    "runtime_service_account": "vertex-runtime@demo-project.iam.gserviceaccount.com",
+    "tensorboard": "projects/demo-project/locations/us-central1/tensorboards/1234567890",
+    "artifact_registry": "us-central1-docker.pkg.dev/demo-project/ml",
+    "trainer_image": "us-central1-docker.pkg.dev/demo-project/ml/trainer",
+    "builder_service_account": "image-builder@demo-project.iam.gserviceaccount.com",
+}
+PLANNED_OUTPUTS = {
+    **OUTPUTS,
+    "tensorboard": "projects/demo-project/locations/us-central1/tensorboards/PENDING_DEPLOY",
+}
+
+
+def run_cli(
+    argv,
+    *,
+    outputs=None,
+    factory=None,
+    now=NOW,
+    code_hash=CODE_HASH,
+    image_hash=IMAGE_HASH,
+    repo_root=REPO_ROOT,
+):
+    """Run run_job.py's main in-process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        rc = main(
+            [str(a) for a in argv],
+            outputs=OUTPUTS if outputs is None else outputs,
+            factory=factory,
+            now=now,
+            code_hash=code_hash,
+            image_hash=image_hash,
+            repo_root=repo_root,
+            out=out,
+            err=err,
+        )
+    except SystemExit as exc:  # argparse usage errors
+        rc = exc.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def run_script(args, env, cwd=REPO_ROOT, timeout=60, script="run_job.py"):
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / script), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
 
 DELETE = object()
 PREBUILT_CPU = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
@@ -125,3 +199,51 @@ def check(text: str, mutations: dict | None = None, **kwargs):
     job = compile_text(text, mutations, **kwargs)
     validate(job, load_trainer_contract, trainer_image=OUTPUTS["trainer_image"])
     return job
+
+
+GCLOUD_CUSTOM = textwrap.dedent("""\
+    workerPoolSpecs:
+      - machineSpec: {machineType: n1-standard-4}
+        replicaCount: 1
+        containerSpec:
+          imageUri: ${infra.trainer_image}:cpu-${job.image_tag}
+          args: [--train-files=gs://d/a.csv, --eval-files=gs://d/b.csv]
+    """)
+
+
+def make_repo(root: Path, dockerignore: str | None = None) -> Path:
+    """A small checkout with a Dockerfile, an allowlist .dockerignore and some files it must leave out."""
+    files = {
+        "Dockerfile": "FROM python:3.11-slim AS cpu\n",
+        "docker/requirements-cpu.txt": "keras==3.15.1\n",
+        "trainer/__init__.py": "",
+        "trainer/task.py": "print('train')\n",
+        "trainer/__pycache__/task.cpython-311.pyc": "bytecode",
+        "trainer/tasks/census.py": "TASK = 1\n",
+        "data/census/adult.data": "39, State-gov\n",
+        "tests/test_x.py": "",
+        ".venv/lib/site.py": "",
+        "README.md": "readme\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / ".dockerignore").write_text(
+        dockerignore
+        if dockerignore is not None
+        else "# allowlist\n*\n!Dockerfile\n!docker/\n!trainer\n**/__pycache__\n**/*.pyc\n"
+    )
+    return root
+
+
+def arg_path(job_file: Path, flag: str, pool: str = "jobSpec.workerPoolSpecs.0") -> str:
+    """The --set path of the arg ``flag=...`` in a shipped definition's pool, found by the flag's name (so a
+    reordered args list moves the path with it), e.g. ``jobSpec.workerPoolSpecs.0.containerSpec.args.3``."""
+    from jobs.loader import load_file
+
+    node = load_file(job_file).data
+    for key in pool.split("."):
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    program = next(k for k in ("containerSpec", "pythonPackageSpec") if k in node)
+    index = next(i for i, arg in enumerate(node[program]["args"]) if str(arg).startswith(flag + "="))
+    return f"{pool}.{program}.args.{index}"

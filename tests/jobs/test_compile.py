@@ -4,7 +4,6 @@ both definition forms, flags, job ids and submission hashes."""
 from __future__ import annotations
 
 import json
-import textwrap
 from datetime import timedelta
 
 import pytest
@@ -13,8 +12,7 @@ from jobs.compile import JobFlags, job_name
 from jobs.errors import JobError
 from jobs.loader import load_text
 from jobs.overrides import Override, apply_overrides
-from tests.jobs.conftest import IMAGE_HASH, NOW, OUTPUTS
-from tests.jobs.helpers import CUSTOM, TUNING, check, compile_text
+from tests.jobs.helpers import CUSTOM, GCLOUD_CUSTOM, IMAGE_HASH, NOW, OUTPUTS, TUNING, check, compile_text
 
 # ---- strict YAML -------------------------------------------------------------------------------------------
 
@@ -185,15 +183,6 @@ def test_references_resolve_and_escape():
 
 # ---- forms, flags, identity --------------------------------------------------------------------------------
 
-GCLOUD_CUSTOM = textwrap.dedent("""\
-    workerPoolSpecs:
-      - machineSpec: {machineType: n1-standard-4}
-        replicaCount: 1
-        containerSpec:
-          imageUri: ${infra.trainer_image}:cpu-${job.image_tag}
-          args: [--train-files=gs://d/a.csv, --eval-files=gs://d/b.csv]
-    """)
-
 
 def test_gcloud_custom_job_spec_file():
     job = check(GCLOUD_CUSTOM, file="gcloud_job.yaml", flags=JobFlags(display_name="nightly"))
@@ -309,19 +298,16 @@ def test_set_changes_anchored_text_wherever_it_is_used():
 
 
 def test_set_on_the_multiworker_chief_changes_its_workers(cli):
-    from tests.jobs.conftest import JOBS_DIR
+    from tests.jobs.helpers import JOBS_DIR, arg_path
 
-    rc, out, err = cli(
-        [
-            JOBS_DIR / "census_multiworker.yaml",
-            "--dry-run",
-            "--set",
-            "jobSpec.workerPoolSpecs.0.containerSpec.args.3=--num-epochs=2",
-        ]
-    )
+    path = JOBS_DIR / "census_multiworker.yaml"
+    rc, out, err = cli([path, "--dry-run", "--set", f"{arg_path(path, '--num-epochs')}=--num-epochs=2"])
     assert rc == 0, err
     pools = json.loads(out)["customJob"]["jobSpec"]["workerPoolSpecs"]
-    assert [p["containerSpec"]["args"][3] for p in pools] == ["--num-epochs=2", "--num-epochs=2"]
+    assert [[a for a in p["containerSpec"]["args"] if a.startswith("--num-epochs")] for p in pools] == [
+        ["--num-epochs=2"],
+        ["--num-epochs=2"],
+    ]
 
 
 @pytest.mark.parametrize(

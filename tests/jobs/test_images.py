@@ -8,7 +8,6 @@ import gzip
 import json
 import os
 import tarfile
-from pathlib import Path
 
 import pytest
 
@@ -24,9 +23,21 @@ from jobs.image import (
     variant_for_machine,
     write_context,
 )
-from tests.jobs.conftest import IMAGE_HASH, JOBS_DIR, OUTPUTS, REPO_ROOT, SHIPPED, run_cli
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
-from tests.jobs.helpers import CUSTOM, DELETE, PREBUILT_CPU, check, on_trainer_image
+from tests.jobs.helpers import (
+    CUSTOM,
+    DELETE,
+    IMAGE_HASH,
+    JOBS_DIR,
+    OUTPUTS,
+    PREBUILT_CPU,
+    REPO_ROOT,
+    SHIPPED,
+    check,
+    make_repo,
+    on_trainer_image,
+    run_cli,
+)
 
 POOL = "jobSpec.workerPoolSpecs.0"
 T4 = {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1}
@@ -36,31 +47,6 @@ V3 = {"machineType": "cloud-tpu", "acceleratorType": "TPU_V3", "acceleratorCount
 @pytest.fixture(autouse=True)
 def no_poll_sleep(monkeypatch):
     monkeypatch.setattr(jobs.plan, "POLL_SECONDS", 0)
-
-
-def make_repo(root: Path, dockerignore: str | None = None) -> Path:
-    """A small checkout with a Dockerfile, an allowlist .dockerignore and some files it must leave out."""
-    files = {
-        "Dockerfile": "FROM python:3.11-slim AS cpu\n",
-        "docker/requirements-cpu.txt": "keras==3.15.1\n",
-        "trainer/__init__.py": "",
-        "trainer/task.py": "print('train')\n",
-        "trainer/__pycache__/task.cpython-311.pyc": "bytecode",
-        "trainer/tasks/census.py": "TASK = 1\n",
-        "data/census/adult.data": "39, State-gov\n",
-        "tests/test_x.py": "",
-        ".venv/lib/site.py": "",
-        "README.md": "readme\n",
-    }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    (root / ".dockerignore").write_text(
-        dockerignore
-        if dockerignore is not None
-        else "# allowlist\n*\n!Dockerfile\n!docker/\n!trainer\n**/__pycache__\n**/*.pyc\n"
-    )
-    return root
 
 
 # ---- context and tag --------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from jobs.package import code_hash, sdist_filename, source_files
-from tests.jobs.conftest import REPO_ROOT
+from tests.jobs.helpers import REPO_ROOT
 
 
 def make_repo(tmp_path):

@@ -13,8 +13,8 @@ import pytest
 from google.protobuf import json_format
 
 import jobs.plan
-from tests.jobs.conftest import CODE_HASH, IMAGE_HASH, JOBS_DIR, OUTPUTS, PLANNED_OUTPUTS, run_cli
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer, Request
+from tests.jobs.helpers import CODE_HASH, IMAGE_HASH, JOBS_DIR, OUTPUTS, PLANNED_OUTPUTS, run_cli
 
 # The python-package path (sdist staging); the container path and image builds: tests/jobs/test_images.py.
 CPU = JOBS_DIR / "census_prebuilt.yaml"
@@ -271,7 +271,7 @@ def test_cloud_errors_are_one_line(gcs_root):
 def jobs_now_plus_minutes(minutes):
     from datetime import timedelta
 
-    from tests.jobs.conftest import NOW
+    from tests.jobs.helpers import NOW
 
     return NOW + timedelta(minutes=minutes)
 
@@ -302,7 +302,7 @@ def test_missing_credentials_is_one_helpful_line(tmp_path):
 
 
 def test_gcloud_container_config_submits_without_packaging(vertex, tmp_path, write_job):
-    from tests.jobs.test_compile import GCLOUD_CUSTOM
+    from tests.jobs.helpers import GCLOUD_CUSTOM
 
     path = write_job(GCLOUD_CUSTOM, "gcloud_job.yaml")
     rc, out, err = run_cli(

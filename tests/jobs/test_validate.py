@@ -4,7 +4,10 @@ path and the words the one-line error must contain."""
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -659,6 +662,40 @@ INVALID = [
     ),
     ("no-parameters", TUNING, {f"{PARAM}": []}, f"{PARAM}", "no parameters to tune"),
     (
+        "tuned-range-the-trainer-refuses",
+        TUNING,
+        {f"{PARAM}.2": {"parameterId": "scale-factor", "doubleValueSpec": {"minValue": -1, "maxValue": 0.5}}},
+        f"{PARAM}.2.doubleValueSpec",
+        "--scale-factor=-1.0, which it rejects (argument --scale-factor: must be in (0, 1], got -1.0)",
+    ),
+    (
+        "arg-out-of-range",
+        TUNING,
+        {f"{TRIAL_POOL}.pythonPackageSpec.args": ["--train-files=a", "--eval-files=b", "--num-layers=0"]},
+        f"{TRIAL_POOL}.pythonPackageSpec.args",
+        "--num-layers: must be a positive integer, got 0",
+    ),
+    (
+        "worker-on-another-image",
+        CUSTOM,
+        {
+            "jobSpec.workerPoolSpecs.1": {
+                "machineSpec": {"machineType": "n1-standard-4"},
+                "replicaCount": 2,
+                "pythonPackageSpec": {
+                    "executorImageUri": PREBUILT_CPU.replace("2-17", "2-18"),
+                    "pythonModule": "trainer.task",
+                    "args": [
+                        "--train-files=${infra.data_bucket}/a.csv",
+                        "--eval-files=${infra.data_bucket}/b.csv",
+                    ],
+                },
+            }
+        },
+        "jobSpec.workerPoolSpecs.1.pythonPackageSpec.executorImageUri",
+        "worker pool 1 runs another program than the chief",
+    ),
+    (
         "zero-trials",
         TUNING,
         {"maxTrialCount": 0, "parallelTrialCount": 0},
@@ -695,13 +732,23 @@ def _field_paths(node, prefix=""):
         yield from _field_paths(value, path)
 
 
-@pytest.mark.parametrize("name", ["census_tuning", "census_tuning_grid", "census_multiworker", "census_tpu"])
-def test_any_single_broken_field_is_a_job_error_never_a_crash(name):
+# Every (field, value) the fuzz below finds accepted, reviewed: each is a valid definition (an optional field
+# removed, any string where Vertex takes any string). A bad value that validation starts to let through shows
+# up here as a new entry and fails the test. Regenerate after an intended change and review the diff:
+# UPDATE_GOLDEN=1 pytest tests/jobs/test_validate.py
+FUZZ_GOLDEN = Path(__file__).parent / "golden" / "fuzz_accepted.json"
+FUZZED = ["census_tuning", "census_tuning_grid", "census_multiworker", "census_tpu"]
+
+
+def _fuzz(name: str) -> list[list]:
+    """Break each field of a shipped definition in turn: every outcome must be one JobError line or an
+    acceptance; the acceptances are returned as [path, value]."""
     from jobs.loader import load_file
-    from tests.jobs.conftest import JOBS_DIR
+    from tests.jobs.helpers import JOBS_DIR
 
     text = (JOBS_DIR / f"{name}.yaml").read_text()
     data = load_file(JOBS_DIR / f"{name}.yaml").data
+    accepted = []
     for path in _field_paths(data):
         for value in (DELETE, None, -1, [], "x"):
             try:
@@ -712,3 +759,17 @@ def test_any_single_broken_field_is_a_job_error_never_a_crash(name):
                 check(text, {path: value})
             except JobError as exc:
                 assert "\n" not in str(exc)
+                continue
+            accepted.append([path, "<deleted>" if value is DELETE else value])
+    return accepted
+
+
+def test_any_single_broken_field_is_a_job_error_or_a_reviewed_valid_change():
+    found = {name: _fuzz(name) for name in FUZZED}
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        FUZZ_GOLDEN.write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+    expected = json.loads(FUZZ_GOLDEN.read_text(encoding="utf-8"))
+    for name in FUZZED:
+        silently_accepted = [entry for entry in found[name] if entry not in expected[name]]
+        assert not silently_accepted, f"{name}: accepted without a JobError: {silently_accepted}"
+        assert found[name] == expected[name], f"{name}: the golden lists changes no longer accepted"

@@ -12,9 +12,8 @@ import yaml
 import jobs.plan
 from jobs.build_cli import main
 from jobs.image import image_hash
-from tests.jobs.conftest import OUTPUTS, REPO_ROOT
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
-from tests.jobs.test_images import make_repo
+from tests.jobs.helpers import OUTPUTS, REPO_ROOT, make_repo
 
 
 @pytest.fixture(autouse=True)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tests.jobs.conftest import REPO_ROOT, SHIPPED, run_script
+from tests.jobs.helpers import REPO_ROOT, SHIPPED, run_script
 
 
-def test_every_shipped_job_passes_and_names_its_tensorflow(subprocess_env):
-    proc = run_script([], subprocess_env, script="job_images.py")
+def test_every_shipped_job_passes_and_names_its_tensorflow(script_env):
+    proc = run_script([], script_env, script="job_images.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()[1:]]
     assert {row[0] for row in rows} == {p.stem for p in SHIPPED}
@@ -19,11 +19,11 @@ def test_every_shipped_job_passes_and_names_its_tensorflow(subprocess_env):
     assert all(row[-1] == "pass" for row in rows)
 
 
-def test_a_job_on_an_image_the_trainer_cannot_run_fails(subprocess_env, tmp_path):
+def test_a_job_on_an_image_the_trainer_cannot_run_fails(script_env, tmp_path):
     old = tmp_path / "old.yaml"
     old.write_text(
         (REPO_ROOT / "jobs/census_prebuilt.yaml").read_text().replace("tf-cpu.2-17", "tf-cpu.2-15")
     )
-    proc = run_script([old], subprocess_env, script="job_images.py")
+    proc = run_script([old], script_env, script="job_images.py")
     assert proc.returncode == 1
     assert "FAIL" in proc.stdout and "TensorFlow 2.15 (Keras 2)" in proc.stdout

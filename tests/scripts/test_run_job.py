@@ -10,8 +10,7 @@ import textwrap
 import pytest
 
 from infra.config import list_environments
-from tests.jobs.conftest import JOBS_DIR, REPO_ROOT, SHIPPED, run_script
-from tests.jobs.helpers import CUSTOM, TUNING
+from tests.jobs.helpers import CUSTOM, JOBS_DIR, REPO_ROOT, SHIPPED, TUNING, run_script
 
 PROBE = textwrap.dedent("""\
     import atexit, runpy, sys
@@ -43,8 +42,8 @@ def heavy_modules(stderr: str) -> str:
     return [line for line in stderr.splitlines() if line.startswith("HEAVY=")][-1].removeprefix("HEAVY=")
 
 
-def test_help_is_light(subprocess_env):
-    result = probe(["--help"], subprocess_env)
+def test_help_is_light(script_env):
+    result = probe(["--help"], script_env)
     assert result.returncode == 0
     assert (
         "--dry-run" in result.stdout
@@ -54,8 +53,8 @@ def test_help_is_light(subprocess_env):
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
-def test_dry_run_of_shipped_definitions_with_the_environment(path, subprocess_env):
-    result = probe([path.relative_to(REPO_ROOT), "--dry-run", "--env", "dev"], subprocess_env)
+def test_dry_run_of_shipped_definitions_with_the_environment(path, script_env):
+    result = probe([path.relative_to(REPO_ROOT), "--dry-run", "--env", "dev"], script_env)
     assert result.returncode == 0, result.stderr
     assert heavy_modules(result.stderr) == ""  # no TensorFlow, no SDK clients, no CDK
     request = json.loads(result.stdout)
@@ -157,7 +156,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("text, args, path", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
-def test_bad_input_is_one_line_exit_2(text, args, path, tmp_path, subprocess_env):
+def test_bad_input_is_one_line_exit_2(text, args, path, tmp_path, script_env):
     if text is None:
         file, argv = args[0], args[1:]
     else:
@@ -165,7 +164,7 @@ def test_bad_input_is_one_line_exit_2(text, args, path, tmp_path, subprocess_env
         file.write_text(text, encoding="utf-8")
         argv = args
     before = sorted(p.name for p in REPO_ROOT.iterdir())
-    result = run_script([file, *argv], subprocess_env)
+    result = run_script([file, *argv], script_env)
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
@@ -249,21 +248,21 @@ def deployed_file(tmp_path, env="dev"):
     return path, outputs
 
 
-def test_dry_run_uses_deployed_outputs(tmp_path, subprocess_env):
+def test_dry_run_uses_deployed_outputs(tmp_path, script_env):
     path, outputs = deployed_file(tmp_path)
-    result = run_script([JOBS_DIR / "census_cpu.yaml", "--dry-run", "--outputs-file", path], subprocess_env)
+    result = run_script([JOBS_DIR / "census_cpu.yaml", "--dry-run", "--outputs-file", path], script_env)
     assert result.returncode == 0, result.stderr
     spec = json.loads(result.stdout)["customJob"]["jobSpec"]
     assert spec["tensorboard"] == outputs["tensorboard"]
     assert spec["serviceAccount"] == outputs["runtime_service_account"]
 
 
-def test_broken_outputs_file_is_one_line(tmp_path, subprocess_env):
+def test_broken_outputs_file_is_one_line(tmp_path, script_env):
     path = tmp_path / "dev.json"
     path.write_text(json.dumps({"dev": {"project": "x"}}), encoding="utf-8")
-    result = run_script([JOBS_DIR / "census_cpu.yaml", "--dry-run", "--outputs-file", path], subprocess_env)
+    result = run_script([JOBS_DIR / "census_cpu.yaml", "--dry-run", "--outputs-file", path], script_env)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"{path}: dev.")
     job = JOBS_DIR / "census_cpu.yaml"
-    missing = run_script([job, "--outputs-file", tmp_path / "nope.json"], subprocess_env)
+    missing = run_script([job, "--outputs-file", tmp_path / "nope.json"], script_env)
     assert missing.returncode == 2 and missing.stderr.startswith(f"{job}: --outputs-file:")

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from infra.outputs import resolve_outputs
-from tests.jobs.conftest import REPO_ROOT, run_script
+from tests.jobs.helpers import REPO_ROOT, arg_path, run_script
 
-EPOCHS_ARG = "jobSpec.workerPoolSpecs.0.containerSpec.args.3"
+pytestmark = pytest.mark.training
+
 
 
 @pytest.mark.parametrize("job, folder, warning", [
@@ -19,9 +20,10 @@ EPOCHS_ARG = "jobSpec.workerPoolSpecs.0.containerSpec.args.3"
     # No TPU here: reported once, then --distribution=tpu trains on CPU (TRAINER_CPU_FALLBACK).
     ("census_tpu", "census-tpu", "this machine lacks TPU_V3 x8"),
 ])
-def test_readme_local_run_trains_on_the_shipped_data(tmp_path, job, folder, warning, subprocess_env):
+def test_readme_local_run_trains_on_the_shipped_data(tmp_path, job, folder, warning, script_env):
+    epochs = arg_path(REPO_ROOT / "jobs" / f"{job}.yaml", "--num-epochs")
     proc = run_script([f"jobs/{job}.yaml", "--local", "--local-root", tmp_path,
-                       "--set", f"{EPOCHS_ARG}=--num-epochs=1"], subprocess_env, timeout=240)
+                       "--set", f"{epochs}=--num-epochs=1"], script_env, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     if warning:

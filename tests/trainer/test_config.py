@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.trainer.conftest import REPO_ROOT, subprocess_env
+from tests.trainer.helpers import REPO_ROOT, subprocess_env
 from trainer import config as C
 from trainer.callbacks import keras_log_key
 from trainer.registry import TASK_MODULES, load_task

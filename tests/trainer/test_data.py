@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.trainer.conftest import CENSUS, write_slice
+from tests.trainer.helpers import CENSUS, write_slice
 from trainer.data import DataError, count_batches, expand_files, scan_csv, text_dataset
 from trainer.tasks.census import SCHEMA
 

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from tests.trainer.conftest import REPO_ROOT, subprocess_env, trainer_args
+from tests.trainer.helpers import REPO_ROOT, subprocess_env, trainer_args
+
+pytestmark = pytest.mark.training
 
 
 def free_ports(n: int) -> list[int]:

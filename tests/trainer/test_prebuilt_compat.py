@@ -29,9 +29,9 @@ from tests.trainer.compat_env import (
     lock_version,
     run_stack,
 )
-from tests.trainer.conftest import REPO_ROOT
+from tests.trainer.helpers import REPO_ROOT
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.training, pytest.mark.timeout(900)]
 
 # Python 3.10 for TF 2.17: the prebuilt images' Python (tf-cpu.2-17.py310), which also decides the newest
 # Keras pip resolves there. 3.11 for TF 2.20: our TPU image's Python (Keras 3.15 needs >= 3.11).

@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from tests.trainer.conftest import REPO_ROOT, run_trainer, subprocess_env, trainer_args
+from tests.trainer.helpers import REPO_ROOT, run_trainer, subprocess_env, trainer_args
+
+pytestmark = pytest.mark.training
 
 EPOCHS = 20
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.trainer.conftest import (
+from tests.trainer.helpers import (
     REPO_ROOT,
     error_lines,
     run_trainer,
@@ -16,7 +16,7 @@ from tests.trainer.conftest import (
     trainer_args,
 )
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.training, pytest.mark.timeout(240)]
 
 BAD_ROW = ("39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, "
            "oops, 0, 40, United-States, <=50K")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from jobs.local import run_local
-from tests.jobs.local.conftest import OUTPUTS, REPO_ROOT
+from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT
 
 if __name__ == "__main__":
     body = json.loads(Path(sys.argv[1]).read_text())

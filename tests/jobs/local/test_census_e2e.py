@@ -5,7 +5,10 @@ import json
 import pytest
 
 from jobs.local import run_local
-from tests.jobs.local.conftest import OUTPUTS, REPO_ROOT, job_spec, pool
+from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, job_spec, pool
+
+# Both tests run the real trainer (minutes together): complete runs only, not `make test-fast`.
+pytestmark = pytest.mark.training
 
 CENSUS = REPO_ROOT / "data" / "census"
 

@@ -5,7 +5,7 @@ import os
 import time
 
 from jobs.local import run_local
-from tests.jobs.local.conftest import OUTPUTS, REPO_ROOT, custom_job, dumps, pool
+from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, alive, custom_job, dumps, pool
 
 
 def _run(body, tmp_path, **kw):
@@ -76,7 +76,7 @@ def test_failed_replica_fails_the_job_and_stops_the_others(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "workerpool1-0 exited with status 1" in out and "failing on purpose" in out
     chief_pid = dumps(tmp_path / "gs/demo-models/dumps")["job-workerpool0-0"]["pid"]
-    assert not _alive(chief_pid)
+    assert not alive(chief_pid)
 
 
 def test_missing_accelerators_warn_once_and_run_on_cpu_or_fail_when_strict(tmp_path, capsys):
@@ -99,19 +99,6 @@ def test_missing_accelerators_warn_once_and_run_on_cpu_or_fail_when_strict(tmp_p
     assert not (tmp_path / "gs/demo-models/d2").exists()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it has exited.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return False
-
-
 def test_scheduling_timeout_stops_the_job(tmp_path, capsys):
     body = custom_job(pool(["--dump-dir=gs://demo-models/dumps", "--sleep=60"]))
     body["jobSpec"]["scheduling"]["timeout"] = "1s"
@@ -119,4 +106,4 @@ def test_scheduling_timeout_stops_the_job(tmp_path, capsys):
     assert _run(body, tmp_path) == 1
     assert time.monotonic() - start < 20
     assert "exceeded scheduling.timeout of 1s" in capsys.readouterr().out
-    assert not _alive(dumps(tmp_path / "gs/demo-models/dumps")["job-workerpool0-0"]["pid"])
+    assert not alive(dumps(tmp_path / "gs/demo-models/dumps")["job-workerpool0-0"]["pid"])

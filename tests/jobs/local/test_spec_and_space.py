@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from jobs.local import run_local, search_space, spec, tuning
-from tests.jobs.local.conftest import OUTPUTS, REPO_ROOT, custom_job, pool, tuning_job
+from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, custom_job, pool, tuning_job
 
 
 def _cfg(params, **kw):
@@ -54,17 +54,23 @@ BAD = [
     (
         "CustomJob",
         custom_job({"replicaCount": 1, "containerSpec": {"imageUri": "gcr.io/x/other"}}),
-        "jobSpec.workerPoolSpecs[0].containerSpec.imageUri",
+        "jobSpec.workerPoolSpecs.0.containerSpec.imageUri",
     ),
     (
         "CustomJob",
         custom_job({"replicaCount": 1, "containerSpec": {"imageUri": "x", "command": ["bash", "run.sh"]}}),
-        "jobSpec.workerPoolSpecs[0].containerSpec.command",
+        "jobSpec.workerPoolSpecs.0.containerSpec.command",
     ),
-    ("CustomJob", custom_job(pool(replicas=2)), "jobSpec.workerPoolSpecs[0].replicaCount"),
-    ("CustomJob", custom_job(pool(module="no_such_module.task")), "jobSpec.workerPoolSpecs[0]"),
+    ("CustomJob", custom_job(pool(replicas=2)), "jobSpec.workerPoolSpecs.0.replicaCount"),
+    ("CustomJob", custom_job(pool(module="no_such_module.task")), "jobSpec.workerPoolSpecs.0"),
     ("CustomJob", {"jobSpec": {"workerPoolSpecs": []}}, "jobSpec.workerPoolSpecs"),
-    ("HyperparameterTuningJob", tuning_job([], algorithm="GRID_SEARCH"), "studySpec.parameters[0]"),
+    ("CustomJob", custom_job(*[pool()] * 5), "jobSpec.workerPoolSpecs: 5 worker pools"),
+    (
+        "CustomJob",
+        custom_job(pool(), pool(env={"A": "1"}) | {"pythonPackageSpec": {"pythonModule": "m", "env": ["A"]}}),
+        "jobSpec.workerPoolSpecs.1.pythonPackageSpec.env.0",
+    ),
+    ("HyperparameterTuningJob", tuning_job([], algorithm="GRID_SEARCH"), "studySpec.parameters.0"),
     ("HyperparameterTuningJob", tuning_job([], trials=2, parallel=3), "parallelTrialCount"),
     (
         "HyperparameterTuningJob",
@@ -78,12 +84,12 @@ BAD = [
                 }
             ],
         ),
-        "studySpec.parameters[0].doubleValueSpec.minValue",
+        "studySpec.parameters.0.doubleValueSpec.minValue",
     ),
     (
         "HyperparameterTuningJob",
         tuning_job([], params=[{"parameterId": "lr", "doubleValueSpec": {"minValue": 2, "maxValue": 1}}]),
-        "studySpec.parameters[0].doubleValueSpec",
+        "studySpec.parameters.0.doubleValueSpec",
     ),
     ("Pipeline", custom_job(pool()), "kind"),
 ]
@@ -94,6 +100,8 @@ def test_bad_input_is_one_line_naming_the_field_exit_2_nothing_written(kind, bod
     assert run_local(kind, body, OUTPUTS, repo_root=REPO_ROOT, local_root=tmp_path / "local") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and field in err and "Traceback" not in err
+    # Body paths are spelled as jobs.validate spells them: dotted, never `workerPoolSpecs[0]`.
+    assert "[" not in err.split(": ")[2], err
     assert not (tmp_path / "local").exists()
 
 

@@ -10,8 +10,7 @@ import time
 import pytest
 
 from jobs.local import run_local
-from tests.jobs.local.conftest import OUTPUTS, REPO_ROOT, dumps, tuning_job
-from tests.jobs.local.test_custom_job import _alive
+from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, alive, dumps, tuning_job
 
 BASE = "gs/demo-models/runs/study-1"
 
@@ -143,7 +142,7 @@ def test_ctrl_c_keeps_finished_trials_leaves_no_orphans_and_resume_finishes_the_
     assert study["state"] == "INTERRUPTED"
     assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "INTERRUPTED", "INTERRUPTED"]
     pids = [r["pid"] for r in dumps(dump_dir).values()]
-    assert len(pids) == 3 and not [p for p in pids if _alive(p)]
+    assert len(pids) == 3 and not [p for p in pids if alive(p)]
     first = study["trials"][0]["parameters"]
     interrupted = [t["parameters"] for t in study["trials"][1:]]
 

@@ -1,7 +1,9 @@
-"""Builders for compiled Vertex AI bodies that run the fake trainer (tests/jobs/local/fake_trainer.py)."""
+"""Shared by the local executor's tests: builders for compiled Vertex AI bodies that run the fake trainer
+(tests/jobs/local/fake_trainer.py), and process checks."""
 
 import copy
 import json
+import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -89,3 +91,16 @@ def tuning_job(
 
 def dumps(directory: Path) -> dict:
     return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it has exited.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False

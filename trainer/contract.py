@@ -1,0 +1,47 @@
+"""Vertex AI's runtime contract with this trainer, written once: the names both sides must agree on.
+
+The trainer reads these variables (``trainer.env``, ``trainer.config``); the job tooling sets them when it
+runs a job on this machine (``jobs.local``) and checks definitions against them (``jobs.validate``,
+``jobs.trainer_contract``). ``trainer/`` never imports ``jobs/``, so the names live here, on the trainer's
+side, as plain data: this module imports nothing, TensorFlow least of all.
+
+Reference: https://cloud.google.com/vertex-ai/docs/training/code-requirements and the distributed-training
+page (CLUSTER_SPEC, TF_CONFIG).
+"""
+
+from __future__ import annotations
+
+# The module a job runs (`python -m trainer.task`): the prebuilt images' pythonModule, the trainer image's
+# entrypoint, and the parser's program name.
+TRAINER_MODULE = "trainer.task"
+# The flag naming the metric a tuning trial reports (a StudySpec metricId must match it).
+METRIC_FLAG = "--hypertune-metric"
+
+# Where to write, set per replica from the job's baseOutputDirectory (<base>/<trial id>/... for a trial).
+MODEL_DIR = "AIP_MODEL_DIR"
+CHECKPOINT_DIR = "AIP_CHECKPOINT_DIR"
+TENSORBOARD_LOG_DIR = "AIP_TENSORBOARD_LOG_DIR"
+# Output folder (as under --job-dir when Vertex AI sets none) -> the variable that overrides it.
+OUTPUT_DIRS: dict[str, str] = {"model": MODEL_DIR, "checkpoints": CHECKPOINT_DIR, "logs": TENSORBOARD_LOG_DIR}
+
+# The cluster of a multi-replica job: Vertex AI's own description (worker pools) and TensorFlow's (roles).
+CLUSTER_SPEC = "CLUSTER_SPEC"
+TF_CONFIG = "TF_CONFIG"
+# Tuning trials: the trial's number, and the file cloudml-hypertune appends the reported metric to.
+TRIAL_ID = "CLOUD_ML_TRIAL_ID"
+HP_METRIC_FILE = "CLOUD_ML_HP_METRIC_FILE"
+JOB_ID = "CLOUD_ML_JOB_ID"
+
+# workerPoolSpecs positions, as CLUSTER_SPEC names them, and the TF_CONFIG task type each one plays.
+TF_TASK_TYPES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
+WORKER_POOLS: tuple[str, ...] = tuple(f"workerpool{i}" for i in range(len(TF_TASK_TYPES)))
+WORKER_POOL_ROLES: dict[str, str] = dict(zip(WORKER_POOLS, TF_TASK_TYPES, strict=True))
+
+# Set to "1" by `run_job.py --local` when this machine lacks the accelerators the job asks for: an explicit
+# --distribution tpu or mirrored then trains with the default (CPU) strategy instead of failing. Vertex AI
+# never sets it, so there a TPU job without a TPU still fails at once instead of training on the host's CPU.
+CPU_FALLBACK_ENV = "TRAINER_CPU_FALLBACK"
+
+# Every variable above that the runtime sets for one replica (a stale one from a shell must not leak in).
+REPLICA_VARIABLES: tuple[str, ...] = (*OUTPUT_DIRS.values(), CLUSTER_SPEC, TF_CONFIG, TRIAL_ID,
+                                      HP_METRIC_FILE, CPU_FALLBACK_ENV)
