@@ -28,18 +28,19 @@ ENVIRONMENTS_DIR_VAR = "INFRA_ENVIRONMENTS_DIR"
 MAX_PREFIX_LEN = 21
 
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
-_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_PROJECT_NUMBER = re.compile(r"^[1-9][0-9]{5,19}$")
+# Also the patterns infra.constructs.validation checks construct props with: one spelling of each rule.
+PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+PROJECT_NUMBER = re.compile(r"^[1-9][0-9]{5,19}$")
 # Regions are <area>-<direction><digit>: us-central1, europe-west4, northamerica-northeast2, me-central2.
-_REGION = re.compile(r"^[a-z]+-[a-z]+[1-9][0-9]?$")
+REGION = re.compile(r"^[a-z]+-[a-z]+[1-9][0-9]?$")
 _PREFIX = re.compile(rf"^[a-z][a-z0-9-]{{1,{MAX_PREFIX_LEN - 2}}}[a-z0-9]$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
-_MEMBER = re.compile(r"^(user|group|serviceAccount|domain|principal|principalSet):\S+$")
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-_KMS_KEY = re.compile(
+MEMBER = re.compile(r"^(user|group|serviceAccount|domain|principal|principalSet):\S+$")
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+KMS_KEY = re.compile(
     r"^projects/(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])/locations/(?P<location>[a-z0-9-]+)"
     r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}$"
 )
@@ -179,16 +180,16 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
     labels = doc.get("labels") or {}
     _check(path, "labels", labels, lambda v: isinstance(v, dict), "a mapping of label key -> value")
     for key, value in labels.items():
-        _check(path, f"labels.{key}", key, _str_matching(_LABEL_KEY),
+        _check(path, f"labels.{key}", key, _str_matching(LABEL_KEY),
                "lowercase letters, digits, '_' or '-', starting with a letter, <= 63 chars")
-        _check(path, f"labels.{key}", value, _str_matching(_LABEL_VALUE),
+        _check(path, f"labels.{key}", value, _str_matching(LABEL_VALUE),
                "lowercase letters, digits, '_' or '-', <= 63 chars")
 
     submitters = doc.get("job_submitters") or []
     _check(path, "job_submitters", submitters, lambda v: isinstance(v, list), "a list of IAM members")
     seen: dict[str, int] = {}
     for i, member in enumerate(submitters):
-        _check(path, f"job_submitters[{i}]", member, _str_matching(_MEMBER),
+        _check(path, f"job_submitters[{i}]", member, _str_matching(MEMBER),
                "an IAM member such as group:ml@example.com or user:me@example.com")
         # Grants are keyed by member_id in construct ids, which must be unique in the stack.
         first = seen.setdefault(member_id(member), i)
@@ -197,13 +198,13 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
                               f"{member!r} repeats job_submitters[{first}] ({submitters[first]!r}); "
                               "allowed: each member once")
 
-    region = _check(path, "region", doc["region"], _str_matching(_REGION),
+    region = _check(path, "region", doc["region"], _str_matching(REGION),
                     "a Google Cloud region such as us-central1 or europe-west4")
     kms_key = doc.get("kms_key")
     if kms_key is not None:
-        _check(path, "kms_key", kms_key, _str_matching(_KMS_KEY),
+        _check(path, "kms_key", kms_key, _str_matching(KMS_KEY),
                "null or projects/P/locations/L/keyRings/R/cryptoKeys/K")
-        location = _KMS_KEY.match(kms_key)["location"]
+        location = KMS_KEY.match(kms_key)["location"]
         # CMEK keys for regional buckets, TensorBoard and Artifact Registry must live in the resources'
         # region.
         _check(path, "kms_key", kms_key, lambda _: location == region,
@@ -211,9 +212,9 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
 
     return EnvironmentConfig(
         name=_check(path, "<environment>", env, _str_matching(_ENV_NAME), "lowercase letters and digits"),
-        project_id=_check(path, "project_id", doc["project_id"], _str_matching(_PROJECT_ID),
+        project_id=_check(path, "project_id", doc["project_id"], _str_matching(PROJECT_ID),
                           "6-30 lowercase letters, digits or hyphens, starting with a letter"),
-        project_number=_check(path, "project_number", project_number, _str_matching(_PROJECT_NUMBER),
+        project_number=_check(path, "project_number", project_number, _str_matching(PROJECT_NUMBER),
                               "the project's numeric id, e.g. \"123456789012\""),
         region=region,
         # Bucket names start with the prefix, and GCS refuses names that start with "goog" or contain
@@ -223,7 +224,7 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
                            and "google" not in v,
                            f"3-{MAX_PREFIX_LEN} lowercase letters, digits or hyphens, starting with a "
                            "letter, not starting with 'goog' or containing 'google'"),
-        state_bucket=_check(path, "state_bucket", doc["state_bucket"], _str_matching(_BUCKET),
+        state_bucket=_check(path, "state_bucket", doc["state_bucket"], _str_matching(BUCKET_NAME),
                             "a bucket name: 3-63 lowercase letters, digits, '-' or '_'"),
         github=GithubConfig(
             owner=_check(path, "github.owner", gh["owner"], _str_matching(_GITHUB_NAME), "a GitHub user/org"),

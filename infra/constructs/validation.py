@@ -15,25 +15,23 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from infra.config import (  # noqa: F401 - the config's rules, used here and by name in the constructs
+    BUCKET_NAME,
+    KMS_KEY,
+    LABEL_KEY,
+    LABEL_VALUE,
+    MEMBER,
+    PROJECT_ID,
+    PROJECT_NUMBER,
+    REGION,
+)
 from infra.constructs import Grant
 
-PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-PROJECT_NUMBER = re.compile(r"^[1-9][0-9]{5,19}$")
-REGION = re.compile(r"^[a-z]+-[a-z]+[1-9][0-9]?$")
 # Service account ids: 6-30 chars (the email's local part).
 ACCOUNT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-# GCS bucket names without dots (dotted names need domain verification): 3-63 chars.
-BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
-MEMBER = re.compile(r"^(user|group|serviceAccount|domain|principal|principalSet):\S+$")
 ROLE = re.compile(r"^roles/[A-Za-z0-9_.]+$")
 # Construct ids end up in Terraform logical ids and paths; "/" would nest them.
 KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-KMS_KEY = re.compile(
-    r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/locations/(?P<location>[a-z0-9-]+)"
-    r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}$"
-)
 SERVICE = re.compile(r"^[a-z][a-z0-9-]*\.googleapis\.com$")
 # Artifact Registry repository ids; workload identity pool and provider ids (4-32, no "gcp-" prefix).
 REPOSITORY_ID = re.compile(r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$")
