@@ -190,14 +190,17 @@ def _may_contain(rules: tuple[Rule, ...], rel_dir: str) -> bool:
     )
 
 
-def image_hash(repo_root: Path, files: list[str] | None = None) -> str:
+def image_hash(repo_root: Path) -> str:
     """The content hash in the tag: every context file's path and bytes."""
     digest = hashlib.sha256()
-    for rel in files if files is not None else context_files(repo_root):
-        digest.update(rel.encode() + b"\0")
-        digest.update(_read_bytes(repo_root / rel, rel))
-        digest.update(b"\0")
+    for rel in context_files(repo_root):
+        _hash_file(digest, rel, _read_bytes(repo_root / rel, rel))
     return digest.hexdigest()[:HASH_LENGTH]
+
+
+def _hash_file(digest, rel: str, data: bytes) -> None:
+    """The one rule for what a file adds to the tag hash (image_hash and write_context must agree)."""
+    digest.update(rel.encode() + b"\0" + data + b"\0")
 
 
 def write_context(repo_root: Path, out: Path) -> tuple[int, int, str]:
@@ -211,7 +214,7 @@ def write_context(repo_root: Path, out: Path) -> tuple[int, int, str]:
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in files:
             data = _read_bytes(repo_root / rel, rel)
-            digest.update(rel.encode() + b"\0" + data + b"\0")
+            _hash_file(digest, rel, data)
             total += len(data)
             info = tarfile.TarInfo(rel)
             info.size, info.mtime, info.mode = len(data), 0, 0o644

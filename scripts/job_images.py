@@ -20,7 +20,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from jobs.cli import load_outputs, prepare  # noqa: E402 - after the path setup above
+from jobs.cli import build_parser, load_outputs, prepare  # noqa: E402 - after the path setup above
 from jobs.errors import JobError  # noqa: E402
 from jobs.image import parse_prebuilt, split_image, variant_for_machine  # noqa: E402
 
@@ -58,15 +58,8 @@ def main(argv=None) -> int:
     print(f"{'job':<20} {'pool':<5} {'image':<30} {'tensorflow':<11} {'keras':<10} check")
     failed = 0
     for path in files:
-        ns = argparse.Namespace(
-            job_file=str(path),
-            overrides=[],
-            env=args.env,
-            display_name=None,
-            max_trial_count=None,
-            parallel_trial_count=None,
-            region=None,
-        )
+        # run_job.py's own parser, so the namespace carries exactly what prepare() reads.
+        ns = build_parser().parse_args([str(path), "--env", args.env])
         try:
             job = prepare(ns, now=datetime.now(timezone.utc), repo_root=REPO_ROOT, outputs=outputs)
             verdict, pools = "pass", job.worker_pools()

@@ -22,11 +22,11 @@ def pytest_collection_modifyitems(session, config, items):
     import shutil
     import tempfile
 
-    from tests.user_copy import start_suites
+    from tests.user_copy import USER_COPY_RUN, start_suites
 
     root = Path(tempfile.mkdtemp(prefix="user-copy-"))
     run = start_suites(root / "repo")
-    config._user_copy_run = run
+    config.stash[USER_COPY_RUN] = run
 
     def cleanup():
         run.stop()

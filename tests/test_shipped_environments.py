@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.user_copy import IGNORED, ROOT, SUITES, SuiteRun, start_suites
+from tests.user_copy import IGNORED, ROOT, SUITES, USER_COPY_RUN, SuiteRun, start_suites
 
 ENVIRONMENT_READERS = re.compile(
     r"load_environment|resolve_outputs\(|load_outputs\(|list_environments|environments/|planned_outputs\("
@@ -22,7 +22,7 @@ ENVIRONMENT_READERS = re.compile(
 @pytest.fixture(scope="module")
 def suite_run(request) -> SuiteRun:
     """Started by the root conftest at collection time; started here when that hook did not run."""
-    run = getattr(request.config, "_user_copy_run", None)
+    run = request.config.stash.get(USER_COPY_RUN, None)
     if run is None:
         run = start_suites(Path(tempfile.mkdtemp(prefix="user-copy-")) / "repo")
         request.addfinalizer(run.stop)

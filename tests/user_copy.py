@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,3 +122,7 @@ def start_suites(copy: Path) -> SuiteRun:
             start_new_session=True,
         )
     return SuiteRun(copy, process, log)
+
+
+# Where the root conftest keeps the run it started, for the test to wait on.
+USER_COPY_RUN = pytest.StashKey[SuiteRun]()
