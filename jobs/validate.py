@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+# Job labels follow the Google Cloud label rules the infra config already checks: one spelling of them.
+from infra.config import LABEL_KEY, LABEL_VALUE
 from jobs import image, machines
 from jobs.body import (
     CONTAINER_SPEC,
@@ -31,8 +33,6 @@ from jobs.errors import JobError, one_of
 from jobs.trainer_contract import TrainerArgsError, TrainerContract
 from trainer.contract import METRIC_FLAG, TRAINER_MODULE, WORKER_POOLS
 
-LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 SERVICE_ACCOUNT = re.compile(
     r"[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com|[0-9]+-compute@developer\.gserviceaccount\.com"
 )
