@@ -8,7 +8,7 @@ Usage (from the repo root, inside the Pipenv environment; offline, no TensorFlow
 For the trainer image the versions are the pins of docker/requirements-<variant>.txt (what the Dockerfile
 installs); for a Vertex AI prebuilt image, the TensorFlow its name carries. The check is run_job.py's own
 validation (the image must fit the machine, a prebuilt image must be TensorFlow >= 2.17 with Keras 3).
-Exit status 1 when any definition fails its check.
+Exit status 1 when any definition fails its check, 2 on bad input (one line).
 """
 
 import argparse
@@ -54,7 +54,11 @@ def main(argv=None) -> int:
     parser.add_argument("--env", default="dev")
     args = parser.parse_args(argv)
     files = args.files or sorted((REPO_ROOT / "jobs").glob("*.yaml"))
-    outputs = load_outputs(args.env, None, "job_images.py")
+    try:
+        outputs = load_outputs(args.env, None, "job_images.py")
+    except JobError as exc:  # bad input: one line, exit 2, like run_job.py
+        print(str(exc), file=sys.stderr)
+        return 2
     print(f"{'job':<20} {'pool':<5} {'image':<30} {'tensorflow':<11} {'keras':<10} check")
     failed = 0
     for path in files:

@@ -27,3 +27,9 @@ def test_a_job_on_an_image_the_trainer_cannot_run_fails(script_env, tmp_path):
     proc = run_script([old], script_env, script="job_images.py")
     assert proc.returncode == 1
     assert "FAIL" in proc.stdout and "TensorFlow 2.15 (Keras 2)" in proc.stdout
+
+
+def test_an_unknown_environment_is_one_line_exit_2(script_env):
+    proc = run_script(["--env", "nope"], script_env, script="job_images.py")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == "job_images.py: --env: unknown environment 'nope'; allowed: dev, prod"
