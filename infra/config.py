@@ -38,6 +38,9 @@ BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
 MEMBER = re.compile(r"^(user|group|serviceAccount|domain|principal|principalSet):\S+$")
+# A service account email (6-30 char account id, in a project whose id has the same shape).
+SERVICE_ACCOUNT_EMAIL = re.compile(
+    r"^[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]\.iam\.gserviceaccount\.com$")
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 KMS_KEY = re.compile(
@@ -80,6 +83,9 @@ class EnvironmentConfig:
     state_bucket: str
     github: GithubConfig
     job_submitters: tuple[str, ...] = ()
+    # Service accounts jobs may run as besides the runtime account (emails). This stack grants them nothing:
+    # their owner grants the submitters actAs on them and them access to the buckets they need.
+    job_service_accounts: tuple[str, ...] = ()
     # Sorted (key, value) pairs rather than a dict so the config stays hashable and deterministic.
     labels: tuple[tuple[str, str], ...] = ()
     kms_key: str | None = None
@@ -162,7 +168,8 @@ def _mapping(path: Path, name: str, raw: Any, known: set[str], required: set[str
 
 _TOP_REQUIRED = {"project_id", "project_number", "region", "name_prefix", "state_bucket", "github"}
 _TOP_OPTIONAL = {
-    "job_submitters", "labels", "kms_key", "staging_retention_days", "noncurrent_retention_days",
+    "job_submitters", "job_service_accounts", "labels", "kms_key", "staging_retention_days",
+    "noncurrent_retention_days",
     "registry_keep_versions", "registry_untagged_retention_days",
 }
 _GITHUB_REQUIRED = {"owner", "repository", "repository_id"}
@@ -197,6 +204,17 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
             raise ConfigError(path, f"job_submitters[{i}]",
                               f"{member!r} repeats job_submitters[{first}] ({submitters[first]!r}); "
                               "allowed: each member once")
+
+    accounts = doc.get("job_service_accounts") or []
+    _check(path, "job_service_accounts", accounts, lambda v: isinstance(v, list),
+           "a list of service account emails")
+    for i, email in enumerate(accounts):
+        _check(path, f"job_service_accounts[{i}]", email, _str_matching(SERVICE_ACCOUNT_EMAIL),
+               "a service account email such as trainer-gpu@my-project.iam.gserviceaccount.com")
+        first = accounts.index(email)
+        if first != i:
+            raise ConfigError(path, f"job_service_accounts[{i}]",
+                              f"{email!r} repeats job_service_accounts[{first}]; allowed: each account once")
 
     region = _check(path, "region", doc["region"], _str_matching(REGION),
                     "a Google Cloud region such as us-central1 or europe-west4")
@@ -236,6 +254,7 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
                                  _str_matching(_BRANCH), "a branch name such as main"),
         ),
         job_submitters=tuple(submitters),
+        job_service_accounts=tuple(accounts),
         labels=tuple(sorted(labels.items())),
         kms_key=kms_key,
         staging_retention_days=_days(path, doc, "staging_retention_days", 14),

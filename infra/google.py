@@ -21,6 +21,10 @@ from cdktn_provider_google.data_google_storage_project_service_account import (
 from cdktn_provider_google.iam_workload_identity_pool import IamWorkloadIdentityPool
 from cdktn_provider_google.iam_workload_identity_pool_provider import IamWorkloadIdentityPoolProvider
 from cdktn_provider_google.kms_crypto_key_iam_member import KmsCryptoKeyIamMember
+from cdktn_provider_google.project_iam_audit_config import (
+    ProjectIamAuditConfig,
+    ProjectIamAuditConfigAuditLogConfig,
+)
 from cdktn_provider_google.project_iam_member import ProjectIamMember
 from cdktn_provider_google.project_service import ProjectService
 from cdktn_provider_google.provider import GoogleProvider
@@ -46,6 +50,8 @@ __all__ = [
     "IamWorkloadIdentityPool",
     "IamWorkloadIdentityPoolProvider",
     "KmsCryptoKeyIamMember",
+    "ProjectIamAuditConfig",
+    "ProjectIamAuditConfigAuditLogConfig",
     "ProjectIamMember",
     "ProjectService",
     "ServiceAccount",

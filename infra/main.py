@@ -1,12 +1,19 @@
-"""The CDK app (`cdktf.json` runs it): one stack per environment config in infra/environments/.
+"""The CDK app (`cdktf.json` runs it): two stacks per environment config in infra/environments/<env>.yaml.
 
-    cdktn synth                     # all stacks -> cdktf.out/stacks/<env>/cdk.tf.json
+    <env>-bootstrap   identities, workload identity federation, every project-level IAM grant, Data Access
+                      audit logs; applied by a project administrator (infra/bootstrap.py)
+    <env>             buckets, registry, TensorBoard, APIs, resource-level IAM; applied by CI (infra/stack.py)
+
+    cdktn synth                     # all stacks -> cdktf.out/stacks/<stack>/cdk.tf.json (+ checkov config)
+    cdktn deploy dev-bootstrap      # as a project administrator: once, and when identities or IAM change
     cdktn deploy dev --outputs-file .infra-outputs/dev.json
-    python -m infra.main            # synth without the CLI (same output)
+    python -m infra.main [dev]      # synth without the CLI (same output), all environments or those named
+    python -m infra.policy          # checkov on each synthesized stack on its own, with its own skips
 
-Environment variables: INFRA_STACKS=dev,prod limits the stacks; INFRA_ENVIRONMENTS_DIR reads configs from
-another directory; CDKTF_OUTDIR (set by the CLI) is the output directory. A broken config prints one line
-naming the file and field and exits with status 2.
+Environment variables: INFRA_STACKS=dev,prod limits the stacks: an environment name selects both of its
+stacks (`dev` -> dev and dev-bootstrap), `dev-bootstrap` selects that stack alone; INFRA_ENVIRONMENTS_DIR
+reads configs from another directory; CDKTF_OUTDIR (set by the CLI) is the output directory. A broken config
+prints one line naming the file and field and exits with status 2.
 """
 
 from __future__ import annotations
@@ -17,33 +24,57 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from infra.config import ConfigError, EnvironmentConfig, list_environments, load_environment
+from infra.naming import BOOTSTRAP_SUFFIX, bootstrap_stack_name
 
 STACKS_VAR = "INFRA_STACKS"
 
 
-def selected_environments(names: Sequence[str] | None = None) -> list[EnvironmentConfig]:
+def selected_names(names: Sequence[str] | None = None) -> list[str]:
+    """The requested entries (arguments, else INFRA_STACKS, else every environment), repeats dropped."""
     if names is None:
         wanted = os.environ.get(STACKS_VAR, "")
         names = [n.strip() for n in wanted.split(",") if n.strip()] or list_environments()
+    return list(dict.fromkeys(names))
+
+
+def selected_stacks(names: Sequence[str] | None = None) -> list[str]:
+    """Stack names: an environment name stands for `<env>-bootstrap` and `<env>`."""
+    stacks = []
+    for name in selected_names(names):
+        stacks += [name] if name.endswith(BOOTSTRAP_SUFFIX) else [bootstrap_stack_name(name), name]
+    return list(dict.fromkeys(stacks))
+
+
+def selected_environments(names: Sequence[str] | None = None) -> list[EnvironmentConfig]:
+    envs = [name.removesuffix(BOOTSTRAP_SUFFIX) for name in selected_names(names)]
     # A repeated name would be a second stack with the same construct id: jsii fails with a traceback.
-    return [load_environment(name) for name in dict.fromkeys(names)]
+    return [load_environment(env) for env in dict.fromkeys(envs)]
 
 
-def build_app(configs: Sequence[EnvironmentConfig], outdir: str | Path | None = None):
-    """The app with one `PlatformStack` per config; outdir defaults to CDKTF_OUTDIR (the CLI) or cdktf.out."""
+def build_app(configs: Sequence[EnvironmentConfig], outdir: str | Path | None = None,
+              stacks: Sequence[str] | None = None):
+    """The app with a `BootstrapStack` and a `PlatformStack` per config (only those named in `stacks`, if
+    given); returns it with {stack name: stack}. outdir defaults to CDKTF_OUTDIR (the CLI) or cdktf.out."""
     # The CDK is imported here, not at module level, so a broken config fails in milliseconds.
+    from infra.bootstrap import BootstrapStack
     from infra.cdk import App
     from infra.stack import PlatformStack
 
     app = App(outdir=str(outdir)) if outdir is not None else App()
-    return app, {cfg.name: PlatformStack(app, cfg) for cfg in configs}
+    built = {}
+    for cfg in configs:
+        for name, cls in ((bootstrap_stack_name(cfg), BootstrapStack), (cfg.name, PlatformStack)):
+            if stacks is None or name in stacks:
+                built[name] = cls(app, cfg)
+    return app, built
 
 
-def synth(configs: Sequence[EnvironmentConfig], outdir: str | Path | None = None) -> Path:
-    """Synthesize `configs` and write the checkov config for their skips; returns the output directory."""
+def synth(configs: Sequence[EnvironmentConfig], outdir: str | Path | None = None,
+          stacks: Sequence[str] | None = None) -> Path:
+    """Synthesize `configs` and write each stack's checkov config for its skips; returns the output dir."""
     from infra.policy import write_checkov_config
 
-    app, _ = build_app(configs, outdir)
+    app, _ = build_app(configs, outdir, stacks)
     app.synth()
     out = Path(app.outdir)
     write_checkov_config(out)
@@ -61,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # Read here rather than by the CDK: its Node process may have started before the variable was set.
-    synth(configs, os.environ.get("CDKTF_OUTDIR") or None)
+    synth(configs, os.environ.get("CDKTF_OUTDIR") or None, selected_stacks(argv or None))
     return 0
 
 

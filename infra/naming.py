@@ -6,11 +6,27 @@ planned before any deploy points at exactly what the deploy creates.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from infra.config import EnvironmentConfig
 
 BUCKET_ROLES = ("data", "staging", "models", "tensorboard-logs")
+# The stack a project administrator applies (identities and every project-level IAM grant), beside the
+# platform stack `<env>` that CI applies. Environment names have no "-", so the names cannot collide.
+BOOTSTRAP_SUFFIX = "-bootstrap"
+
+# Google-owned domains of the service agents the platform stack grants resource-level access to, each as
+# `service-<project number>@<domain>` (infra/constructs/service_agents.py builds them from these).
+VERTEX_AI_AGENT_DOMAIN = "gcp-sa-aiplatform.iam.gserviceaccount.com"
+# Cloud TPU has two agents: the Cloud TPU Service Agent of TPU Nodes and the TPU VM identity that TPU v2
+# `generateServiceIdentity` creates.
+CLOUD_TPU_AGENT_DOMAIN = "cloud-tpu.iam.gserviceaccount.com"
+CLOUD_TPU_VM_AGENT_DOMAIN = "gcp-sa-tpu.iam.gserviceaccount.com"
+ARTIFACT_REGISTRY_AGENT_DOMAIN = "gcp-sa-artifactregistry.iam.gserviceaccount.com"
+STORAGE_AGENT_DOMAIN = "gs-project-accounts.iam.gserviceaccount.com"
+SERVICE_AGENT_DOMAINS = (VERTEX_AI_AGENT_DOMAIN, CLOUD_TPU_AGENT_DOMAIN, CLOUD_TPU_VM_AGENT_DOMAIN,
+                         ARTIFACT_REGISTRY_AGENT_DOMAIN, STORAGE_AGENT_DOMAIN)
 
 
 @dataclass(frozen=True)
@@ -57,3 +73,25 @@ def workload_identity_provider(cfg: EnvironmentConfig) -> str:
 
 def registry_url(cfg: EnvironmentConfig) -> str:
     return f"{cfg.region}-docker.pkg.dev/{cfg.project_id}/{resource_names(cfg).registry_id}"
+
+
+def bootstrap_stack_name(cfg_or_env: EnvironmentConfig | str) -> str:
+    env = cfg_or_env if isinstance(cfg_or_env, str) else cfg_or_env.name
+    return f"{env}{BOOTSTRAP_SUFFIX}"
+
+
+def service_agent(cfg: EnvironmentConfig, domain: str) -> str:
+    return f"serviceAccount:service-{cfg.project_number}@{domain}"
+
+
+def platform_member_allowed(cfg: EnvironmentConfig, member: str) -> bool:
+    """Whom the platform stack (the one CI applies) may grant anything: this project's own service accounts,
+    this project's Google service agents (by number, on Google's agent domains only: an account id such as
+    `service-<number>` in another project is not one), or a configured `job_submitters` member. IAM conditions
+    cannot restrict members, so this is what keeps a change to the platform stack from granting an outside
+    principal access; everything else (project-level IAM, accounts, WIF) is in the bootstrap stack."""
+    if member in cfg.job_submitters:
+        return True
+    own = re.fullmatch(rf"serviceAccount:[a-z][a-z0-9-]{{4,28}}[a-z0-9]@{re.escape(cfg.project_id)}"
+                       r"\.iam\.gserviceaccount\.com", member)
+    return bool(own) or member in {service_agent(cfg, domain) for domain in SERVICE_AGENT_DOMAINS}

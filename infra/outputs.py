@@ -45,6 +45,17 @@ OUTPUT_KEYS = (
     "deployer_service_account",
 )
 
+# The bootstrap stack's outputs (`<env>-bootstrap`, applied by an administrator): the two repository variables
+# of the deploy workflow and the accounts it creates. The platform stack reports the same values under the
+# same keys, as literals (infra.naming), so a job reads one file.
+BOOTSTRAP_OUTPUT_KEYS = (
+    "project",
+    "workload_identity_provider",
+    "deployer_service_account",
+    "runtime_service_account",
+    "builder_service_account",
+)
+
 PENDING_DEPLOY = "PENDING_DEPLOY"
 
 # Output key -> bucket role in infra.naming.

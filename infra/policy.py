@@ -1,29 +1,47 @@
-"""Make checkov honour the justified skips written into the synthesized Terraform JSON (pure: no CDK import).
+"""Make checkov honour the justified skips written into each synthesized stack, in that stack only (pure: no
+CDK import).
 
 Constructs record each suppression on the resource itself, in the synthesized `cdk.tf.json`:
 
     "google_storage_bucket": {"data-bucket_bucket_1A2B3C4D": {"//": {"checkov": {"skip": [
         {"id": "CKV_GCP_62", "comment": "<why>"}]}}, ...}}
 
-checkov 3.x's `terraform_json` runner does not read inline suppressions (bridgecrewio/checkov#4634), so after
-each synth the app turns exactly those (resource, check) pairs into a checkov baseline and points a
-`.checkov.yaml` in the output directory at it. checkov loads `.checkov.yaml` from the scanned directory by
-itself, so a plain
+checkov 3.x's `terraform_json` runner does not read inline suppressions (bridgecrewio/checkov#4634), and a
+checkov baseline matches findings by resource name and check id only, never by file: every stack has the
+same resource names, so one baseline over all stacks would let a skip written for dev hide the same finding in
+prod.
+So each stack is scanned on its own, with its own skips:
 
-    checkov -d cdktf.out --framework terraform_json
+- after each synth, `write_checkov_config` writes `.checkov.baseline` (exactly that stack's skips) and a
+  `.checkov.yaml` pointing at it next to each `stacks/<stack>/cdk.tf.json`; checkov loads `.checkov.yaml` from
+  the directory it scans, so `checkov -d cdktf.out/stacks/prod --framework terraform_json` reports prod's
+  skipped findings as skipped ("baseline-skipped") and everything else as usual. (In baseline mode checkov
+  also drops passed checks from its report, so its "passed" figure there is not the real one.)
+- `scan` (`python -m infra.policy [cdktf.out]`, what `make scan` runs) runs checkov on each stack file on its
+  own, without any baseline, and applies that stack's skips itself: real passed / failed / skipped figures
+  per stack, and a skip that no longer matches a finding is reported too (stale). Exit status 1 when any stack
+  has a failed check or a stale skip.
 
-reports the suppressed findings as skipped ("baseline-skipped") and everything else as usual. Nothing else is
-ever suppressed: a new finding fails until someone writes a skip, with its reason, next to the resource.
+Nothing else is ever suppressed: a new finding fails until someone writes a skip, with its reason, next to the
+resource.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 CONFIG_NAME = ".checkov.yaml"
 BASELINE_NAME = ".checkov.baseline"
+STACK_FILE = "cdk.tf.json"
+DEFAULT_OUTDIR = "cdktf.out"
 
 
 def collect_skips(stack: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, str]]]:
@@ -40,11 +58,20 @@ def collect_skips(stack: dict[str, Any]) -> dict[tuple[str, str], list[dict[str,
     return found
 
 
-def write_checkov_config(outdir: Path) -> Path:
-    """Write `<outdir>/.checkov.baseline` from the stacks' skips and a `.checkov.yaml` that points at it."""
+def stack_files(outdir: Path | str) -> dict[str, Path]:
+    """{stack name: its cdk.tf.json} under `<outdir>/stacks/`."""
+    return {path.parent.name: path for path in sorted(Path(outdir).glob(f"stacks/*/{STACK_FILE}"))}
+
+
+def write_checkov_config(outdir: Path | str) -> list[Path]:
+    """Write `.checkov.baseline` (that stack's skips only) and `.checkov.yaml` next to each stack's
+    cdk.tf.json; returns the configs written."""
     outdir = Path(outdir).resolve()
-    files = []
-    for stack_file in sorted(outdir.glob("stacks/*/cdk.tf.json")):
+    # Left by an older synth: one baseline for every stack, which is exactly what must not exist.
+    for stale in (outdir / CONFIG_NAME, outdir / BASELINE_NAME):
+        stale.unlink(missing_ok=True)
+    configs = []
+    for stack_file in stack_files(outdir).values():
         skips = collect_skips(json.loads(stack_file.read_text(encoding="utf-8")))
         findings = []
         for (rtype, name), entries in sorted(skips.items()):
@@ -52,16 +79,124 @@ def write_checkov_config(outdir: Path) -> Path:
             # checkov names a resource `resource.<id>` in python checks and `<type>.<id>` in graph checks.
             findings += [{"resource": f"resource.{name}", "check_ids": ids},
                          {"resource": f"{rtype}.{name}", "check_ids": ids}]
-        if findings:
-            files.append({"file": f"/{stack_file.relative_to(outdir).as_posix()}", "findings": findings})
-    baseline = outdir / BASELINE_NAME
-    text = json.dumps({"failed_checks": files}, indent=2, sort_keys=True)
-    baseline.write_text(text + "\n", encoding="utf-8")
-    config = outdir / CONFIG_NAME
-    config.write_text(
-        "# Generated by infra/main.py from the checkov skips in stacks/*/cdk.tf.json (see infra/policy.py).\n"
-        f"baseline: {json.dumps(str(baseline))}\n"
-        "output-baseline-as-skipped: true\n",
-        encoding="utf-8",
+        files = [{"file": f"/{STACK_FILE}", "findings": findings}] if findings else []
+        baseline = stack_file.parent / BASELINE_NAME
+        baseline.write_text(json.dumps({"failed_checks": files}, indent=2, sort_keys=True) + "\n",
+                            encoding="utf-8")
+        config = stack_file.parent / CONFIG_NAME
+        config.write_text(
+            f"# Generated by infra/main.py from the checkov skips in this stack's {STACK_FILE} only "
+            "(see infra/policy.py).\n"
+            f"baseline: {json.dumps(str(baseline))}\n"
+            "output-baseline-as-skipped: true\n",
+            encoding="utf-8",
+        )
+        configs.append(config)
+    return configs
+
+
+@dataclass
+class StackScan:
+    """One stack's checkov figures with its written skips applied; failed, skipped: (logical id, check id)."""
+
+    stack: str
+    passed: int
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    # Written skips that matched no failed check: a stale reason hides nothing today but would hide a
+    # regression of that check tomorrow.
+    stale: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        # A stack checkov found nothing to check in (a wrong path, an unparsable file) is not a pass.
+        return not self.failed and not self.stale and self.passed > 0
+
+    def line(self) -> str:
+        stale = f", {len(self.stale)} stale skips" if self.stale else ""
+        return (f"{self.stack}: {self.passed} passed, {len(self.failed)} failed, {len(self.skipped)} skipped"
+                f"{stale}")
+
+
+def checkov_binary() -> str:
+    beside = Path(sys.executable).parent / "checkov"
+    return str(beside) if beside.is_file() else (shutil.which("checkov") or "checkov")
+
+
+def run_checkov(target: Path, cwd: Path, *args: str) -> dict:
+    """checkov's JSON report of `target` (`-f FILE` or `-d DIR` in `args`)."""
+    env = {**os.environ, "BC_SKIP_MAPPING": "TRUE", "LOG_LEVEL": "ERROR"}
+    result = subprocess.run(
+        [checkov_binary(), *args, str(target), "--framework", "terraform_json", "--compact", "-o", "json"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
     )
-    return config
+    if result.returncode not in (0, 1):
+        raise RuntimeError(f"checkov failed on {target} (exit {result.returncode}): {result.stderr[-2000:]}")
+    report = json.loads(result.stdout)
+    return report[0] if isinstance(report, list) else report
+
+
+def raw_report(stack_file: Path) -> dict:
+    """checkov's report of one stack file with no config and no baseline: `-f` loads no directory config, and
+    it runs from `stacks/`, where no .checkov.yaml is."""
+    return run_checkov(stack_file, stack_file.parent.parent, "-f")
+
+
+def classify(stack: str, stack_json: dict[str, Any], records: dict[str, list[dict]]) -> StackScan:
+    """Apply the stack's own written skips to checkov's raw records of that stack (passed and failed)."""
+    written = {(name, entry["id"]) for (_, name), entries in collect_skips(stack_json).items()
+               for entry in entries}
+    failed = [(r["resource"].split(".", 1)[1], r["check_id"]) for r in records.get("failed_checks", [])]
+    result = StackScan(stack, passed=len(records.get("passed_checks", [])))
+    for finding in failed:
+        (result.skipped if finding in written else result.failed).append(finding)
+    result.stale = sorted(written - set(failed))
+    return result
+
+
+def scan(outdir: Path | str, stacks: list[str] | None = None,
+         separately: bool = True) -> dict[str, StackScan]:
+    """checkov over the stacks of `outdir`, each stack's findings judged by its own skips only.
+
+    `separately` (what `make scan` does): one checkov run per stack file, in parallel. Otherwise one run over
+    `<outdir>/stacks` (one checkov start-up: what the tests use), its records split by stack directory; the
+    figures are the same, since checkov's terraform_json checks look at one file at a time.
+    """
+    outdir = Path(outdir).resolve()
+    files = stack_files(outdir)
+    if stacks is not None:
+        files = {name: files[name] for name in stacks}
+    if separately:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
+            reports = dict(zip(files, pool.map(raw_report, files.values()), strict=True))
+        records = {name: report.get("results", {}) for name, report in reports.items()}
+    else:
+        results = run_checkov(outdir / "stacks", outdir, "-d").get("results", {})
+        records = {name: {} for name in files}
+        for kind in ("passed_checks", "failed_checks"):
+            for record in results.get(kind, []):
+                name = record["file_path"].strip("/").split("/")[0]
+                if name in records:
+                    records[name].setdefault(kind, []).append(record)
+    return {name: classify(name, json.loads(path.read_text(encoding="utf-8")), records[name])
+            for name, path in files.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    outdir = Path(argv[0] if argv else DEFAULT_OUTDIR)
+    if not stack_files(outdir):
+        print(f"error: no stacks/*/{STACK_FILE} under {outdir}; run `make synth` first", file=sys.stderr)
+        return 2
+    results = scan(outdir)
+    for result in results.values():
+        print(result.line())
+        for name, check in result.failed:
+            print(f"  FAILED {check} {name}")
+        for name, check in result.stale:
+            print(f"  STALE SKIP {check} {name} (no such finding: remove the skip)")
+    return 0 if all(r.ok for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

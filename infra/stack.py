@@ -1,4 +1,12 @@
-"""One stack per environment: everything a Vertex AI training job needs, built from `EnvironmentConfig`."""
+"""One platform stack per environment (`<env>`, what CI applies): everything a Vertex AI training job needs
+that is not an identity or project IAM, built from `EnvironmentConfig`.
+
+The service accounts, the workload identity federation and every project-level grant are in the environment's
+bootstrap stack (`<env>-bootstrap`, infra/bootstrap.py), applied by a project administrator. This stack names
+those accounts by their deterministic emails (infra.naming) and grants only on the resources it creates, only
+to members `infra.naming.platform_member_allowed` accepts; `check_platform_members` refuses anything else at
+synthesis.
+"""
 
 from __future__ import annotations
 
@@ -7,41 +15,25 @@ from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.buckets import BucketProps, TrainingBucket
-from infra.constructs.ci_identity import (
-    DEPLOYER_PROJECT_ROLES,
-    SERVICE_ACCOUNT_ADMIN,
-    GithubCiIdentity,
-    GithubCiIdentityProps,
-)
 from infra.constructs.cmek import CmekKey, CmekKeyProps
-from infra.constructs.image_builder import BUILDER_DESCRIPTION, BUILDER_PROJECT_ROLES, ImageBuilder
-from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES, JobSubmitters, JobSubmittersProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
-from infra.constructs.runtime_identity import RUNTIME_DESCRIPTION, RUNTIME_PROJECT_ROLES, RuntimeIdentity
 from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
-from infra.constructs.service_identity import ServiceIdentityProps
 from infra.constructs.tensorboard import Tensorboard, TensorboardProps
 from infra.google import GoogleProvider
-from infra.naming import resource_names
+from infra.naming import platform_member_allowed, resource_names, service_account_email
 from infra.outputs import BUCKET_OUTPUTS, OUTPUT_KEYS, planned_outputs, tensorboard_prefix
 
 SERVICES = (
     "aiplatform.googleapis.com",
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",  # builds of the trainer image (scripts/run_job.py, the deploy workflow)
-    "cloudresourcemanager.googleapis.com",
-    "iam.googleapis.com",
-    "iamcredentials.googleapis.com",
     "logging.googleapis.com",
     "monitoring.googleapis.com",
-    "serviceusage.googleapis.com",
     "storage.googleapis.com",
-    "sts.googleapis.com",  # token exchange for workload identity federation
     "tpu.googleapis.com",
 )
 CMEK_SERVICES = ("cloudkms.googleapis.com",)
 
-SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
 OBJECT_VIEWER = "roles/storage.objectViewer"
 # objectUser = read, list, create, overwrite (delete): what checkpointing and restoring needs.
 OBJECT_USER = "roles/storage.objectUser"
@@ -51,11 +43,45 @@ OBJECT_USER = "roles/storage.objectUser"
 # legacyBucketReader is buckets.get + objects.list on this bucket only, no object reads and no IAM.
 BUCKET_METADATA_READER = "roles/storage.legacyBucketReader"
 STATE_PREFIX = "infra"
+# The IAM resources this stack may hold: grants on the resources it creates (or on the CMEK key), never on the
+# project, a service account or a workload identity pool.
+RESOURCE_IAM_TYPES = (
+    "google_storage_bucket_iam_member",
+    "google_artifact_registry_repository_iam_member",
+    "google_kms_crypto_key_iam_member",
+)
+
+
+class PlatformMemberError(ValueError):
+    """A grant of the platform stack names a member it may not; str() is one line."""
+
+
+def check_platform_members(stack: TerraformStack, cfg: EnvironmentConfig) -> int:
+    """Refuse any IAM resource in `stack` that is not a resource-level grant, or whose member is not a literal
+    that `platform_member_allowed` accepts; returns the number of grants checked."""
+    checked = 0
+    for node in stack.node.find_all():
+        rtype = getattr(node, "terraform_resource_type", None)
+        if not isinstance(node, TerraformResource) or rtype is None or "iam" not in rtype:
+            continue
+        where = f"{type(stack).__name__} {cfg.name!r}: {node.node.path}"
+        if rtype not in RESOURCE_IAM_TYPES:
+            raise PlatformMemberError(f"{where}: {rtype} is not allowed here; allowed: "
+                                      f"{', '.join(RESOURCE_IAM_TYPES)} (the rest is the bootstrap stack's)")
+        member = node.member_input  # what was configured (`.member` is a reference to the attribute)
+        if not platform_member_allowed(cfg, member):
+            raise PlatformMemberError(
+                f"{where}: member {member!r} is not allowed; allowed: this project's service accounts "
+                f"(...@{cfg.project_id}.iam.gserviceaccount.com), its Google service agents "
+                f"(service-{cfg.project_number}@...) or a job_submitters member of {cfg.source or cfg.name}")
+        checked += 1
+    return checked
 
 
 class PlatformStack(TerraformStack):
-    """Stack `cfg.name` (`cdktn deploy dev`). Resource names come from `infra.naming`, the same source as
-    `infra.outputs.planned_outputs`, so outputs planned before a deploy match what the deploy creates."""
+    """Stack `cfg.name` (`cdktn deploy dev`, what CI applies; apply `<env>-bootstrap` first). Resource names
+    come from `infra.naming`, the same source as `infra.outputs.planned_outputs`, so outputs planned before a
+    deploy match what the deploy creates."""
 
     def __init__(self, scope: Construct, cfg: EnvironmentConfig) -> None:
         super().__init__(scope, cfg.name)
@@ -75,47 +101,10 @@ class PlatformStack(TerraformStack):
             depends_on=enabled))
 
         submitters = tuple((member_id(member), member) for member in cfg.job_submitters)
-        ci = GithubCiIdentity(self, "ci", GithubCiIdentityProps(
-            project=project,
-            pool_id=names.wif_pool_id,
-            provider_id=names.wif_provider_id,
-            repository=cfg.github.full_name,
-            repository_id=cfg.github.repository_id,
-            deploy_branch=cfg.github.deploy_branch,
-            deployer_account_id=names.deployer_account_id,
-            project_roles=DEPLOYER_PROJECT_ROLES,
-            grantable_project_roles=(RUNTIME_PROJECT_ROLES + SUBMITTER_PROJECT_ROLES + DEPLOYER_PROJECT_ROLES
-                                     + BUILDER_PROJECT_ROLES),
-            depends_on=enabled,
-        ))
-        # Submitters and CI run jobs as the runtime account and builds as the builder account; nobody else may
-        # act as either, and CI manages both (the per-account pattern of ci_identity.SERVICE_ACCOUNT_ADMIN).
-        actors = (
-            *(Grant(f"{key}-sa-user", SERVICE_ACCOUNT_USER, member)
-              for key, member in (*submitters, ("ci-deployer", ci.member))),
-            Grant("ci-deployer-sa-admin", SERVICE_ACCOUNT_ADMIN, ci.member),
-        )
-        runtime = RuntimeIdentity(self, "runtime", ServiceIdentityProps(
-            project=project,
-            account_id=names.runtime_account_id,
-            display_name="Vertex AI training runtime",
-            description=RUNTIME_DESCRIPTION,
-            project_roles=RUNTIME_PROJECT_ROLES,
-            account_grants=actors,
-            depends_on=enabled,
-        ))
-        builder = ImageBuilder(self, "image-builder", ServiceIdentityProps(
-            project=project,
-            account_id=names.builder_account_id,
-            display_name="Trainer image builder",
-            description=BUILDER_DESCRIPTION,
-            project_roles=BUILDER_PROJECT_ROLES,
-            account_grants=actors,
-            depends_on=enabled,
-        ))
-        JobSubmitters(self, "job-submitters", JobSubmittersProps(
-            project=project, members=submitters, project_roles=SUBMITTER_PROJECT_ROLES,
-            depends_on=tuple(enabled)))
+        # The bootstrap stack's accounts, by their deterministic emails: this stack creates no identity.
+        runtime_member, builder_member, deployer_member = (
+            f"serviceAccount:{service_account_email(cfg, account_id)}"
+            for account_id in (names.runtime_account_id, names.builder_account_id, names.deployer_account_id))
 
         encryption_deps = list(enabled)
         if cfg.kms_key:
@@ -124,10 +113,10 @@ class PlatformStack(TerraformStack):
                 Grant("artifact-registry-agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter",
                       agents.artifact_registry),
                 Grant("vertex-ai-agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter", agents.vertex_ai),
-            )))
+            ), depends_on=(agents.storage_lookup,)))
             encryption_deps += key.grants
 
-        rt = ("runtime", runtime.member)
+        rt = ("runtime", runtime_member)
         vertex = ("vertex-ai-agent", agents.vertex_ai)
         tpus = (("cloud-tpu-agent", agents.cloud_tpu), ("cloud-tpu-vm-agent", agents.cloud_tpu_vm))
         # bucket role -> (object viewers, object users, TensorFlow writers), each as (key, member)
@@ -136,8 +125,8 @@ class PlatformStack(TerraformStack):
             "data": ((rt, vertex, *tpus), submitters, ()),
             # Submitters and CI upload trainer packages and image build contexts; jobs, Vertex AI and the
             # image builder (it fetches the context) only read them.
-            "staging": ((rt, vertex, ("builder", builder.member)),
-                        (*submitters, ("ci-deployer", ci.member)), ()),
+            "staging": ((rt, vertex, ("builder", builder_member)),
+                        (*submitters, ("ci-deployer", deployer_member)), ()),
             # Jobs (and TPU workers) write checkpoints, models and event files; people read results.
             "models": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
             "tensorboard-logs": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
@@ -172,11 +161,11 @@ class PlatformStack(TerraformStack):
             keep_versions=cfg.registry_keep_versions,
             untagged_retention_days=cfg.registry_untagged_retention_days,
             grants=(
-                Grant("runtime-reader", "roles/artifactregistry.reader", runtime.member),
+                Grant("runtime-reader", "roles/artifactregistry.reader", runtime_member),
                 Grant("vertex-ai-agent-reader", "roles/artifactregistry.reader", agents.vertex_ai),
-                Grant("ci-deployer-writer", "roles/artifactregistry.writer", ci.member),
+                Grant("ci-deployer-writer", "roles/artifactregistry.writer", deployer_member),
                 # The builder pushes the trainer images; submitters only check which tags exist (or pull).
-                Grant("builder-writer", "roles/artifactregistry.writer", builder.member),
+                Grant("builder-writer", "roles/artifactregistry.writer", builder_member),
                 *(Grant(f"{key}-reader", "roles/artifactregistry.reader", m) for key, m in submitters),
             ),
             kms_key=cfg.kms_key,
@@ -186,53 +175,56 @@ class PlatformStack(TerraformStack):
             project=project, region=cfg.region, display_name=names.tensorboard_display_name, labels=labels,
             kms_key=cfg.kms_key, depends_on=tuple(encryption_deps),
         ))
-        self.runtime = runtime
-        self.builder = builder
-        self.ci = ci
-        self._add_outputs(runtime)
+        self.members = {"runtime": runtime_member, "builder": builder_member, "deployer": deployer_member}
+        self._add_outputs()
+        # Last: every grant above exists now, and none may name anyone else.
+        check_platform_members(self, cfg)
+
+    def _grants_naming(self, member: str) -> list[TerraformResource]:
+        return [grant for grants in (*(b.grants for b in self.buckets.values()), self.registry.grants)
+                for grant in grants if grant.member_input == member]
 
     def _output_dependencies(self) -> dict[str, list[TerraformResource]]:
         """Output key -> the grants that make what it names usable, so Terraform writes an output only once a
         consumer of it (a job, a build, the deploy workflow) can use the thing: the bucket the runtime writes,
-        the account with its roles and its actAs grants, the repository the builder pushes to.
+        the repository the builder pushes to, and for an account of the bootstrap stack the grants this stack
+        gives it.
 
         The project, its number and region are config literals that name no resource, so nothing holds them
-        back. The TensorBoard has no resource-level IAM: writing to it is the runtime's project-level
-        aiplatform.user (its project grants), and its CMEK grants already precede the instance itself.
+        back; nor does the provider (the bootstrap stack's). The TensorBoard has no resource-level IAM:
+        writing to it is the runtime's project-level aiplatform.user (bootstrap stack), and its CMEK grants
+        already precede the instance itself.
         """
-        runtime, builder, ci = self.runtime, self.builder, self.ci
         registry = list(self.registry.grants)
         return {
             **{key: list(self.buckets[role].grants) for key, role in BUCKET_OUTPUTS.items()},
-            "runtime_service_account": [*runtime.project_grants, *runtime.account_grants],
-            "tensorboard": list(runtime.project_grants),
+            "runtime_service_account": self._grants_naming(self.members["runtime"]),
             "artifact_registry": registry,
             "trainer_image": registry,
-            "builder_service_account": [*builder.project_grants, *builder.account_grants],
-            # The provider is usable once its tokens may impersonate the deployer (workloadIdentityUser).
-            "workload_identity_provider": list(ci.account_grants),
-            "deployer_service_account": [*ci.project_grants, *ci.account_grants],
+            "builder_service_account": self._grants_naming(self.members["builder"]),
+            "deployer_service_account": self._grants_naming(self.members["deployer"]),
         }
 
-    def _add_outputs(self, runtime: RuntimeIdentity) -> None:
+    def _add_outputs(self) -> None:
         cfg = self.cfg
         planned = planned_outputs(cfg)
-        # References (not literals) so the deployed file reports what Terraform actually created; the tests
-        # prove each reference resolves to the planned value.
+        # References where this stack creates the thing, so the deployed file reports what Terraform actually
+        # created; the bootstrap stack's accounts and provider as the literals it creates them with. The tests
+        # prove each value equals the planned one.
         values = {
             "project": planned["project"],
             "project_number": planned["project_number"],
             "region": planned["region"],
             **{key: f"gs://{self.buckets[role].bucket.name}" for key, role in BUCKET_OUTPUTS.items()},
-            "runtime_service_account": runtime.email,
+            "runtime_service_account": planned["runtime_service_account"],
             # Vertex returns the name with the project *number*; rebuild it with the project id like the plan.
             "tensorboard": tensorboard_prefix(cfg)
             + Fn.element(Fn.split("/", self.tensorboard.tensorboard.name), 5),
             "artifact_registry": self.registry.repository.registry_uri,
             "trainer_image": f"{self.registry.repository.registry_uri}/trainer",
-            "builder_service_account": self.builder.email,
-            "workload_identity_provider": self.ci.provider.name,
-            "deployer_service_account": self.ci.account.email,
+            "builder_service_account": planned["builder_service_account"],
+            "workload_identity_provider": planned["workload_identity_provider"],
+            "deployer_service_account": planned["deployer_service_account"],
         }
         assert tuple(values) == OUTPUT_KEYS, "stack outputs must be exactly infra.outputs.OUTPUT_KEYS"
         dependencies = self._output_dependencies()

@@ -177,8 +177,28 @@ def prepare(
         overrides=tuple(o.text for o in overrides),
     )
     job = compile_job(document, context)
-    validate(job, load_trainer_contract, trainer_image=str(outputs.get("trainer_image", "")))
+    validate(
+        job,
+        load_trainer_contract,
+        trainer_image=str(outputs.get("trainer_image", "")),
+        accounts=job_accounts(args.env, outputs, file),
+    )
     return job
+
+
+def job_accounts(env: str, outputs: Mapping[str, str], file: str) -> tuple[str, ...]:
+    """The accounts a job of ``env`` may run as: its runtime account, then its job_service_accounts."""
+    from infra.config import ConfigError, list_environments, load_environment
+    from jobs.errors import JobError
+
+    runtime = str(outputs.get("runtime_service_account", ""))
+    if env not in list_environments():  # outputs given without a config (an embedding caller): runtime only
+        return (runtime,)
+    try:
+        extra = load_environment(env).job_service_accounts
+    except ConfigError as exc:
+        raise JobError(exc.path, exc.field, exc.problem) from None
+    return (runtime, *(a for a in extra if a != runtime))
 
 
 def check_deployed(job, env: str) -> None:

@@ -21,12 +21,17 @@ class JobError(ValueError):
         text = f"{self.file}: {self.path}: {self.problem}"
         if self.allowed:
             text += f"; allowed: {self.allowed}"
-        # One line, whatever the pieces contain (YAML snippets, proto messages with newlines).
-        return " ".join(text.split())
+        # One line, whatever the pieces contain (YAML snippets, proto messages with newlines), and no
+        # character that could rewrite the terminal (control codes, bidi overrides from a hostile file).
+        return "".join(c if c.isprintable() else _escape(c) for c in " ".join(text.split()))
 
     def at(self, file: str | None = None, path: str | None = None) -> JobError:
         """The same error re-addressed (the file once known, or a body path translated to the file's)."""
         return JobError(file or self.file, self.path if path is None else path, self.problem, self.allowed)
+
+
+def _escape(char: str) -> str:
+    return char.encode("unicode_escape").decode("ascii")
 
 
 def one_of(values) -> str:

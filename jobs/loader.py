@@ -3,11 +3,18 @@
 Stricter than ``yaml.safe_load`` on purpose: tab indentation, duplicate keys, merge keys and a document
 that is not a mapping are errors (a duplicate key silently dropping half a worker pool is the classic YAML
 accident), and every value keeps the line it came from so later errors can point at it.
+
+Hostile files fail fast with one line: only a regular file of at most ``MAX_FILE_BYTES`` is read (a FIFO, a
+device or a directory is refused without blocking on it), and a document may neither nest deeper than
+``MAX_DEPTH`` nor expand, through YAML aliases, to more than ``MAX_VALUES`` values (a few hundred bytes of
+nested aliases would otherwise expand to billions).
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +22,13 @@ from typing import Any
 import yaml
 
 from jobs.errors import JobError
+
+# Job definitions are a few KiB; a megabyte is a mistake (or an attack), never a job.
+MAX_FILE_BYTES = 1 << 20
+# The deepest Vertex AI job body (conditional parameters inside a study) is about a dozen levels.
+MAX_DEPTH = 32
+# Every value counted as often as aliases repeat it: far above any real study, far below a memory problem.
+MAX_VALUES = 50_000
 
 
 @dataclass
@@ -44,15 +58,77 @@ def join(path: str, key: object) -> str:
 
 def load_file(path: str | Path) -> Document:
     file = str(path)
+    allowed = "a regular UTF-8 YAML file such as jobs/census_cpu.yaml"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below refuses it anyway.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise JobError(
-            file, "(file)", "no such job file", "a path to a YAML file such as jobs/census_cpu.yaml"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise JobError(file, "(file)", f"cannot read: {exc}", "a readable UTF-8 YAML file") from None
+        raise JobError(file, "(file)", "no such job file", allowed) from None
+    except OSError as exc:
+        raise JobError(file, "(file)", f"cannot open: {exc.strerror or exc}", allowed) from None
+    try:
+        info = os.fstat(fd)  # of what was opened: no window between checking a path and reading it
+        if not stat.S_ISREG(info.st_mode):
+            raise JobError(file, "(file)", f"not a regular file ({_file_kind(info.st_mode)})", allowed)
+        if info.st_size > MAX_FILE_BYTES:
+            raise JobError(
+                file, "(file)", f"{info.st_size} bytes", f"at most {MAX_FILE_BYTES} bytes ({allowed})"
+            )
+        # Read one byte past the cap: a file that grows after fstat is still refused, not read whole.
+        with os.fdopen(fd, "rb", closefd=True) as handle:
+            fd = -1
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise JobError(file, "(file)", f"cannot read: {exc.strerror or exc}", allowed) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > MAX_FILE_BYTES:
+        raise JobError(file, "(file)", "larger than the cap", f"at most {MAX_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise JobError(file, "(file)", f"not UTF-8 (byte {exc.start})", allowed) from None
     return load_text(text, file)
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+class _Budget:
+    """How many values a document has expanded to so far: aliases count each time they are used."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.values = 0
+
+    def spend(self, path: str, depth: int, node: yaml.Node) -> None:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise JobError(
+                self.file,
+                path or "(top level)",
+                f"the document expands to more than {MAX_VALUES} values (line {node.start_mark.line + 1}; "
+                "YAML aliases repeating aliases?)",
+                "a job definition without nested aliases",
+            )
+        if depth > MAX_DEPTH:
+            raise JobError(
+                self.file,
+                f"line {node.start_mark.line + 1}",
+                f"nested more than {MAX_DEPTH} levels deep",
+                f"at most {MAX_DEPTH} levels of mappings and lists",
+            )
 
 
 def load_text(text: str, file: str = "<string>") -> Document:
@@ -60,9 +136,11 @@ def load_text(text: str, file: str = "<string>") -> Document:
         indent = line[: len(line) - len(line.lstrip(" \t"))]
         if "\t" in indent:
             raise JobError(file, f"line {number}", "tab character in indentation", "spaces only")
+    if len(text) > MAX_FILE_BYTES:
+        raise JobError(file, "(file)", f"{len(text)} characters", f"at most {MAX_FILE_BYTES}")
     loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
+        node = _compose(loader, file)
         if node is None:
             raise JobError(file, "(top level)", "the file is empty", "a YAML mapping of Vertex AI job fields")
         if not isinstance(node, yaml.MappingNode):
@@ -74,7 +152,7 @@ def load_text(text: str, file: str = "<string>") -> Document:
             )
         lines: dict[str, int] = {}
         occurrences: dict[int, list[str]] = {}
-        data = _build(loader, node, "", lines, file, occurrences)
+        data = _build(loader, node, "", lines, file, occurrences, _Budget(file), 0)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(parse)"
@@ -90,6 +168,16 @@ def load_text(text: str, file: str = "<string>") -> Document:
     return Document(file, data, lines, shared)
 
 
+def _compose(loader: yaml.SafeLoader, file: str) -> yaml.Node | None:
+    """The document's node graph. PyYAML composes nested nodes recursively: too deep a document ends there."""
+    try:
+        return loader.get_single_node()
+    except RecursionError:
+        raise JobError(
+            file, "(parse)", "nested too deep to parse", f"at most {MAX_DEPTH} levels of mappings and lists"
+        ) from None
+
+
 def _kind(node: yaml.Node) -> str:
     if isinstance(node, yaml.SequenceNode):
         return "list"
@@ -103,7 +191,10 @@ def _build(
     lines: dict[str, int],
     file: str,
     occurrences: dict[int, list[str]],
+    budget: _Budget,
+    depth: int,
 ) -> Any:
+    budget.spend(path, depth, node)
     if path:
         lines[path] = node.start_mark.line + 1
         # An alias hands back the anchored node object itself, so identity tells which paths share text.
@@ -130,11 +221,14 @@ def _build(
                     f"duplicate key ({where}; first on line {first})",
                     "each key once per mapping",
                 )
-            out[key] = _build(loader, value_node, join(path, key), lines, file, occurrences)
+            out[key] = _build(
+                loader, value_node, join(path, key), lines, file, occurrences, budget, depth + 1
+            )
         return out
     if isinstance(node, yaml.SequenceNode):
         return [
-            _build(loader, item, join(path, i), lines, file, occurrences) for i, item in enumerate(node.value)
+            _build(loader, item, join(path, i), lines, file, occurrences, budget, depth + 1)
+            for i, item in enumerate(node.value)
         ]
     if node.tag == "tag:yaml.org,2002:timestamp":
         # Vertex fields are strings or numbers; a date-looking value is meant as text, not a datetime.
@@ -142,12 +236,20 @@ def _build(
     return loader.construct_object(node, deep=True)
 
 
-def parse_scalar(text: str) -> Any:
-    """A --set value typed the way the same text would be typed in the file (YAML scalar rules)."""
+def parse_scalar(text: str, file: str = "<--set>") -> Any:
+    """A --set value typed as the same text would be in the file (YAML rules and the file's limits)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise JobError(file, "--set", f"a value of {len(text)} characters", f"at most {MAX_FILE_BYTES}")
+    loader = yaml.SafeLoader(text)
     try:
-        value = yaml.safe_load(text)
+        node = _compose(loader, file)
+        if node is None:
+            return None
+        value = _build(loader, node, "", {}, file, {}, _Budget(file), 0)
     except yaml.YAMLError:
         return text
+    finally:
+        loader.dispose()
     if value is None and text.strip() not in ("", "null", "~", "Null", "NULL"):
         return text
     if isinstance(value, (datetime.date, datetime.datetime)):

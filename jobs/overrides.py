@@ -27,7 +27,11 @@ class Override:
                 "expected PATH=VALUE",
                 "a dotted path as written in the file, e.g. --set maxTrialCount=2",
             )
-        return cls(path.strip(), parse_scalar(raw), text)
+        try:
+            value = parse_scalar(raw, file)
+        except JobError as exc:  # the value's own limits (size, nesting, aliases), addressed to this --set
+            raise exc.at(path=f"--set {path.strip()}") from None
+        return cls(path.strip(), value, text)
 
 
 def apply_overrides(

@@ -9,7 +9,8 @@ whose path is the field as written in the definition file.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 # Job labels follow the Google Cloud label rules the infra config already checks: one spelling of them.
@@ -31,21 +32,36 @@ from jobs.body import (
 from jobs.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
 from jobs.errors import JobError, one_of
 from jobs.trainer_contract import TrainerArgsError, TrainerContract
-from trainer.contract import METRIC_FLAG, TRAINER_MODULE, WORKER_POOLS
+from trainer.contract import METRIC_FLAG, REPLICA_VARIABLES, TRAINER_MODULE, WORKER_POOLS
 
 SERVICE_ACCOUNT = re.compile(
     r"[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com|[0-9]+-compute@developer\.gserviceaccount\.com"
 )
 TENSORBOARD = re.compile(r"projects/[^/]+/locations/([^/]+)/tensorboards/[^/]+")
 LOG_SCALES = ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+# Vertex AI's EnvVar.name: "a valid C identifier".
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Set by Vertex AI (and by --local) for each replica: a job's own value would fight the runtime contract.
+RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_")
+# Unicode's explicit bidirectional formatting characters: text that reads differently than it runs
+# ("Trojan Source", CVE-2021-42574).
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Fields that are names people read in the console, logs and billing: plain printable text only.
+NAME_FIELDS = frozenset({"displayName", "parameterId", "metricId", "name"})
 
 
 def validate(
     job: CompiledJob,
     trainer: TrainerContract | Callable[[], TrainerContract] | None = None,
     trainer_image: str = "",
+    *,
+    accounts: Collection[str],
 ) -> None:
-    """Raise JobError for the first problem; ``trainer`` may be a loader, called only if the trainer runs."""
+    """Raise JobError for the first problem; ``trainer`` may be a loader, called only if the trainer runs.
+
+    ``accounts``: the service accounts a job may run as (the environment's runtime account first, then those
+    its config lists in ``job_service_accounts``).
+    """
     from jobs.schema import SchemaError, check_message
     from jobs.vertex_types import job_message_classes
 
@@ -55,8 +71,9 @@ def validate(
     except SchemaError as exc:
         raise job.error(exc.path, exc.problem, exc.allowed) from None
 
+    _check_text(job)
     _check_top(job)
-    _check_job_spec(job, spec_field(job.kind))
+    _check_job_spec(job, spec_field(job.kind), accounts)
     if job.kind == TUNING_JOB:
         _check_study(job)
     trainer_pools = [pool for pool in job.pools() if _runs_repo_trainer(pool, trainer_image)]
@@ -98,7 +115,85 @@ def _check_top(job: CompiledJob) -> None:
             )
 
 
-def _check_job_spec(job: CompiledJob, spec_path: str) -> None:
+def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
+    """(path, key, text) of every key and string value in a body: what a hostile file can put text into."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = join(path, key)
+            yield where, str(key), str(key)
+            yield from _strings(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _strings(item, join(path, i))
+    elif isinstance(value, str):
+        yield path, path.rsplit(".", 1)[-1], value
+
+
+def _check_text(job: CompiledJob) -> None:
+    """No control or bidirectional characters: names and labels are printable text; args, commands and env
+    values may span lines (a `sh -c` script) but carry no NUL (no process can receive it) and no other
+    control code or direction override (a console or log would show something other than what runs)."""
+    for path, key, text in _strings(job.body):
+        strict = key in NAME_FIELDS or path.startswith("labels")
+        for char in text:
+            if char in BIDI_CONTROLS or (
+                unicodedata.category(char) == "Cc" and (strict or char not in "\n\t")
+            ):
+                raise job.error(
+                    path,
+                    f"contains the control character U+{ord(char):04X}",
+                    "printable text" if strict else "printable text, newlines and tabs",
+                )
+            if strict and unicodedata.category(char) in ("Cf", "Zl", "Zp"):
+                raise job.error(path, f"contains the format character U+{ord(char):04X}", "printable text")
+    _check_gs_uris(job)
+
+
+# A gs:// URI inside any string: a whole value, or the value of a --flag=gs://... argument.
+_GS_URI = re.compile(r"gs://[^\s,;'\"]*")
+
+
+def _check_gs_uris(job: CompiledJob) -> None:
+    """Every gs:// URI names a bucket and plain path segments. Cloud Storage would take `..` as an object name
+    literally, but anything that maps URIs onto a filesystem (gcsfuse in the job, `--local` here) resolves it
+    upward, out of the bucket: so no `.`, `..` or empty segment (a trailing `/` is fine)."""
+    for path, _, text in _strings(job.body):
+        for found in _GS_URI.finditer(text):
+            uri = found.group(0)
+            bucket, _, name = uri[len("gs://") :].partition("/")
+            segments = name.removesuffix("/").split("/") if name else []
+            bad = next((s for s in segments if s in ("", ".", "..")), None)
+            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket):
+                raise job.error(path, f"{uri!r} names no valid bucket", "gs://<bucket>/<path>")
+            if bad is not None:
+                raise job.error(
+                    path,
+                    f"{uri!r} has a {bad!r} path segment" if bad else f"{uri!r} has an empty path segment",
+                    "gs://<bucket>/<path> with plain segments: no '.', '..' or '//'",
+                )
+
+
+def _check_service_account(job: CompiledJob, spec_path: str, accounts: Collection[str]) -> None:
+    """A job runs as the environment's runtime account (or one its config lists): without one it would run as
+    the Vertex AI Custom Code Service Agent, which the per-bucket grants of infra/ do not fence in."""
+    where = join(spec_path, "serviceAccount")
+    account = (job.body.get(spec_path) or {}).get("serviceAccount")
+    runtime = next(iter(accounts), "")
+    allowed = "${infra.runtime_service_account}" + (f" ({runtime})" if runtime else "")
+    others = [a for a in accounts if a != runtime]
+    if others:
+        allowed += f", or one of job_service_accounts in the environment config: {one_of(others)}"
+    if not account:
+        raise job.error(
+            where, "missing: the job would run as the Vertex AI Custom Code Service Agent", allowed
+        )
+    if not isinstance(account, str) or not SERVICE_ACCOUNT.fullmatch(account):
+        raise job.error(where, f"{account!r} is not a service account email", allowed)
+    if account not in accounts:
+        raise job.error(where, f"{account!r} is not an account this environment runs jobs as", allowed)
+
+
+def _check_job_spec(job: CompiledJob, spec_path: str, accounts: Collection[str]) -> None:
     spec = job.body.get(spec_path)
     if not isinstance(spec, dict):
         raise job.error(spec_path, "missing", "a CustomJobSpec with workerPoolSpecs")
@@ -117,6 +212,7 @@ def _check_job_spec(job: CompiledJob, spec_path: str) -> None:
         )
     for pool in pools(spec, spec_path):
         _check_pool(job, pool)
+        _check_env(job, pool)
 
     prefix = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix")
     if prefix is not None and not is_gs(prefix):
@@ -125,13 +221,7 @@ def _check_job_spec(job: CompiledJob, spec_path: str) -> None:
             f"{prefix!r} is not a gs:// URI",
             "gs://<bucket>/<path>, e.g. ${infra.models_bucket}/<name>/${job.id}",
         )
-    account = spec.get("serviceAccount")
-    if account is not None and not SERVICE_ACCOUNT.fullmatch(account):
-        raise job.error(
-            join(spec_path, "serviceAccount"),
-            f"{account!r} is not a service account email",
-            "${infra.runtime_service_account}",
-        )
+    _check_service_account(job, spec_path, accounts)
     tensorboard = spec.get("tensorboard")
     if tensorboard:
         found = TENSORBOARD.fullmatch(tensorboard)
@@ -147,18 +237,39 @@ def _check_job_spec(job: CompiledJob, spec_path: str) -> None:
                 f"TensorBoard is in {found.group(1)}, the job in {job.region}",
                 f"a TensorBoard instance in {job.region}",
             )
-        if not account:
-            raise job.error(
-                join(spec_path, "serviceAccount"),
-                "TensorBoard upload needs a service account",
-                "serviceAccount: ${infra.runtime_service_account}",
-            )
         if prefix is None:
             raise job.error(
                 join(spec_path, "baseOutputDirectory"),
                 "TensorBoard upload needs an output directory",
                 "baseOutputDirectory: {outputUriPrefix: gs://...}",
             )
+
+
+def _check_env(job: CompiledJob, pool: Pool) -> None:
+    seen: dict[str, int] = {}
+    for i, variable in enumerate(pool.env):
+        where = pool.field(pool.program_field, "env", i)
+        name = variable.get("name") if isinstance(variable, dict) else None
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise job.error(
+                join(where, "name"),
+                f"{name!r} is not an environment variable name",
+                "a C identifier: [A-Za-z_][A-Za-z0-9_]*",
+            )
+        if name in REPLICA_VARIABLES or name.startswith(RESERVED_ENV_PREFIXES):
+            raise job.error(
+                join(where, "name"),
+                f"{name} is set by Vertex AI for each replica",
+                f"a name outside {', '.join(p + '*' for p in RESERVED_ENV_PREFIXES)} "
+                f"and {one_of(REPLICA_VARIABLES)}",
+            )
+        if name in seen:
+            raise job.error(
+                join(where, "name"),
+                f"{name} is set twice (first at env.{seen[name]})",
+                "each name once per pool",
+            )
+        seen[name] = i
 
 
 def _check_pool(job: CompiledJob, pool: Pool) -> None:

@@ -1,9 +1,11 @@
-"""Keras callbacks for the Vertex AI contract: tuning reports, HParams, epoch logs and preemption."""
+"""Keras callbacks for the Vertex AI contract: tuning reports, HParams, epoch logs, preemption and
+divergence."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import time
 
@@ -117,6 +119,72 @@ class PreemptionGuard(keras.callbacks.Callback):
     on_train_batch_end = _check
     on_test_batch_end = _check
     on_epoch_end = _check
+
+
+class Diverged(Exception):
+    """The loss or the weights became NaN or infinite; ``str()`` is one line. Nothing is exported."""
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):  # not a scalar: not a loss Keras logs
+        return True
+
+
+class DivergenceGuard(keras.callbacks.Callback):
+    """Raise :class:`Diverged` at the first training step whose loss is NaN or infinite, and at the end of an
+    epoch whose validation loss is.
+
+    Keras's ``TerminateOnNaN`` only sets ``stop_training``: ``fit`` would return normally and the loop would
+    export the broken model. Raising skips the export and every later callback of that step, so put this
+    guard first: a diverged epoch is then neither backed up nor reported to the tuning service. The loss
+    Keras logs is the epoch's running mean, reduced across replicas (``compat``'s multi-worker reduction
+    included): once one step's loss is not finite it stays so for the epoch, and every worker of a
+    multi-worker job sees the same value at the same step, so all of them stop together and none is left
+    waiting in a collective for one that stopped.
+    """
+
+    def __init__(self, num_epochs: int):
+        super().__init__()
+        self.num_epochs = num_epochs
+        self.epoch = 0
+
+    def _fail(self, what: str, value, where: str):
+        raise Diverged(f"training diverged: the {what} is {float(value)} at {where}; nothing was exported "
+                       "(lower --learning-rate or check the data)")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not _finite(loss):
+            self._fail("training loss", loss, f"epoch {self.epoch + 1}/{self.num_epochs}, step {batch + 1}")
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        for key, what in (("loss", "training loss"), ("val_loss", "validation loss")):
+            if key in logs and not _finite(logs[key]):
+                self._fail(what, logs[key], f"the end of epoch {epoch + 1}/{self.num_epochs}")
+
+
+def check_trained(model, metrics: dict[str, float]) -> None:
+    """Raise :class:`Diverged` unless the final evaluation loss and every weight are finite (before export).
+
+    Every replica runs it on the same values (the evaluation is reduced across replicas and the weights are
+    synchronised), so a multi-worker job stops on every worker or on none.
+    """
+    import numpy as np
+
+    if not _finite(metrics.get("loss", 0.0)):
+        raise Diverged(f"training diverged: the evaluation loss is {metrics['loss']} after training; "
+                       "nothing was exported (lower --learning-rate or check the data)")
+    for weight in model.weights:
+        if not np.isfinite(np.asarray(weight)).all():
+            name = getattr(weight, "path", weight.name)
+            raise Diverged(f"training diverged: weight {name} is not finite after training; nothing was "
+                           "exported (lower --learning-rate or check the data)")
 
 
 def read_backup_epoch(backup_dir: str) -> int:

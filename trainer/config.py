@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,7 +137,9 @@ def build_parser(*, raise_errors: bool = False) -> argparse.ArgumentParser:
           help="output root: <job-dir>/model, /checkpoints and /logs unless AIP_MODEL_DIR, "
                "AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR are set (as on Vertex AI)")
     _flag(io, "max_bad_rows", type=int, metavar="N",
-          help="skip and report up to N malformed rows instead of stopping at the first (default 0)")
+          help="skip and report up to N malformed rows or rows with an implausible value (outside the "
+               "task's plausible range for the column, or not finite) instead of stopping at the first "
+               "(default 0)")
     _flag(io, "cache_limit_mb", type=int, metavar="MB",
           help=f"cache parsed data in memory when the input files total at most MB (0: never; default "
                f"{d.cache_limit_mb})")
@@ -190,8 +193,7 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
         _check(value is None or value >= 1, "--" + name.replace("_", "-"), "a positive integer", value)
     _check(cfg.max_bad_rows >= 0, "--max-bad-rows", "an integer >= 0", cfg.max_bad_rows)
     _check(cfg.cache_limit_mb >= 0, "--cache-limit-mb", "an integer >= 0", cfg.cache_limit_mb)
-    _check(cfg.learning_rate > 0 and cfg.learning_rate == cfg.learning_rate, "--learning-rate", "> 0",
-           cfg.learning_rate)
+    _check(0 < cfg.learning_rate < math.inf, "--learning-rate", "a finite number > 0", cfg.learning_rate)
     _check(0 < cfg.scale_factor <= 1, "--scale-factor", "in (0, 1]", cfg.scale_factor)
     _check(0 <= cfg.dropout < 1, "--dropout", "in [0, 1)", cfg.dropout)
     _check(cfg.model in MODELS, "--model", f"one of {', '.join(MODELS)}", cfg.model)

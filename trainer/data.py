@@ -3,10 +3,13 @@
 Every file access goes through ``tf.io.gfile``, so local paths, globs, several files and ``gs://`` URIs all
 work the same way.
 
-Malformed rows are found by :func:`scan_csv`, one fast pass in Python over the raw lines before training
-starts. It names the file and line of the first bad row (or counts and reports up to ``--max-bad-rows``
-skipped ones), counts the data rows and computes the normalisation statistics the model needs, so a bad
-file stops the run before anything is written. The tf.data pipeline then reads the same lines with
+Bad rows are found by :func:`scan_csv`, one fast pass in Python over the raw lines before training starts:
+malformed rows (what ``decode_csv`` could not parse, or would parse into something else) and implausible
+ones (a numeric value outside its column's declared plausible range, or not finite, e.g. an age of -9e18:
+it would parse, train silently and skew the normalisation statistics into a useless model). It names the
+file and line of the first bad row (or counts and reports up to ``--max-bad-rows`` skipped ones), counts the
+data rows and computes the normalisation statistics the model needs, so a bad file stops the run before
+anything is written. The tf.data pipeline then reads the same lines with
 ``TextLineDataset``, batches them first and decodes whole batches with ``decode_csv`` in a parallel map: the
 lines to leave out (comments, blank lines, skipped bad rows) are removed per batch by their global line
 number, a vectorised lookup, so no per-line Python or per-element tf.data work is done.
@@ -18,6 +21,7 @@ import glob
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,11 +33,18 @@ _BLOCK_BYTES = 16 << 20
 SHUFFLE_BATCHES = 16
 _INT = re.compile(rb"-?[0-9]+")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what decode_csv parses an int column into
-_FLOAT = re.compile(rb"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# decode_csv also parses nan and inf(inity) into a float column: accepted here, then refused as not finite.
+_FLOAT = re.compile(rb"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:nan|inf|infinity))")
+# The range of a numeric column that declares none: every finite value.
+_ANY_FINITE = (-sys.float_info.max, sys.float_info.max)
 _TRANSFORMS: dict[str | None, Callable[[float], float]] = {
     None: lambda v: v,
     "log1p": lambda v: math.log1p(max(v, 0.0)),
 }
+
+
+MALFORMED = "malformed row: "
+IMPLAUSIBLE = "implausible value: "
 
 
 class DataError(ValueError):
@@ -45,12 +56,19 @@ class Column:
     name: str
     kind: str  # "int", "float" or "str"
     transform: str | None = None  # applied before normalisation statistics: None or "log1p"
+    # Inclusive (low, high) bounds of a plausible raw value (before the transform); None: any finite value.
+    # A row outside them is bad, like a malformed one. Generous: they catch corrupt values, not outliers.
+    plausible: tuple[float, float] | None = None
 
     def __post_init__(self):
         if self.kind not in ("int", "float", "str"):
             raise ValueError(f"column {self.name}: unknown kind {self.kind!r}")
         if self.transform not in _TRANSFORMS:
             raise ValueError(f"column {self.name}: unknown transform {self.transform!r}")
+        if self.plausible is not None:
+            low, high = self.plausible
+            if self.kind == "str" or not (math.isfinite(low) and math.isfinite(high) and low <= high):
+                raise ValueError(f"column {self.name}: bad plausible range {self.plausible!r}")
 
     @property
     def numeric(self) -> bool:
@@ -85,7 +103,7 @@ class CsvSchema:
 class BadRow:
     file: str
     line: int  # 1-based, as an editor shows it
-    reason: str
+    reason: str  # starts with "malformed row: " or "implausible value: "
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.reason}"
@@ -99,7 +117,7 @@ class ScanResult:
     positives: int
     total_bytes: int
     excluded: np.ndarray  # sorted global 0-based line indices the pipeline must leave out
-    bad_rows: tuple[BadRow, ...] = ()  # malformed rows skipped under --max-bad-rows
+    bad_rows: tuple[BadRow, ...] = ()  # malformed and implausible rows skipped under --max-bad-rows
     stats: dict[str, tuple[float, float]] = field(default_factory=dict)  # numeric column -> (mean, variance)
 
     def summary(self) -> str:
@@ -107,8 +125,14 @@ class ScanResult:
         if self.bad_rows:
             shown = "; ".join(str(b) for b in self.bad_rows[:3])
             more = f" (+{len(self.bad_rows) - 3} more)" if len(self.bad_rows) > 3 else ""
-            text += f", skipped {len(self.bad_rows)} malformed row(s): {shown}{more}"
+            counts = self.bad_counts()
+            text += (f", skipped {len(self.bad_rows)} bad row(s) ({counts['malformed']} malformed, "
+                     f"{counts['implausible']} implausible): {shown}{more}")
         return text
+
+    def bad_counts(self) -> dict[str, int]:
+        implausible = sum(b.reason.startswith(IMPLAUSIBLE) for b in self.bad_rows)
+        return {"malformed": len(self.bad_rows) - implausible, "implausible": implausible}
 
 
 def _is_uri(path: str) -> bool:
@@ -188,7 +212,7 @@ class _Validator:
         self.negative = {v.encode() for v in schema.negative}
         self.numeric = [
             (i, c.name, *((_INT, "an integer") if c.kind == "int" else (_FLOAT, "a number")),
-             _TRANSFORMS[c.transform])
+             _TRANSFORMS[c.transform], *map(float, c.plausible or _ANY_FINITE))
             for i, c in enumerate(schema.columns) if c.numeric
         ]
         self.sums = {c.name: [0.0, 0.0] for c in schema.columns if c.numeric}
@@ -198,24 +222,27 @@ class _Validator:
         return bool(stripped) and not stripped.startswith(self.comment)
 
     def check(self, line: bytes) -> tuple[str | None, int]:
-        """Return (reason, label) where reason is None for a good row."""
+        """(reason, label): reason is None for a good row, else it starts with MALFORMED or IMPLAUSIBLE."""
         if b'"' in line:
-            return "unexpected quote character", 0
+            return MALFORMED + "unexpected quote character", 0
         fields = line.split(self.delim)
         if len(fields) != self.n:
-            return f"expected {self.n} fields, got {len(fields)}", 0
+            return MALFORMED + f"expected {self.n} fields, got {len(fields)}", 0
         values = []
-        for i, name, pattern, expected, transform in self.numeric:
+        for i, name, pattern, expected, transform, low, high in self.numeric:
             text = fields[i].strip()
             if not pattern.fullmatch(text):
-                return f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}", 0
+                return MALFORMED + f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}", 0
             # Up to 18 digits always fit; only longer texts pay for the int() on this per-row path.
             if pattern is _INT and len(text) > 18 and not _INT64_MIN <= int(text) <= _INT64_MAX:
-                return f"field {name!r}: {text.decode()} is outside the int64 range", 0
-            values.append((name, transform(float(text))))
+                return MALFORMED + f"field {name!r}: {text.decode()} is outside the int64 range", 0
+            value = float(text)
+            if not low <= value <= high:  # nan and +-inf are outside any range, _ANY_FINITE included
+                return IMPLAUSIBLE + _implausible(name, text.decode(), value, low, high), 0
+            values.append((name, transform(value)))
         for i, text in enumerate(fields):
             if not text.strip():
-                return f"field {self.schema.columns[i].name!r} is empty", 0
+                return MALFORMED + f"field {self.schema.columns[i].name!r} is empty", 0
         label = fields[self.label_index].strip()
         if self.suffix and label.endswith(self.suffix):
             label = label[: -len(self.suffix)]
@@ -226,7 +253,7 @@ class _Validator:
         else:
             allowed = ", ".join(self.schema.negative + self.schema.positive)
             text = label.decode(errors="replace")
-            return f"field {self.schema.label!r}: {text!r} is not one of {allowed}", 0
+            return MALFORMED + f"field {self.schema.label!r}: {text!r} is not one of {allowed}", 0
         for name, v in values:
             acc = self.sums[name]
             acc[0] += v
@@ -234,9 +261,26 @@ class _Validator:
         return None, y
 
 
+def _bound(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _implausible(name: str, text: str, value: float, low: float, high: float) -> str:
+    allowed = f"plausible range {_bound(low)}..{_bound(high)}"
+    if math.isfinite(value):
+        return f"field {name!r}: {text} is outside the {allowed}"
+    if (low, high) == _ANY_FINITE:
+        return f"field {name!r}: {text} is not a finite number"
+    return f"field {name!r}: {text} is not a finite number ({allowed})"
+
+
 def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0,
              flag: str = "") -> ScanResult:
-    """Validate every line of ``files``; raise DataError at the first bad row beyond ``max_bad_rows``."""
+    """Validate every line of ``files``; raise DataError at the first bad row beyond ``max_bad_rows``.
+
+    Malformed and implausible rows share the ``max_bad_rows`` budget: both are left out of the pipeline, the
+    statistics and the row count, and listed in ``bad_rows``.
+    """
     import tensorflow as tf
 
     v = _Validator(schema)
@@ -258,10 +302,11 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0,
                     positives += y
                 else:
                     excluded.append(index)
-                    bad.append(BadRow(path, number, "malformed row: " + reason))
+                    bad.append(BadRow(path, number, reason))
                     if len(bad) > max_bad_rows:
-                        hint = ("more than --max-bad-rows " + str(max_bad_rows) + " malformed rows"
-                                if max_bad_rows else "use --max-bad-rows N to skip up to N malformed rows")
+                        hint = (f"more than --max-bad-rows {max_bad_rows} malformed or implausible rows"
+                                if max_bad_rows else
+                                "use --max-bad-rows N to skip up to N malformed or implausible rows")
                         raise DataError(f"{bad[-1]} ({hint})")
             index += 1
     if rows == 0:

@@ -12,8 +12,10 @@ AIP_TENSORBOARD_LOG_DIR, the cluster comes from TF_CONFIG/CLUSTER_SPEC, a tuning
 named by ``--hypertune-metric`` is reported after every epoch. Re-running with the same arguments after a
 preemption resumes from the last completed epoch.
 
-Exit status: 0 done; 2 bad flags or bad input data (one line on stderr, nothing written); 143 stopped by
-SIGTERM (restart with the same arguments to resume).
+Exit status: 0 done; 1 training diverged (the loss or the weights became NaN or infinite: one line on
+stderr naming the epoch and step, nothing exported); 2 bad flags or bad input data, malformed or implausible
+rows included (one line on stderr, nothing written); 143 stopped by SIGTERM (restart with the same arguments
+to resume).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from trainer.contract import TRAINER_MODULE
 from trainer.data import DataError, expand_files
 from trainer.env import cluster_from_env, output_dirs
 
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_PREEMPTED = 128 + 15
 
@@ -42,11 +45,11 @@ def _configure_logging(verbosity: str) -> None:
     logging.getLogger("trainer").setLevel(verbosity)
 
 
-def _usage_error(exc: Exception) -> int:
+def _usage_error(exc: Exception, status: int = EXIT_USAGE) -> int:
     prefix = f"{TRAINER_MODULE}: error: "
     message = str(exc)
     print(message if message.startswith(prefix) else prefix + message, file=sys.stderr)
-    return EXIT_USAGE
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,12 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = logging.getLogger("trainer")
 
     from trainer import train
-    from trainer.callbacks import Preempted
+    from trainer.callbacks import Diverged, Preempted
 
     try:
         result = train.run(cfg, cluster, dirs)
     except (ConfigError, DataError) as exc:
         return _usage_error(exc)
+    except Diverged as exc:
+        return _usage_error(exc, EXIT_FAILED)
     except Preempted:
         log.warning("stopped by SIGTERM; the last completed epoch is backed up in %s: "
                     "run again with the same arguments to resume", dirs.checkpoints)

@@ -29,7 +29,8 @@ class RunResult:
 
 
 def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
-    """Train ``cfg.model`` and (on the chief) export it; raises DataError on bad data before writing."""
+    """Train ``cfg.model`` and (on the chief) export it; raises DataError on bad data before writing, and
+    Diverged (nothing exported) when the loss or the weights stop being finite."""
     # The strategy must exist before any other TensorFlow work (MultiWorkerMirroredStrategy requires it).
     from trainer.env import make_strategy
 
@@ -38,10 +39,12 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     import keras
 
     from trainer.callbacks import (
+        DivergenceGuard,
         EpochLogger,
         HParamsWriter,
         HypertuneReporter,
         PreemptionGuard,
+        check_trained,
         read_backup_epoch,
     )
     from trainer.compat import fix_distributed_symbolic_build, fix_multi_worker_metric_reduction
@@ -82,6 +85,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
 
     epoch_logger = EpochLogger(cfg.num_epochs)
     callbacks = [
+        DivergenceGuard(cfg.num_epochs),  # first: a diverged epoch is neither backed up nor reported
         keras.callbacks.BackupAndRestore(backup_dir),
         keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch", write_graph=False),
         epoch_logger,
@@ -89,16 +93,21 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     if chief:
         callbacks.append(HParamsWriter(dirs.logs, cfg.hparams(), trial_id()))
         callbacks.append(HypertuneReporter(cfg.hypertune_metric))
-    callbacks.append(PreemptionGuard())  # last: the epoch's backup and report happen before it stops
+    preemption = PreemptionGuard()
+    callbacks.append(preemption)  # last: the epoch's backup and report happen before it stops
 
     started = time.perf_counter()
-    model.fit(data.train, validation_data=data.eval, epochs=cfg.num_epochs,
-              steps_per_epoch=cfg.steps_per_epoch, validation_steps=cfg.eval_steps,
-              callbacks=callbacks, verbose=0, shuffle=False)
+    try:
+        model.fit(data.train, validation_data=data.eval, epochs=cfg.num_epochs,
+                  steps_per_epoch=cfg.steps_per_epoch, validation_steps=cfg.eval_steps,
+                  callbacks=callbacks, verbose=0, shuffle=False)
+    finally:
+        preemption.on_train_end()  # a callback that raised (Diverged) skips it: give SIGTERM back anyway
     train_seconds = time.perf_counter() - started
     metrics = {k: float(v) for k, v in
                model.evaluate(data.eval, steps=cfg.eval_steps, return_dict=True, verbose=0).items()}
     log.info("evaluation: %s", " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
+    check_trained(model, metrics)  # e.g. the very last step's update overflowed: no broken model is exported
 
     # Every replica saves (saving may run collectives), only the chief's copy is kept.
     target = dirs.model if chief else f"{scratch}/model"

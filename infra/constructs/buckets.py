@@ -15,8 +15,10 @@ from infra.google import (
 )
 
 ACCESS_LOGS_REASON = (
-    "Object access is audited with Cloud Audit Logs (Data Access logs for storage.googleapis.com); "
-    "GCS usage logs are the legacy mechanism and would need a log bucket that itself cannot log (CKV_GCP_63)."
+    "Object access is audited with Cloud Audit Logs: Data Access logs (DATA_READ, DATA_WRITE) for "
+    "storage.googleapis.com, enabled on the project by the environment's bootstrap stack "
+    "(infra/bootstrap.py, google_project_iam_audit_config); GCS usage logs are the legacy mechanism and "
+    "would need a log bucket that itself cannot log (CKV_GCP_63)."
 )
 
 

@@ -15,19 +15,21 @@ from infra.google import (
 )
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
+# The one workflow that may impersonate the deployer, and the events it runs on: the provider's condition
+# pins both (`workflow_ref`, `event_name`); tests/test_workflows.py checks .github/workflows/deploy.yml
+# against them.
+DEPLOY_WORKFLOW_PATH = ".github/workflows/deploy.yml"
+DEPLOY_EVENTS = ("push", "workflow_dispatch")
 
-# What applying this stack needs, and nothing broader (no owner/editor, no org-level roles):
+# What applying the platform stack (`cdktn deploy <env>`, infra/stack.py) and building the trainer image
+# needs, and nothing that touches identities or project IAM: those live in the bootstrap stack, which a
+# project administrator applies (infra/bootstrap.py). Acting as the runtime and builder accounts is granted on
+# those accounts only (serviceAccountUser, in the bootstrap stack too).
 DEPLOYER_PROJECT_ROLES = (
     # google_project_service: enable the platform's APIs.
     "roles/serviceusage.serviceUsageAdmin",
     # Buckets, their IAM policies and the Terraform state objects in the state bucket.
     "roles/storage.admin",
-    # Creates service accounts only; changing them and their IAM policies is granted per account
-    # (roles/iam.serviceAccountAdmin on the runtime, builder and deployer accounts), never project-wide
-    # (CKV_GCP_49).
-    "roles/iam.serviceAccountCreator",
-    # The workload identity pool and its GitHub provider.
-    "roles/iam.workloadIdentityPoolAdmin",
     # The docker repository, its cleanup policy and its IAM policy (creating a repository needs admin).
     "roles/artifactregistry.admin",
     # The TensorBoard instance (aiplatform.tensorboards.*); also lets CI submit jobs.
@@ -36,13 +38,22 @@ DEPLOYER_PROJECT_ROLES = (
     # as the builder account (serviceAccountUser on that account only).
     BUILDS_EDITOR,
 )
-# Project IAM admin is the one escalation-capable role a stack with project-level grants needs. The condition
-# (iam.googleapis.com/modifiedGrantsByRole) lets the deployer add/remove only the roles this stack grants,
-# never projectIamAdmin itself: otherwise it could grant itself the role without the condition, then anything.
-# So a change to this grant (e.g. a new role in the stack) is applied once by a project admin, not by CI.
-PROJECT_IAM_ADMIN = "roles/resourcemanager.projectIamAdmin"
-# Granted on each service account the stack manages, so the deployer can update them and their IAM policies.
-SERVICE_ACCOUNT_ADMIN = "roles/iam.serviceAccountAdmin"
+# Roles that would let the deployer change who it is, who may become it, or who holds what in the project:
+# with any of them one bad merge could widen its own trust and keep access. Refused in its props.
+DEPLOYER_FORBIDDEN_ROLES = frozenset({
+    "roles/owner",
+    "roles/editor",
+    "roles/resourcemanager.projectIamAdmin",
+    "roles/iam.securityAdmin",
+    "roles/iam.roleAdmin",
+    "roles/iam.workloadIdentityPoolAdmin",
+    "roles/iam.serviceAccountAdmin",
+    "roles/iam.serviceAccountCreator",
+    "roles/iam.serviceAccountKeyAdmin",
+    "roles/iam.serviceAccountTokenCreator",
+    "roles/iam.serviceAccountUser",
+    "roles/iam.workloadIdentityUser",
+})
 
 
 @dataclass(frozen=True)
@@ -55,8 +66,6 @@ class GithubCiIdentityProps:
     deploy_branch: str
     deployer_account_id: str
     project_roles: tuple[str, ...]
-    # Every project-level role the stack grants: the only ones the deployer may add or remove.
-    grantable_project_roles: tuple[str, ...]
     depends_on: Sequence[TerraformResource] = ()
 
     def validate(self, where: str) -> None:
@@ -64,42 +73,48 @@ class GithubCiIdentityProps:
         for name in ("pool_id", "provider_id"):
             v.check_str(where, name, getattr(self, name), v.WIF_ID,
                         "4-32 lowercase letters, digits or hyphens, not starting with 'gcp-'")
+        # Both are quoted into the provider's CEL condition: no quotes, no spaces.
         v.check_str(where, "repository", self.repository, v.GITHUB_REPOSITORY, "OWNER/NAME on GitHub")
         v.check_positive(where, "repository_id", self.repository_id, 10**12)
-        # The branch is quoted into the provider's CEL condition: no quotes, no spaces.
         v.check_str(where, "deploy_branch", self.deploy_branch, v.BRANCH, "a branch name such as main")
         v.check_str(where, "deployer_account_id", self.deployer_account_id, v.ACCOUNT_ID,
                     "6-30 lowercase letters, digits or hyphens, starting with a letter")
         v.check_roles(where, "project_roles", self.project_roles)
-        # A union of what each identity is granted: repeats are expected.
-        v.check_roles(where, "grantable_project_roles", self.grantable_project_roles, unique=False)
-        # projectIamAdmin is granted only with its condition, and never grantable: with it the deployer could
-        # grant itself the role without the condition, then anything (self-escalation).
-        for name in ("project_roles", "grantable_project_roles"):
-            roles = getattr(self, name)
-            v.check(where, name, roles, PROJECT_IAM_ADMIN not in roles,
-                    f"roles without {PROJECT_IAM_ADMIN}: it must not be grantable by the deployer "
-                    "(self-escalation)")
+        for i, role in enumerate(self.project_roles):
+            v.check(where, f"project_roles[{i}]", role, role not in DEPLOYER_FORBIDDEN_ROLES,
+                    "a role that cannot change identities or IAM (the deployer must not control its own "
+                    "trust: such grants belong to the bootstrap stack's administrator)")
+
+
+def provider_condition(repository: str, repository_id: int, deploy_branch: str) -> str:
+    """The CEL condition a GitHub OIDC token must meet: this repository (by id and name), the deploy branch,
+    the deploy workflow on that branch, and one of its events."""
+    ref = f"refs/heads/{deploy_branch}"
+    events = ", ".join(f"'{event}'" for event in DEPLOY_EVENTS)
+    return (
+        f"assertion.repository_id == '{repository_id}' && assertion.ref == '{ref}' && "
+        f"assertion.sub == 'repo:{repository}:ref:{ref}' && "
+        f"assertion.workflow_ref == '{repository}/{DEPLOY_WORKFLOW_PATH}@{ref}' && "
+        f"assertion.event_name in [{events}]"
+    )
 
 
 class GithubCiIdentity(Construct):
-    """Keyless CI: GitHub Actions OIDC tokens from one repository and branch may impersonate the deployer.
+    """Keyless CI: GitHub Actions OIDC tokens of one workflow, on one branch of one repository, may
+    impersonate the deployer. Part of the bootstrap stack: the deployer can change none of this.
 
     The provider's condition pins the numeric repository id (stable across renames, not re-registrable by
-    others), the ref of the deploy branch, and the default `sub` claim
-    (repo:OWNER/REPO:ref:refs/heads/BRANCH), so a fork, another branch, a pull request or a workflow that uses
-    a GitHub deployment environment cannot obtain a token.
+    others), the ref of the deploy branch, the default `sub` claim (repo:OWNER/REPO:ref:refs/heads/BRANCH),
+    the calling workflow (`workflow_ref`: OWNER/REPO/.github/workflows/deploy.yml@refs/heads/BRANCH) and its
+    events (`event_name`), so a fork, another branch, a pull request, another workflow of the same repository
+    (even on the deploy branch) or a workflow that uses a GitHub deployment environment cannot obtain a token.
     """
 
     def __init__(self, scope: Construct, id_: str, props: GithubCiIdentityProps) -> None:
         v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
         super().__init__(scope, id_)
         deps = list(props.depends_on) or None
-        ref = f"refs/heads/{props.deploy_branch}"
-        self.condition = (
-            f"assertion.repository_id == '{props.repository_id}' && assertion.ref == '{ref}' && "
-            f"assertion.sub == 'repo:{props.repository}:ref:{ref}'"
-        )
+        self.condition = provider_condition(props.repository, props.repository_id, props.deploy_branch)
         self.pool = IamWorkloadIdentityPool(
             self, "pool", project=props.project, workload_identity_pool_id=props.pool_id,
             display_name="GitHub Actions", description=f"CI for {props.repository} (managed by infra/)",
@@ -115,6 +130,8 @@ class GithubCiIdentity(Construct):
                 "attribute.repository": "assertion.repository",
                 "attribute.repository_id": "assertion.repository_id",
                 "attribute.ref": "assertion.ref",
+                "attribute.workflow_ref": "assertion.workflow_ref",
+                "attribute.event_name": "assertion.event_name",
             },
             attribute_condition=self.condition,
             oidc={"issuer_uri": GITHUB_ISSUER},
@@ -122,32 +139,21 @@ class GithubCiIdentity(Construct):
         self.account = ServiceAccount(
             self, "deployer", project=props.project, account_id=props.deployer_account_id,
             display_name="CI deployer",
-            description=f"Applies infra/ from {props.repository} CI (managed by infra/)",
+            description=f"Applies the platform stack from {props.repository} CI (managed by infra/)",
             depends_on=deps,
         )
         self.member = f"serviceAccount:{self.account.email}"
-        principal_set = (f"principalSet://iam.googleapis.com/{self.pool.name}"
-                         f"/attribute.repository_id/{props.repository_id}")
+        self.principal_set = (f"principalSet://iam.googleapis.com/{self.pool.name}"
+                              f"/attribute.repository_id/{props.repository_id}")
+        # The only grant on the deployer account: who may become it. Nobody, the deployer included, may
+        # administer it but the administrator who applies this stack.
         self.account_grants = [
-            ServiceAccountIamMember(self, key, service_account_id=self.account.name, role=role, member=member)
-            for key, role, member in (
-                ("workload-identity-user", "roles/iam.workloadIdentityUser", principal_set),
-                ("deployer-sa-admin", SERVICE_ACCOUNT_ADMIN, self.member),
-            )
+            ServiceAccountIamMember(self, "workload-identity-user", service_account_id=self.account.name,
+                                    role="roles/iam.workloadIdentityUser", member=self.principal_set),
         ]
         self.project_grants = []
         for role in props.project_roles:
             grant = ProjectIamMember(self, role_id(role), project=props.project, role=role,
-                                     member=self.member)
+                                     member=self.member, depends_on=deps)
             skip_justified_project_role(grant, role)
             self.project_grants.append(grant)
-        allowed = ", ".join(f"'{role}'" for role in sorted(set(props.grantable_project_roles)))
-        self.project_grants.append(ProjectIamMember(
-            self, "projectIamAdmin", project=props.project, role=PROJECT_IAM_ADMIN, member=self.member,
-            condition={
-                "title": "only-this-stacks-roles",
-                "description": "May grant or revoke only the project roles that infra/ manages",
-                "expression": (f"api.getAttribute('iam.googleapis.com/modifiedGrantsByRole', [])"
-                               f".hasOnly([{allowed}])"),
-            },
-        ))

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from infra.cdk import Construct
+from infra.cdk import Construct, ITerraformDependable
 from infra.constructs import Grant
 from infra.constructs import validation as v
 from infra.google import KmsCryptoKeyIamMember
@@ -12,6 +13,8 @@ from infra.google import KmsCryptoKeyIamMember
 class CmekKeyProps:
     kms_key: str
     grants: tuple[Grant, ...]
+    # E.g. the lookup that materialises the Cloud Storage agent before it is granted anything.
+    depends_on: Sequence[ITerraformDependable] = ()
 
     def validate(self, where: str) -> None:
         v.check(where, "kms_key", self.kms_key, v.matches(v.KMS_KEY, self.kms_key),
@@ -35,6 +38,6 @@ class CmekKey(Construct):
         super().__init__(scope, id_)
         self.grants = [
             KmsCryptoKeyIamMember(self, grant.key, crypto_key_id=props.kms_key, role=grant.role,
-                                  member=grant.member)
+                                  member=grant.member, depends_on=list(props.depends_on) or None)
             for grant in props.grants
         ]

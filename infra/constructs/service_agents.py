@@ -6,14 +6,13 @@ from dataclasses import dataclass
 from infra.cdk import Construct, TerraformResource
 from infra.constructs import validation as v
 from infra.google import DataGoogleStorageProjectServiceAccount
-
-VERTEX_AI_AGENT_DOMAIN = "gcp-sa-aiplatform.iam.gserviceaccount.com"
-# Cloud TPU has two agents: the Cloud TPU Service Agent of TPU Nodes (the `tpuServiceAccount` that AI
-# Platform's projects.getConfig reported) and the TPU VM identity that TPU v2 `generateServiceIdentity`
-# creates.
-CLOUD_TPU_AGENT_DOMAIN = "cloud-tpu.iam.gserviceaccount.com"
-CLOUD_TPU_VM_AGENT_DOMAIN = "gcp-sa-tpu.iam.gserviceaccount.com"
-ARTIFACT_REGISTRY_AGENT_DOMAIN = "gcp-sa-artifactregistry.iam.gserviceaccount.com"
+from infra.naming import (  # noqa: F401 - the domains, also by name for importers of this module
+    ARTIFACT_REGISTRY_AGENT_DOMAIN,
+    CLOUD_TPU_AGENT_DOMAIN,
+    CLOUD_TPU_VM_AGENT_DOMAIN,
+    STORAGE_AGENT_DOMAIN,
+    VERTEX_AI_AGENT_DOMAIN,
+)
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class ServiceAgents(Construct):
     Vertex AI and Cloud TPU agents normally come into existence when their APIs are enabled (ProjectServices,
     which this construct depends on; infra/README.md has the one-time command for an agent Google creates only
     on first use); the Cloud Storage agent is materialised by the GA data source below, which the
-    CMEK grants need before any bucket exists.
+    CMEK grants depend on, before any bucket exists.
 
     Google grants each agent its service agent role when the API is enabled; this stack does not re-grant
     those project-level roles (checkov CKV_GCP_49 rightly flags impersonation-capable grants). The agents get
@@ -60,8 +59,12 @@ class ServiceAgents(Construct):
         self.cloud_tpu_vm = f"serviceAccount:service-{number}@{CLOUD_TPU_VM_AGENT_DOMAIN}"
         self.artifact_registry = f"serviceAccount:service-{number}@{ARTIFACT_REGISTRY_AGENT_DOMAIN}"
         self.storage: str | None = None
+        # Grants on the Storage agent depend on this lookup (it is None without CMEK).
+        self.storage_lookup: DataGoogleStorageProjectServiceAccount | None = None
         if props.with_storage_agent:
             # GA data source; calling it also creates the agent if the project has never used Cloud Storage.
-            storage = DataGoogleStorageProjectServiceAccount(self, "storage", project=props.project,
-                                                             depends_on=list(props.depends_on) or None)
-            self.storage = f"serviceAccount:{storage.email_address}"
+            # The member is the literal email (the same `service-<number>@gs-project-accounts...` the data
+            # source returns), so every member of the platform stack can be checked at synthesis.
+            self.storage_lookup = DataGoogleStorageProjectServiceAccount(
+                self, "storage", project=props.project, depends_on=list(props.depends_on) or None)
+            self.storage = f"serviceAccount:service-{number}@{STORAGE_AGENT_DOMAIN}"

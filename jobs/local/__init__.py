@@ -5,6 +5,10 @@ here with the same trainer, arguments and per-replica runtime contract (see ``en
 maps to ``<local_root>/gs/`` and the shipped ``data/`` tree is staged into the data bucket's folder there.
 Tuning studies run on Optuna with Vertex StudySpec semantics (see ``tuning.py``).
 
+Bad input is found before anything is written: an unusable ``--local-root``, more processes at once than this
+machine runs (``capacity.py``), and any gs:// URI or derived path that would land outside the local root
+(``environment.to_local``/``environment.inside``) are one line naming the field, exit status 2.
+
     from jobs.local import run_local
     status = run_local("HyperparameterTuningJob", body, outputs, repo_root=Path("."))
 """
@@ -13,14 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import sys
 import time
 from pathlib import Path
 from typing import IO
 
-from jobs.body import CUSTOM_JOB, KINDS, spec_field
+from jobs.body import CUSTOM_JOB, KINDS, is_gs, join, spec_field
 from jobs.local.spec import LocalRunError
-from trainer.contract import JOB_ID
+from trainer.contract import HP_METRIC_FILE, JOB_ID
 
 __all__ = ["LocalRunError", "run_local"]
 
@@ -42,16 +48,58 @@ def run_local(
     if stream is _IMPORT_STDOUT:  # follow a sys.stdout replaced after import (pytest, redirect_stdout)
         stream = sys.stdout
     repo_root = Path(repo_root).resolve()
-    local_root = Path(local_root).resolve() if local_root else repo_root / ".local"
+    given = Path(local_root) if local_root else repo_root / ".local"
     try:
-        return _run(kind, body, outputs, repo_root, local_root, resume, strict_accelerators, stream)
+        check_local_root(given)
+        return _run(kind, body, outputs, repo_root, given.resolve(), resume, strict_accelerators, stream)
     except LocalRunError as exc:
         print(f"error: local run: {exc}", file=sys.stderr)
         return 2
 
 
+_FILE_KINDS = (
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def check_local_root(path: Path) -> None:
+    """LocalRunError unless ``path`` is a writable directory, or a missing one whose parent is writable.
+
+    Writes nothing: the folder is created by the first write of the run.
+    """
+    field = "--local-root"
+    if path.is_symlink() and not path.exists():
+        raise LocalRunError(field, f"{path} is a dangling symlink (to {os.readlink(path)}); use a directory")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:  # e.g. a parent that is a file (ENOTDIR), a loop of symlinks
+        raise LocalRunError(field, f"{path}: {exc.strerror}; use a directory") from None
+    if mode is not None:
+        if not stat.S_ISDIR(mode):
+            what = next((name for test, name in _FILE_KINDS if test(mode)), "not a directory")
+            raise LocalRunError(
+                field, f"{path} is {what}; use a directory (or a new path in an existing one)"
+            )
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise LocalRunError(field, f"{path} is not writable; use a directory you can write to")
+        return
+    parent = path.parent
+    if not parent.is_dir():
+        raise LocalRunError(
+            field, f"{path} does not exist and neither does its parent {parent}; create it or use another"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise LocalRunError(field, f"{path} does not exist and its parent {parent} is not writable")
+
+
 def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> int:
-    from jobs.local import environment, spec
+    from jobs.local import capacity, environment, spec
 
     if kind not in KINDS:
         raise LocalRunError("kind", f"{kind!r}; use {' or '.join(KINDS)}")
@@ -70,7 +118,14 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
     if missing and strict:
         raise LocalRunError("machineSpec", f"this machine lacks {'; '.join(missing)} (--strict-accelerators)")
     name = str(body.get("displayName") or "local-job")
-    base = _base_dir(job.base_output_uri, local_root, name, study and study.raw_study_spec, resume)
+    # Everything that could refuse the job comes before the first write (staging, folders, the study).
+    capacity.check(job, study.parallel_trials if study else 1)
+    _check_uris(job, study, outputs, local_root)
+    base_field = join(spec_field(kind), "baseOutputDirectory", "outputUriPrefix")
+    base = _base_dir(
+        job.base_output_uri, local_root, name, study and study.raw_study_spec, resume, base_field
+    )
+    _check_outputs(base, local_root, job, study, base_field if job.base_output_uri else "--local-root")
     if missing:
         print(f"warning: this machine lacks {'; '.join(missing)}: running on CPU", file=sys.stderr)
     staged = environment.stage_data(repo_root, local_root, outputs.get("data_bucket", ""))
@@ -98,6 +153,46 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
     )
 
 
+def _check_uris(job, study, outputs: dict[str, str], local_root: Path) -> None:
+    """Every gs:// URI the run maps (args, env, tuned values, the data bucket) through the gate, up front."""
+    from jobs.local import environment
+
+    for pool in job.pools:
+        for arg in pool.python_argv:
+            environment.to_local(arg, local_root, pool.args_path)
+        for _, value in pool.env:
+            environment.to_local(value, local_root, pool.env_path)
+    for i, param in enumerate(study.parameters if study else ()):
+        for value in param.values:
+            field = join("studySpec", "parameters", i, "categoricalValueSpec", "values")
+            environment.to_local(f"--{param.parameter_id}={value}", local_root, field)
+    if outputs.get("data_bucket"):
+        environment.local_bucket(outputs["data_bucket"], local_root)
+
+
+def _check_outputs(base: Path, local_root: Path, job, study, field: str) -> None:
+    """Every folder and file the run will write under base stays under the local root (symlinks followed)."""
+    from jobs.local import environment
+
+    has_base = bool(job.base_output_uri)
+    if study is None:
+        paths = environment.run_paths(base, None, has_base)
+    else:
+        paths = [base, *(base / name for name in STUDY_FILES)]
+        for trial in range(1, study.max_trials + 1):
+            # A trial folder not there yet holds no symlink: its paths resolve under base, checked above.
+            if os.path.lexists(base / str(trial)):
+                paths += environment.run_paths(base, str(trial), True)
+        registry = _registry(local_root, study.raw_study_spec)
+        environment.inside(registry, local_root, "--local-root")
+    for path in paths:
+        environment.inside(path, local_root, field)
+
+
+# What a study writes in its base folder: Optuna's SQLite storage (and its journal), the report and the plot.
+STUDY_FILES = ("study.db", "study.db-journal", "study.json", "study.json.tmp", "study.png")
+
+
 def local_job_id(name: str) -> str:
     """The job id (CLOUD_ML_JOB_ID) of a local run (Vertex AI sets the job's numeric id)."""
     from jobs.local.tuning import slug
@@ -111,7 +206,9 @@ def _registry(local_root: Path, study_spec: dict) -> Path:
     return local_root / "studies" / f"{digest}.json"
 
 
-def _base_dir(uri: str, local_root: Path, name: str, study_spec: dict | None, resume: bool) -> Path:
+def _base_dir(
+    uri: str, local_root: Path, name: str, study_spec: dict | None, resume: bool, field: str
+) -> Path:
     """Where outputs go: baseOutputDirectory mapped to local_root, else a folder named after the job.
 
     A resumed study continues in the folder of the last local run of the same studySpec: definitions put the
@@ -120,9 +217,12 @@ def _base_dir(uri: str, local_root: Path, name: str, study_spec: dict | None, re
     from jobs.local import environment, tuning
 
     if uri:
-        base = Path(environment.to_local(uri, local_root).rstrip("/"))
+        if not is_gs(uri):  # a local or relative path would sidestep the gs:// mapping and its checks
+            raise LocalRunError(field, f"{uri!r} is not a gs:// URI; use gs://BUCKET/PATH")
+        base = Path(environment.to_local(uri, local_root, field).rstrip("/"))
     else:
         base = local_root / "runs" / f"{tuning.slug(name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+        environment.inside(base, local_root, "--local-root")
     if not resume and study_spec is not None and (base / "study.db").exists():
         raise LocalRunError(
             "baseOutputDirectory", f"a study already exists at {base}; pass --resume to continue it"
@@ -131,20 +231,23 @@ def _base_dir(uri: str, local_root: Path, name: str, study_spec: dict | None, re
         registry = _registry(local_root, study_spec)
         if not registry.exists():
             raise LocalRunError("--resume", f"no earlier local run of this studySpec under {local_root}")
-        base = Path(json.loads(registry.read_text())["base"])
+        try:
+            base = Path(json.loads(registry.read_text())["base"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise LocalRunError(
+                "--resume", f"the record of the earlier run, {registry}, is unreadable"
+            ) from None
+        environment.inside(base, local_root, "--resume")
     return base
 
 
 def _run_custom_job(
     job, name: str, base: Path, local_root: Path, repo_root: Path, cpu_only: bool, stream
 ) -> int:
-    import os
-
-    from jobs.local import launcher
+    from jobs.local import capacity, environment, launcher
 
     has_base = bool(job.base_output_uri)
-    run_dir = base / "replica-logs"
-    threads = max(1, (os.cpu_count() or 1) // job.replica_total)
+    run_dir = base / environment.REPLICA_LOGS
     t0 = time.monotonic()
     run = launcher.start_job(
         job,
@@ -152,9 +255,14 @@ def _run_custom_job(
         base_local=base if has_base else None,
         local_root=local_root,
         repo_root=repo_root,
-        extra_env={JOB_ID: local_job_id(name)},
-        threads=threads,
+        # Vertex AI gives only trials a metric file; a CustomJob whose trainer reports anyway (trainer.task
+        # always does) writes to its own folder, never cloudml-hypertune's shared /tmp default.
+        extra_env={JOB_ID: local_job_id(name), HP_METRIC_FILE: str(environment.metric_file(base))},
+        threads=capacity.threads_per_replica(job.replica_total),
         cpu_only=cpu_only,
+        field=join(spec_field(CUSTOM_JOB), "baseOutputDirectory", "outputUriPrefix")
+        if has_base
+        else "--local-root",
     )
     names = ", ".join(r.name for r in run.replicas)
     print(

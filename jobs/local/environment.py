@@ -7,7 +7,13 @@ distributed-training page): ``AIP_MODEL_DIR``/``AIP_CHECKPOINT_DIR``/``AIP_TENSO
 ``CLOUD_ML_HP_METRIC_FILE`` for trials, plus the pool's own ``env``.
 
 Deliberate differences, all because this is one machine:
-- ``gs://bucket/path`` anywhere in args, env and output dirs becomes ``<local_root>/gs/bucket/path``.
+- ``gs://bucket/path`` anywhere in args, env and output dirs becomes ``<local_root>/gs/bucket/path``. That
+  mapping (:func:`to_local`) is the one gate from gs:// to this machine's disk: a URI with an empty bucket or
+  a ``.``/``..`` segment, or one whose folder resolves (through symlinks) outside the local root, is refused.
+  Every folder and file a run writes (:func:`inside` via :func:`run_paths`) is checked against the root too.
+- A CustomJob gets ``CLOUD_ML_HP_METRIC_FILE`` under its own folder (``<base>/hypertune/output.metrics``) as a
+  trial does (``<base>/<trial_id>/hypertune/output.metrics``): never cloudml-hypertune's shared default
+  ``/tmp/hypertune/output.metrics``.
 - ``CLUSTER_SPEC``/``TF_CONFIG`` are set only for multi-replica jobs (hosts are 127.0.0.1 with free ports);
   a single replica gets neither, so the trainer picks its single-machine strategy without binding a port.
 - The evaluator (pool 3) is listed in ``CLUSTER_SPEC`` but not in ``TF_CONFIG['cluster']``: TensorFlow's
@@ -23,11 +29,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
 
-from jobs.body import gs_bucket, rebase_gs
+from jobs.body import GS, rebase_gs
 from jobs.local.spec import JobSpec, LocalRunError, PoolSpec
 from trainer.contract import (
     CLUSTER_SPEC,
@@ -43,14 +50,68 @@ from trainer.contract import (
 _EVALUATOR = TF_TASK_TYPES[3]
 
 
-def to_local(value: str, local_root: Path) -> str:
-    """Map every gs:// URI inside ``value`` (a path, a glob, a comma list, a ``--flag=uri``) to local_root."""
-    return rebase_gs(value, str(local_root / "gs"))
+# Where files a run writes live, relative to its folder (a CustomJob's base, or a trial's <base>/<trial_id>).
+REPLICA_LOGS = "replica-logs"
+METRIC_FILE = ("hypertune", "output.metrics")
+
+# A gs:// URI inside a value runs up to a comma, whitespace or the next gs://; ':' and ';' belong to it (a
+# path that goes on after them is still the URI's, locally).
+_URI = re.compile(rf"{GS}((?:(?!{GS})[^,\s])*)")
 
 
-def local_bucket(uri: str, local_root: Path) -> Path:
-    """The folder that stands in for the bucket of ``uri`` (gs://bucket/...)."""
-    return local_root / "gs" / gs_bucket(uri)
+def inside(path: Path | str, local_root: Path, field: str) -> Path:
+    """``path`` itself, when it resolves (symlinks followed, missing parts as written) under local_root.
+
+    Else a LocalRunError naming ``field``: nothing a local run derives may land outside its root, whether by
+    ``..`` or through a symlink inside the root that points elsewhere.
+    """
+    root = Path(os.path.realpath(local_root))
+    real = Path(os.path.realpath(path))
+    if real != root and not real.is_relative_to(root):
+        shown = f"{path} (resolves to {real})" if str(real) != str(path) else str(path)
+        raise LocalRunError(field, f"{shown} is outside the local root {root}; --local writes only under it")
+    return Path(path)
+
+
+def to_local(value: str, local_root: Path, field: str = "gs:// URI") -> str:
+    """Map every gs:// URI inside ``value`` (a path, a glob, a comma list, a ``--flag=uri``) to local_root.
+
+    The one place gs:// becomes a local path, so the one place it is checked: each URI needs a bucket, has no
+    ``.`` or ``..`` segment (GCS keeps them as literal names; a filesystem would climb out of the bucket's
+    folder) and must resolve under local_root. Raises LocalRunError naming ``field`` otherwise.
+    """
+    gs_root = local_root / "gs"
+    for match in _URI.finditer(value):
+        uri = match.group(0)
+        bucket, _, name = match.group(1).partition("/")
+        if bucket in ("", ".", ".."):
+            raise LocalRunError(field, f"{uri!r} has no bucket name; use gs://BUCKET/OBJECT")
+        if any(part in (".", "..") for part in name.split("/")):
+            raise LocalRunError(
+                field, f"{uri!r} has a '.' or '..' segment, which --local cannot map inside {gs_root}"
+            )
+        inside(gs_root / bucket / name, local_root, field)
+    return rebase_gs(value, str(gs_root))
+
+
+def local_bucket(uri: str, local_root: Path, field: str = "data_bucket") -> Path:
+    """The folder that stands in for the bucket of ``uri`` (gs://bucket/... or a bare bucket name)."""
+    bucket = uri.removeprefix(GS).strip("/").split("/", 1)[0]
+    return Path(to_local(f"{GS}{bucket}", local_root, field))
+
+
+def metric_file(run_folder: Path) -> Path:
+    """The cloudml-hypertune file of one run (a CustomJob's base folder or a trial's folder)."""
+    return run_folder.joinpath(*METRIC_FILE)
+
+
+def run_paths(base: Path, trial_id: str | None, has_base: bool) -> list[Path]:
+    """Every folder and file a CustomJob (trial_id None) or one trial writes under base, to check."""
+    folder = base / trial_id if trial_id else base
+    paths = [folder, folder / REPLICA_LOGS, metric_file(folder).parent, metric_file(folder)]
+    if has_base:
+        paths += [Path(d) for d in output_dirs(base, trial_id).values()]
+    return paths
 
 
 def stage_data(repo_root: Path, local_root: Path, data_bucket: str) -> int:
@@ -62,12 +123,20 @@ def stage_data(repo_root: Path, local_root: Path, data_bucket: str) -> int:
     if not data_bucket or not source.is_dir():
         return 0
     target = local_bucket(data_bucket, local_root)
-    copied = 0
+    # Every destination is checked before the first copy: a symlink planted under the bucket's folder must
+    # not receive a file, nor leave the folder half staged.
+    todo = []
     for path in sorted(source.rglob("*")):
-        dest = target / path.relative_to(source)
-        if path.is_file() and not dest.exists():
-            dest.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file():
+            dest = target / path.relative_to(source)
             tmp = dest.with_name(dest.name + ".staging")
+            for where in (dest, tmp):
+                inside(where, local_root, "data_bucket")
+            todo.append((path, dest, tmp))
+    copied = 0
+    for path, dest, tmp in todo:
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, tmp)
             os.replace(tmp, dest)  # a half-copied file never looks staged
             copied += 1
@@ -187,14 +256,16 @@ def replica_env(
             # The pool's accelerators are emulated on CPU: the trainer's explicit --distribution tpu|mirrored
             # falls back to the default strategy instead of failing.
             env[CPU_FALLBACK_ENV] = "1"
-    own = {k: to_local(v, local_root) for k, v in pool.env}
+    own = {k: to_local(v, local_root, pool.env_path) for k, v in pool.env}
     for var in _THREAD_VARS:
         if var not in own:
             env[var] = str(threads)
     env.update(dirs)
     env.update(cluster)
-    env.update(extra)
     env.update(own)
+    # The runner's own variables last: the job id, the trial id and the metric file the runner reads (a pool's
+    # env must not send the metric to another file, e.g. the shared /tmp/hypertune default).
+    env.update(extra)
     return env
 
 

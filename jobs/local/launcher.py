@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jobs.local import environment
 from jobs.local.spec import JobSpec
-from trainer.contract import WORKER_POOLS
+from trainer.contract import HP_METRIC_FILE, WORKER_POOLS
 
 GRACE_S = 10.0
 
@@ -128,19 +128,32 @@ def start_job(
     extra_args: tuple[str, ...] = (),
     threads: int = 1,
     cpu_only: bool = True,
+    field: str = "baseOutputDirectory",
 ) -> JobRun:
-    """Launch one process per replica of each worker pool; logs go to ``run_dir/<workerpoolN>-<i>.log``."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Launch one process per replica of each worker pool; logs go to ``run_dir/<workerpoolN>-<i>.log``.
+
+    Every path is checked (``environment.inside``/``to_local``, naming ``field`` for the output folders) and
+    every replica's argv and env built before the first folder is made or process started.
+    """
+    extra_env = extra_env or {}
     dirs = environment.output_dirs(base_local, trial_id)
-    for d in dirs.values():
-        Path(d).mkdir(parents=True, exist_ok=True)
+    folders = [run_dir, *(Path(d) for d in dirs.values())]
+    writes = list(folders)
+    if HP_METRIC_FILE in extra_env:  # cloudml-hypertune makes its folder and writes the file
+        metric = Path(extra_env[HP_METRIC_FILE])
+        writes += [metric.parent, metric]
     clusters = environment.cluster_envs(job, trial_id)
-    run = JobRun(replicas=[], started=time.monotonic(), timeout_s=job.timeout_s)
+    launches = []
     for pool in job.pools:
-        argv = [sys.executable, *(environment.to_local(a, local_root) for a in pool.python_argv)]
-        argv += [environment.to_local(a, local_root) for a in extra_args]
+        argv = [
+            sys.executable,
+            *(environment.to_local(a, local_root, pool.args_path) for a in pool.python_argv),
+        ]
+        argv += [environment.to_local(a, local_root, "studySpec.parameters") for a in extra_args]
         for i in range(pool.replica_count):
             name = f"{WORKER_POOLS[pool.index]}-{i}"
+            log_path = run_dir / f"{name}.log"
+            writes.append(log_path)
             env = environment.replica_env(
                 pool,
                 base_env=dict(os.environ),
@@ -148,27 +161,33 @@ def start_job(
                 repo_root=repo_root,
                 dirs=dirs,
                 cluster=clusters.get((pool.index, i), {}),
-                extra=extra_env or {},
+                extra=extra_env,
                 threads=threads,
                 cpu_only=cpu_only,
             )
-            log_path = run_dir / f"{name}.log"
-            with open(log_path, "wb") as log:
-                try:
-                    proc = subprocess.Popen(
-                        argv,
-                        cwd=run_dir,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        preexec_fn=_die_with_parent if _PRCTL else None,
-                    )
-                except OSError as exc:
-                    run.terminate()
-                    raise RuntimeError(f"cannot start {name}: {exc}") from exc
-            run.replicas.append(Replica(name=name, proc=proc, log_path=log_path))
+            launches.append((name, argv, env, log_path))
+    for path in writes:
+        environment.inside(path, local_root, field)
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+    run = JobRun(replicas=[], started=time.monotonic(), timeout_s=job.timeout_s)
+    for name, argv, env, log_path in launches:
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=run_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent if _PRCTL else None,
+                )
+            except (OSError, ValueError) as exc:  # ValueError: what exec cannot pass (spec.py refuses it)
+                run.terminate()
+                raise RuntimeError(f"cannot start {name}: {exc}") from exc
+        run.replicas.append(Replica(name=name, proc=proc, log_path=log_path))
     return run
 
 

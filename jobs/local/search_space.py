@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from jobs.local.spec import ParameterSpec, StudyConfig
+from jobs.local.spec import ParameterSpec, StudyConfig, grid_points
 from jobs.validate import format_trial_value
 
 SEED = 0
@@ -65,10 +65,7 @@ def grid(params: tuple[ParameterSpec, ...]) -> dict[str, list[Any]]:
 
 
 def grid_size(params: tuple[ParameterSpec, ...]) -> int:
-    size = 1
-    for values in grid(params).values():
-        size *= len(values)
-    return size
+    return grid_points(params)
 
 
 def suggest(trial: optuna.Trial, params: tuple[ParameterSpec, ...]) -> dict[str, Any]:

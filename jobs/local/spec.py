@@ -7,6 +7,7 @@ naming the field by its dotted body path) for what cannot run on this machine.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,8 @@ class PoolSpec:
     accelerator_type: str = ""
     accelerator_count: int = 0
     tpu_topology: str = ""
+    args_path: str = ""  # the body path of the pool's args and env, for errors
+    env_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,14 @@ class StudyConfig:
     raw_study_spec: dict[str, Any] = field(default_factory=dict)
 
 
+# The most trials one study holds. Vertex AI's tuning jobs run on Vizier, whose quota page documents "Maximum
+# number of trials in a study: 1,000" (AI Platform Vizier: https://cloud.google.com/ai-platform/optimizer/docs/
+# quotas); neither the API reference nor this repo's validation gives another bound for maxTrialCount.
+MAX_TRIALS = 1000
+# The most points a local GRID_SEARCH enumerates: Optuna's GridSampler lists and shuffles every point of the
+# grid up front, so an INTEGER range of 1..10**9 would exhaust memory before the first trial. A local limit.
+MAX_GRID_POINTS = 100_000
+
 _PY_LAUNCHERS = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$")
 
 
@@ -89,13 +100,28 @@ def _int(value: Any, path: str) -> int:
         raise LocalRunError(path, f"{value!r} is not an integer") from None
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _env_pairs(items: list[Any], path: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or "name" not in item:
             raise LocalRunError(join(path, i), f"expected {{name, value}}, got {item!r}")
-        pairs.append((str(item["name"]), str(item.get("value", ""))))
+        name, value = str(item["name"]), str(item.get("value", ""))
+        # What a process environment cannot hold (exec would refuse it with a traceback, mid-launch).
+        if not _ENV_NAME.fullmatch(name):
+            raise LocalRunError(
+                join(path, i, "name"), f"{name!r}; use letters, digits and _, not first a digit"
+            )
+        _no_nul(value, join(path, i, "value"))
+        pairs.append((name, value))
     return tuple(pairs)
+
+
+def _no_nul(value: str, path: str) -> None:
+    if "\0" in value:
+        raise LocalRunError(path, f"{value!r} holds a NUL character, which no command line or env can carry")
 
 
 def _container_argv(pool: job_body.Pool, trainer_image: str) -> tuple[str, ...]:
@@ -164,6 +190,8 @@ def parse_job_spec(spec: Any, path: str, trainer_image: str = "") -> JobSpec:
             argv = _container_argv(pool, trainer_image)
         else:
             raise LocalRunError(pool.path, f"needs {' or '.join(job_body.PROGRAMS)}")
+        for i, arg in enumerate(argv):
+            _no_nul(arg, pool.field(pool.args_field) if i >= len(argv) - len(pool.args) else pool.path)
         env = _env_pairs(pool.env, pool.field(pool.program_field, "env"))
         machine = pool.machine
         accel = str(machine.get("acceleratorType", ""))
@@ -180,15 +208,19 @@ def parse_job_spec(spec: Any, path: str, trainer_image: str = "") -> JobSpec:
                     machine.get("acceleratorCount", 0), pool.field("machineSpec", "acceleratorCount")
                 ),
                 tpu_topology=str(machine.get("tpuTopology", "")),
+                args_path=pool.field(pool.args_field),
+                env_path=pool.field(pool.program_field, "env"),
             )
         )
-    base = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix", "")
+    base_dir = spec.get("baseOutputDirectory") or {}
+    scheduling = spec.get("scheduling") or {}
+    for name, value in (("baseOutputDirectory", base_dir), ("scheduling", scheduling)):
+        if not isinstance(value, dict):
+            raise LocalRunError(join(path, name), f"expected an object, got {value!r}")
     return JobSpec(
         pools=tuple(pools),
-        base_output_uri=str(base),
-        timeout_s=_duration(
-            (spec.get("scheduling") or {}).get("timeout"), join(path, "scheduling", "timeout")
-        ),
+        base_output_uri=str(base_dir.get("outputUriPrefix", "") or ""),
+        timeout_s=_duration(scheduling.get("timeout"), join(path, "scheduling", "timeout")),
         raw=spec,
     )
 
@@ -218,6 +250,8 @@ def _parameter(raw: Any, path: str) -> ParameterSpec:
         raise LocalRunError(path, f"needs exactly one of {', '.join(_KINDS)}")
     key = kinds[0]
     kind, body = _KINDS[key], raw[key] or {}
+    if not isinstance(body, dict):
+        raise LocalRunError(join(path, key), f"expected an object, got {body!r}")
     scale = str(raw.get("scaleType") or "UNIT_LINEAR_SCALE")
     if scale == "SCALE_TYPE_UNSPECIFIED":
         scale = "UNIT_LINEAR_SCALE"
@@ -226,21 +260,36 @@ def _parameter(raw: Any, path: str) -> ParameterSpec:
         conv = float if kind == "DOUBLE" else _int_value
         try:
             low, high = conv(body.get("minValue")), conv(body.get("maxValue"))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise LocalRunError(join(path, key), "minValue and maxValue must be numbers") from None
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise LocalRunError(join(path, key), f"minValue {low} and maxValue {high} must be finite numbers")
         if low > high or (kind == "DOUBLE" and low == high):
             raise LocalRunError(join(path, key), f"minValue {low} must be below maxValue {high}")
         if scale != "UNIT_LINEAR_SCALE" and low <= 0:
             raise LocalRunError(join(path, key, "minValue"), f"{scale} needs minValue > 0, got {low}")
         return ParameterSpec(pid, kind, scale, low, high)
-    values = tuple(body.get("values") or ())
+    raw_values = body.get("values") or ()
+    if not isinstance(raw_values, list | tuple):
+        raise LocalRunError(join(path, key, "values"), f"expected a list, got {raw_values!r}")
+    values = tuple(raw_values)
     if not values:
         raise LocalRunError(join(path, key, "values"), "at least one value is required")
     if kind == "DISCRETE":
-        values = tuple(float(v) for v in values)
+        try:
+            values = tuple(float(v) for v in values)
+        except (TypeError, ValueError):
+            raise LocalRunError(join(path, key, "values"), f"{list(values)} are not all numbers") from None
+        if not all(math.isfinite(v) for v in values):
+            raise LocalRunError(join(path, key, "values"), f"{list(values)} are not all finite numbers")
     else:
         values = tuple(str(v) for v in values)
     return ParameterSpec(pid, kind, scale, values=values)
+
+
+def grid_points(params: tuple[ParameterSpec, ...]) -> int:
+    """How many points GRID_SEARCH visits: every INTEGER in [min, max] times every listed value, counted."""
+    return math.prod(int(p.high) - int(p.low) + 1 if p.kind == "INTEGER" else len(p.values) for p in params)
 
 
 def _int_value(value: Any) -> int:
@@ -256,13 +305,21 @@ def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConf
     if not isinstance(spec, dict):
         raise LocalRunError(study_path, f"required for a {TUNING_JOB}")
     metrics = spec.get("metrics") or []
-    if len(metrics) != 1 or not metrics[0].get("metricId"):
+    if (
+        not isinstance(metrics, list)
+        or len(metrics) != 1
+        or not isinstance(metrics[0], dict)
+        or not metrics[0].get("metricId")
+    ):
         raise LocalRunError(join(study_path, "metrics"), "exactly one metric {metricId, goal} is supported")
     goal = str(metrics[0].get("goal", ""))
     if goal not in GOALS:
         raise LocalRunError(join(study_path, "metrics", 0, "goal"), f"{goal!r}; use {' or '.join(GOALS)}")
     params_path = join(study_path, "parameters")
-    params = tuple(_parameter(p, join(params_path, i)) for i, p in enumerate(spec.get("parameters") or []))
+    raw_params = spec.get("parameters") or []
+    if not isinstance(raw_params, list):
+        raise LocalRunError(params_path, f"expected a list of parameters, got {raw_params!r}")
+    params = tuple(_parameter(p, join(params_path, i)) for i, p in enumerate(raw_params))
     if not params:
         raise LocalRunError(params_path, "at least one parameter is required")
     ids = [p.parameter_id for p in params]
@@ -282,14 +339,24 @@ def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConf
                     "GRID_SEARCH takes INTEGER, DISCRETE or CATEGORICAL parameters, not DOUBLE "
                     f"({p.parameter_id})",
                 )
+        points = grid_points(params)
+        if points > MAX_GRID_POINTS:
+            raise LocalRunError(
+                params_path,
+                f"the grid has {points} points; --local enumerates at most {MAX_GRID_POINTS} (narrow the "
+                "INTEGER ranges or the value lists)",
+            )
     selection = str(spec.get("measurementSelectionType") or "LAST_MEASUREMENT")
     if selection == "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED":
         selection = "LAST_MEASUREMENT"
     max_trials = _int(body.get("maxTrialCount", 0), "maxTrialCount")
     parallel = _int(body.get("parallelTrialCount", 1) or 1, "parallelTrialCount")
     max_failed = _int(body.get("maxFailedTrialCount", 0) or 0, "maxFailedTrialCount")
-    if max_trials < 1:
-        raise LocalRunError("maxTrialCount", f"{max_trials}; use an integer >= 1")
+    if not 1 <= max_trials <= MAX_TRIALS:
+        raise LocalRunError(
+            "maxTrialCount",
+            f"{max_trials}; use 1..{MAX_TRIALS} (the most trials one Vizier study of a tuning job holds)",
+        )
     if not 1 <= parallel <= max_trials:
         raise LocalRunError("parallelTrialCount", f"{parallel}; use 1..maxTrialCount ({max_trials})")
     if max_failed < 0:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import signal
 import time
@@ -26,12 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from jobs.local import environment, launcher, local_job_id, report, search_space, spec
+from jobs.body import TUNING_JOB, join, spec_field
+from jobs.local import capacity, environment, launcher, local_job_id, report, search_space, spec
 from jobs.local.spec import LocalRunError, StudyConfig
 from trainer.contract import HP_METRIC_FILE, JOB_ID, MODEL_DIR, TRIAL_ID
 
 POLL_S = 0.1
 INTERRUPTED = "interrupted"
+BASE_FIELD = join(spec_field(TUNING_JOB), "baseOutputDirectory", "outputUriPrefix")
 
 
 def failure_budget(cfg: StudyConfig) -> int:
@@ -105,8 +106,9 @@ class StudyRunner:
         self.t0 = time.monotonic()
         self.running: dict[int, _Running] = {}
         self.study = self._open_study(resume)
-        cores = os.cpu_count() or 1
-        self.threads = max(1, cores // (cfg.parallel_trials * cfg.trial_job.replica_total))
+        self.threads = capacity.threads_per_replica(
+            self.cfg.parallel_trials * self.cfg.trial_job.replica_total
+        )
 
     # -- storage
     def _open_study(self, resume: bool):
@@ -115,7 +117,11 @@ class StudyRunner:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         db = self.base / "study.db"
         fingerprint = json.dumps(self.cfg.raw_study_spec, sort_keys=True)
-        storage = f"sqlite:///{db}"
+        # Built, not formatted: a '?', '#' or '%' in the folder (legal in gs:// object names) would be read
+        # as the URL's query or an escape, and put the database somewhere else.
+        from sqlalchemy.engine import URL
+
+        storage = URL.create("sqlite", database=str(db)).render_as_string(hide_password=False)
         sampler = search_space.make_sampler(self.cfg)
         direction = "maximize" if self.cfg.goal == "MAXIMIZE" else "minimize"
         if resume:
@@ -131,6 +137,7 @@ class StudyRunner:
             stored = study.user_attrs.get("request")
             if stored:
                 self.cfg = spec.parse_tuning_job(stored, self.trainer_image)
+                capacity.check(self.cfg.trial_job, self.cfg.parallel_trials)
             study.sampler = search_space.make_sampler(self.cfg, resumed_trials=len(study.trials))
             self._requeue_stale(study)
             return study
@@ -195,12 +202,12 @@ class StudyRunner:
         values = search_space.suggest(trial, self.cfg.parameters)
         trial_id = str(trial.number + 1)
         trial_dir = self.base / trial_id
-        metric_file = trial_dir / "hypertune" / "output.metrics"
+        metric_file = environment.metric_file(trial_dir)
         trial.set_user_attr("params", values)
         trial.set_user_attr("trial_id", trial_id)
         run = launcher.start_job(
             self.cfg.trial_job,
-            run_dir=trial_dir / "replica-logs",
+            run_dir=trial_dir / environment.REPLICA_LOGS,
             base_local=self.base,
             local_root=self.local_root,
             repo_root=self.repo_root,
@@ -213,6 +220,7 @@ class StudyRunner:
             extra_args=search_space.trial_args(values),
             threads=self.threads,
             cpu_only=self.cpu_only,
+            field=BASE_FIELD,
         )
         trial.set_user_attr("log", str(run.chief_log))
         self.running[trial.number] = _Running(trial, trial_id, values, run, time.monotonic(), metric_file)
@@ -281,6 +289,11 @@ class StudyRunner:
         previous_int = signal.getsignal(signal.SIGINT)
         try:
             status = self._loop(target)
+        except LocalRunError:
+            # A trial's path found unsafe at launch (a symlink planted during the study): stop the others.
+            self._stop_running("the study stopped on bad input")
+            _install(signal.SIGTERM, previous_term)
+            raise
         except KeyboardInterrupt:
             # A second Ctrl-C must not abandon the clean-up or the results: ignore it until they are written.
             _install(signal.SIGINT, signal.SIG_IGN)

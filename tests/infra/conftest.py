@@ -54,9 +54,27 @@ def synth_dir(synth_result) -> Path:
 
 @pytest.fixture(scope="package")
 def stack_texts(synth_dir, configs) -> dict[str, str]:
+    """The platform stacks (`<env>`, what CI applies) by environment."""
     return {env: (synth_dir / "stacks" / env / "cdk.tf.json").read_text() for env in configs}
 
 
 @pytest.fixture(scope="package")
 def stacks(stack_texts) -> dict[str, dict]:
     return {env: json.loads(text) for env, text in stack_texts.items()}
+
+
+@pytest.fixture(scope="package")
+def bootstrap_texts(synth_dir, configs) -> dict[str, str]:
+    """The bootstrap stacks (`<env>-bootstrap`, what an administrator applies) by environment."""
+    return {env: (synth_dir / "stacks" / f"{env}-bootstrap" / "cdk.tf.json").read_text() for env in configs}
+
+
+@pytest.fixture(scope="package")
+def bootstraps(bootstrap_texts) -> dict[str, dict]:
+    return {env: json.loads(text) for env, text in bootstrap_texts.items()}
+
+
+@pytest.fixture(scope="package")
+def all_stacks(stacks, bootstraps) -> dict[str, dict]:
+    """Every synthesized stack by stack name."""
+    return {**stacks, **{f"{env}-bootstrap": stack for env, stack in bootstraps.items()}}

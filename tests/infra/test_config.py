@@ -104,7 +104,7 @@ _DELETE = object()
         ("project_id", _DELETE, "project_id", "required"),
         ("region", "US-Central1", "region", "us-central1"),
         ("region", "uscentral", "region", "us-central1"),
-        ("surprise", 1, "surprise", "allowed: github, job_submitters"),
+        ("surprise", 1, "surprise", "allowed: github, job_service_accounts, job_submitters"),
         ("github.branch", "main", "github.branch", "deploy_branch"),
         ("github.repository_id", "acme/repo", "github.repository_id", "gh api repos"),
         ("project_number", "12ab", "project_number", "numeric"),
@@ -121,6 +121,20 @@ _DELETE = object()
         # Different members, one construct id: a jsii traceback at synthesis if it got that far.
         ("job_submitters", ["user:a.b@acme.example", "user:a-b@acme.example"], "job_submitters[1]",
          "repeats job_submitters[0]"),
+        ("job_service_accounts", "gpu@acme-ml.iam.gserviceaccount.com", "job_service_accounts", "a list"),
+        ("job_service_accounts", ["serviceAccount:trainer-gpu@acme-ml.iam.gserviceaccount.com"],
+         "job_service_accounts[0]", "a service account email"),
+        ("job_service_accounts", ["gpu@acme-ml.iam.gserviceaccount.com"], "job_service_accounts[0]",
+         "a service account email"),  # the account id is 6-30 characters
+        ("job_service_accounts", ["trainer-gpu@acme.iam.gserviceaccount.com"], "job_service_accounts[0]",
+         "a service account email"),  # ...and so is the project id
+        ("job_service_accounts", ["trainer-gpu@acme-ml.gserviceaccount.com"], "job_service_accounts[0]",
+         "a service account email"),
+        ("job_service_accounts", ["Trainer-gpu@acme-ml.iam.gserviceaccount.com"], "job_service_accounts[0]",
+         "a service account email"),
+        ("job_service_accounts", [42], "job_service_accounts[0]", "a service account email"),
+        ("job_service_accounts", ["trainer-gpu@acme-ml.iam.gserviceaccount.com"] * 2,
+         "job_service_accounts[1]", "repeats job_service_accounts[0]; allowed: each account once"),
     ],
 )
 def test_broken_config_is_one_line_naming_file_and_field(env_dir, field, value, reported, allowed):
@@ -133,6 +147,20 @@ def test_broken_config_is_one_line_naming_file_and_field(env_dir, field, value, 
     assert "\n" not in message
     assert message.startswith(f"{path}: field '{reported}'")
     assert allowed in message
+
+
+def test_job_service_accounts_are_optional_emails(env_dir):
+    doc = _dev_doc()
+    _write(env_dir, doc)
+    assert load_environment("dev").job_service_accounts == ()  # the default
+    accounts = ["trainer-gpu@acme-ml-dev.iam.gserviceaccount.com",
+                "tpu-jobs@shared-ml-42.iam.gserviceaccount.com"]
+    _write(env_dir, {**doc, "job_service_accounts": accounts})
+    cfg = load_environment("dev")
+    assert cfg.job_service_accounts == tuple(accounts)
+    assert hash(cfg)  # still a frozen, hashable config
+    # Neither stack grants them anything: their owner does (infra/README.md).
+    assert cfg.job_service_accounts[0] not in json.dumps(planned_outputs(cfg))
 
 
 def test_invalid_yaml_and_unknown_environment(env_dir):
@@ -159,7 +187,8 @@ def _run_app(env_dir: Path, cwd: Path, **extra_env) -> subprocess.CompletedProce
 BROKEN_CONFIGS = [
     ("project_id", _DELETE, "field 'project_id': missing; this field is required"),
     ("region", "us_central1", "field 'region': got 'us_central1'; allowed: a Google Cloud region such as"),
-    ("regoin", "us-central1", "field 'regoin': unknown key; allowed: github, job_submitters"),
+    ("regoin", "us-central1",
+     "field 'regoin': unknown key; allowed: github, job_service_accounts, job_submitters"),
 ]
 
 
@@ -200,13 +229,21 @@ def test_cdktn_synth_reports_the_one_line_and_fails(env_dir, tmp_path):
 
 
 def test_stack_selection(monkeypatch):
-    from infra.main import selected_environments
+    from infra.main import selected_environments, selected_stacks
 
     monkeypatch.setenv("INFRA_STACKS", "cmek, standard,cmek")
     assert [cfg.name for cfg in selected_environments()] == ["cmek", "standard"]
+    # An environment selects both of its stacks; `<env>-bootstrap` that stack alone.
+    assert selected_stacks() == ["cmek-bootstrap", "cmek", "standard-bootstrap", "standard"]
     assert [cfg.name for cfg in selected_environments(["minimal", "minimal"])] == ["minimal"]
+    assert selected_stacks(["minimal-bootstrap"]) == ["minimal-bootstrap"]
+    assert [cfg.name for cfg in selected_environments(["minimal-bootstrap", "minimal"])] == ["minimal"]
+    assert selected_stacks(["minimal-bootstrap", "minimal"]) == ["minimal-bootstrap", "minimal"]
+    with pytest.raises(ConfigError, match="unknown environment 'nope'"):
+        selected_environments(["nope-bootstrap"])
     monkeypatch.delenv("INFRA_STACKS")
     assert [cfg.name for cfg in selected_environments()] == list(SCENARIOS)
+    assert len(selected_stacks()) == 2 * len(SCENARIOS)
 
 
 def test_pure_modules_do_not_import_the_cdk():

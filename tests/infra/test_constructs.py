@@ -10,8 +10,9 @@ import pytest
 from infra import cdk
 from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
+from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
 from infra.constructs.buckets import BucketProps, TrainingBucket
-from infra.constructs.ci_identity import PROJECT_IAM_ADMIN, GithubCiIdentity, GithubCiIdentityProps
+from infra.constructs.ci_identity import GithubCiIdentity, GithubCiIdentityProps
 from infra.constructs.cmek import CmekKey, CmekKeyProps
 from infra.constructs.image_builder import ImageBuilder
 from infra.constructs.job_submitters import JobSubmitters, JobSubmittersProps
@@ -46,14 +47,14 @@ VALID = {
     GithubCiIdentity: GithubCiIdentityProps(
         project=PROJECT, pool_id="acme-github", provider_id="github-actions", repository="acme/repo",
         repository_id=42, deploy_branch="main", deployer_account_id="acme-deployer",
-        project_roles=("roles/storage.admin",),
-        grantable_project_roles=("roles/storage.admin", "roles/aiplatform.user", "roles/storage.admin")),
+        project_roles=("roles/storage.admin",)),
     CmekKey: CmekKeyProps(kms_key=KEY, grants=(Grant(
         "agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter", "serviceAccount:a@b.iam.example.com"),)),
     JobSubmitters: JobSubmittersProps(project=PROJECT, members=(("ml", GROUP),)),
     ProjectServices: ProjectServicesProps(project=PROJECT, services=("storage.googleapis.com",)),
     ServiceAgents: ServiceAgentsProps(project=PROJECT, project_number="123456789012",
                                       with_storage_agent=True),
+    DataAccessLogs: DataAccessLogsProps(project=PROJECT, service="storage.googleapis.com"),
 }
 VALID[ImageBuilder] = VALID[RuntimeIdentity]
 
@@ -148,10 +149,11 @@ BAD_PROPS = [
     (GithubCiIdentity, {"deploy_branch": "main' || true"}, "deploy_branch", "branch name"),
     (GithubCiIdentity, {"deployer_account_id": "ci"}, "deployer_account_id", "6-30 lowercase"),
     (GithubCiIdentity, {"project_roles": ("owner",)}, "project_roles[0]", "roles/"),
-    (GithubCiIdentity, {"project_roles": (PROJECT_IAM_ADMIN,)}, "project_roles", "self-escalation"),
-    (GithubCiIdentity, {"grantable_project_roles": ("roles/aiplatform.user", PROJECT_IAM_ADMIN)},
-     "grantable_project_roles", "must not be grantable by the deployer"),
-    (GithubCiIdentity, {"grantable_project_roles": ("",)}, "grantable_project_roles[0]", "roles/"),
+    (GithubCiIdentity, {"project_roles": ("roles/resourcemanager.projectIamAdmin",)}, "project_roles[0]",
+     "cannot change identities or IAM"),
+    (GithubCiIdentity, {"project_roles": ("roles/storage.admin", "roles/iam.workloadIdentityPoolAdmin")},
+     "project_roles[1]", "must not control its own trust"),
+    (GithubCiIdentity, {"project_roles": ("roles/storage.admin",) * 2}, "project_roles[1]", "each role once"),
     (CmekKey, {"<id>": ""}, "<id>", "non-empty construct id"),
     (CmekKey, {"kms_key": ""}, "kms_key", "projects/P/locations/L"),
     (CmekKey, {"kms_key": "projects/acme-sec/locations/us-central1/keyRings/ring"}, "kms_key",
@@ -177,6 +179,14 @@ BAD_PROPS = [
     (ServiceAgents, {"project_number": "12ab"}, "project_number", "project's number"),
     (ServiceAgents, {"project_number": 123456789012}, "project_number", "as a string"),
     (ServiceAgents, {"with_storage_agent": "yes"}, "with_storage_agent", "True or False"),
+    (DataAccessLogs, {"<id>": ""}, "<id>", "non-empty construct id"),
+    (DataAccessLogs, {"project": ""}, "project", "6-30 lowercase"),
+    (DataAccessLogs, {"service": "storage"}, "service", "storage.googleapis.com"),
+    (DataAccessLogs, {"log_types": ()}, "log_types", "a non-empty tuple"),
+    (DataAccessLogs, {"log_types": ["DATA_READ"]}, "log_types", "a non-empty tuple"),
+    (DataAccessLogs, {"log_types": ("DATA_READ", "READ")}, "log_types[1]",
+     "ADMIN_READ, DATA_READ, DATA_WRITE"),
+    (DataAccessLogs, {"log_types": ("DATA_READ", "DATA_READ")}, "log_types[1]", "each log type once"),
 ]
 
 

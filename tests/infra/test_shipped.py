@@ -18,8 +18,7 @@ import yaml
 from infra.config import ENVIRONMENTS_DIR, ENVIRONMENTS_DIR_VAR, list_environments, load_environment
 from infra.naming import BUCKET_ROLES, resource_names
 from infra.outputs import OUTPUT_KEYS, planned_outputs
-from infra.policy import collect_skips, write_checkov_config
-from tests.infra.helpers import findings, run_checkov
+from infra.policy import collect_skips, scan, write_checkov_config
 
 SHIPPED = sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))
 
@@ -55,16 +54,18 @@ def _load_and_synth(env_dir: Path, outdir: Path) -> tuple[dict, dict]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENVIRONMENTS_DIR_VAR, str(env_dir))
         configs = {env: load_environment(env) for env in list_environments()}
-    app, _ = build_app(list(configs.values()), outdir)
+    app, built = build_app(list(configs.values()), outdir)
     app.synth()
-    stacks = {env: json.loads((outdir / "stacks" / env / "cdk.tf.json").read_text()) for env in configs}
+    # Both stacks of each environment: `<env>` and `<env>-bootstrap`.
+    stacks = {name: json.loads((outdir / "stacks" / name / "cdk.tf.json").read_text()) for name in built}
     return configs, stacks
 
 
 @pytest.fixture(scope="module")
 def shipped_and_rewritten(tmp_path_factory):
     """Copies of the shipped files as they are and rewritten, both synthesized and scanned by one checkov run
-    (its start-up is most of its time) from one directory: stacks/<as-is|rewritten>-<env>/cdk.tf.json."""
+    (its start-up is most of its time) from one directory, stacks/<as-is|rewritten>-<stack>/cdk.tf.json, each
+    stack judged by its own skips (infra.policy.scan)."""
     as_is, other = tmp_path_factory.mktemp("shipped"), tmp_path_factory.mktemp("rewritten")
     for index, env in enumerate(SHIPPED):
         shutil.copy(ENVIRONMENTS_DIR / f"{env}.yaml", as_is / f"{env}.yaml")
@@ -78,16 +79,19 @@ def shipped_and_rewritten(tmp_path_factory):
             (scanned / "stacks" / f"{name}-{env}").mkdir(parents=True)
             (scanned / "stacks" / f"{name}-{env}" / "cdk.tf.json").write_text(json.dumps(stack, indent=2))
     write_checkov_config(scanned)
-    return results, run_checkov(scanned)
+    return results, scan(scanned, separately=False)
 
 
 def test_the_shipped_environments_load_and_synthesize(shipped_and_rewritten):
     assert SHIPPED, f"no environment in {ENVIRONMENTS_DIR}"
     configs, stacks = shipped_and_rewritten[0]["as-is"]
     assert sorted(configs) == SHIPPED
-    for env, stack in stacks.items():
+    assert sorted(stacks) == sorted([*SHIPPED, *(f"{env}-bootstrap" for env in SHIPPED)])
+    for env in configs:
+        stack = stacks[env]
         assert set(stack["output"]) == set(OUTPUT_KEYS)
         assert stack["output"]["project"]["value"] == planned_outputs(configs[env])["project"]
+        assert stacks[f"{env}-bootstrap"]["output"]["project"]["value"] == configs[env].project_id
 
 
 def test_rewritten_copies_load_and_synthesize_with_their_own_values(shipped_and_rewritten):
@@ -97,8 +101,13 @@ def test_rewritten_copies_load_and_synthesize_with_their_own_values(shipped_and_
         # What was loaded is the rewritten copy, and the stack is built from it.
         assert (cfg.project_id, cfg.name_prefix, cfg.github.repository_id) == (
             f"rw-{env}-project", f"rw{env}", 4242 + index)
+        for name in (f"{env}-bootstrap", env):
+            bootstrap = stacks[name]
+            assert bootstrap["terraform"]["backend"]["gcs"]["bucket"] == f"rw{env}-state"
+            assert bootstrap["provider"]["google"][0]["project"] == cfg.project_id
+            assert {body["project"] for items in bootstrap["resource"].values() for body in items.values()
+                    if "project" in body} == {cfg.project_id}
         stack = stacks[env]
-        assert stack["terraform"]["backend"]["gcs"]["bucket"] == f"rw{env}-state"
         assert stack["provider"]["google"][0]["project"] == cfg.project_id
         assert stack["provider"]["google"][0]["region"] == cfg.region
         projects = {body["project"] for items in stack["resource"].values() for body in items.values()
@@ -106,16 +115,22 @@ def test_rewritten_copies_load_and_synthesize_with_their_own_values(shipped_and_
         assert projects == {cfg.project_id}
         buckets = {b["name"] for b in stack["resource"]["google_storage_bucket"].values()}
         assert buckets == {resource_names(cfg).bucket(role) for role in BUCKET_ROLES}
-        assert {k: v["value"] for k, v in stack["output"].items() if "${" not in v["value"]} == {
-            k: v for k, v in planned_outputs(cfg).items() if k in ("project", "project_number", "region")}
+        # The config literals and the bootstrap stack's names (accounts, provider), as planned from this copy.
+        literal = {k: v["value"] for k, v in stack["output"].items() if "${" not in v["value"]}
+        assert literal == {k: v for k, v in planned_outputs(cfg).items() if k in (
+            "project", "project_number", "region", "runtime_service_account", "builder_service_account",
+            "deployer_service_account", "workload_identity_provider")}
 
 
 def test_shipped_and_rewritten_stacks_pass_the_policy_scan(shipped_and_rewritten):
-    results, report = shipped_and_rewritten
-    assert report["summary"]["failed"] == 0, report["results"]["failed_checks"]
-    # Every stack was scanned: each one's written skips come back as skipped, and nothing else does.
-    expected = {(f"{name}-{env}", logical_id, entry["id"])
-                for name, (_, stacks) in results.items() for env, stack in stacks.items()
-                for (_, logical_id), entries in collect_skips(stack).items() for entry in entries}
-    assert {stack for stack, _, _ in expected} == {f"{n}-{e}" for n in results for e in SHIPPED}
-    assert findings(report["results"]["skipped_checks"]) == expected
+    results, figures = shipped_and_rewritten
+    # Every stack was scanned, bootstrap stacks included: each one's written skips come back as skipped, and
+    # nothing else does.
+    assert set(figures) == {f"{n}-{name}" for n, (_, stacks) in results.items() for name in stacks}
+    for n, (_, stacks) in results.items():
+        for name, stack in stacks.items():
+            result = figures[f"{n}-{name}"]
+            assert result.ok and result.passed > 0, result.line()
+            assert set(result.skipped) == {(logical_id, entry["id"])
+                                           for (_, logical_id), entries in collect_skips(stack).items()
+                                           for entry in entries}

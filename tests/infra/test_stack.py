@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 
 from infra import cdk
-from infra.constructs import BUILDS_EDITOR
-from infra.constructs.ci_identity import (
-    DEPLOYER_PROJECT_ROLES,
-    PROJECT_IAM_ADMIN,
-    GithubCiIdentity,
-    GithubCiIdentityProps,
-)
-from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES
+from infra.bootstrap import BOOTSTRAP_SERVICES
+from infra.constructs.runtime_identity import RUNTIME_PROJECT_ROLES
 from infra.naming import BUCKET_ROLES, resource_names
-from infra.outputs import OUTPUT_KEYS, PENDING_DEPLOY, is_pending, planned_outputs, resolve_outputs
+from infra.outputs import (
+    BOOTSTRAP_OUTPUT_KEYS,
+    OUTPUT_KEYS,
+    PENDING_DEPLOY,
+    is_pending,
+    planned_outputs,
+    resolve_outputs,
+)
 from infra.stack import SERVICES
 from tests.infra.helpers import BASIC, CMEK, SCENARIOS
 
@@ -107,10 +108,10 @@ def test_buckets_have_the_required_properties(stack_texts, configs, role):
     })
 
 
-def test_testing_api_sees_wif_and_registry(stack_texts, configs):
+def test_testing_api_sees_wif_and_registry(stack_texts, bootstrap_texts, configs):
     cfg = configs[CMEK]
     assert cdk.Testing.to_have_resource_with_properties(
-        stack_texts[CMEK], "google_iam_workload_identity_pool_provider",
+        bootstrap_texts[CMEK], "google_iam_workload_identity_pool_provider",
         {"oidc": {"issuer_uri": "https://token.actions.githubusercontent.com"}})
     assert cdk.Testing.to_have_resource_with_properties(
         stack_texts[CMEK], "google_artifact_registry_repository",
@@ -154,8 +155,8 @@ def test_tensorboard_log_bucket_is_in_the_tensorboards_region(stacks):
         assert bucket_by_role(stack, "tensorboard-logs")["location"].lower() == tensorboard["region"]
 
 
-# --- identity
-# ------------------------------------------------------------------------------------------------
+# --- identity and IAM across the two stacks (the bootstrap stack's own tests: test_bootstrap.py)
+# ----------------------------------------------------------------------------------------------
 
 
 def iam_members(stack: dict):
@@ -164,12 +165,12 @@ def iam_members(stack: dict):
             yield rtype, name, body
 
 
-def test_no_keys_no_force_destroy_no_authoritative_iam_no_beta_no_random(stacks):
-    for env, stack in stacks.items():
+def test_no_keys_no_force_destroy_no_authoritative_iam_no_beta_no_random(all_stacks):
+    for name, stack in all_stacks.items():
         types = set(stack["resource"])
         assert "google_service_account_key" not in types
-        assert not [t for t in types if t.endswith(("_iam_binding", "_iam_policy"))], env
-        assert not [t for t in types if t.startswith("random_")], env
+        assert not [t for t in types if t.endswith(("_iam_binding", "_iam_policy"))], name
+        assert not [t for t in types if t.startswith("random_")], name
         assert set(stack["provider"]) == {"google"}
         assert set(stack["terraform"]["required_providers"]) == {"google"}
         assert not [p for p, k, v in walk(stack["resource"]) if k == "force_destroy" and v is not False]
@@ -178,95 +179,123 @@ def test_no_keys_no_force_destroy_no_authoritative_iam_no_beta_no_random(stacks)
         assert "-compute@developer.gserviceaccount.com" not in json.dumps(stack)
 
 
-def test_no_basic_roles_and_no_project_level_impersonation(stacks):
-    for env, stack in stacks.items():
+def test_no_basic_roles_and_no_project_level_impersonation(all_stacks):
+    for name, stack in all_stacks.items():
         roles = [(rtype, body["role"]) for rtype, _, body in iam_members(stack)]
-        assert roles, env
-        assert not [r for r in roles if r[1] in BASIC_ROLES], env
+        assert roles, name
+        assert not [r for r in roles if r[1] in BASIC_ROLES], name
         project_roles = {role for rtype, role in roles if rtype == "google_project_iam_member"}
-        assert not project_roles & IMPERSONATION_ROLES, env
+        assert not project_roles & IMPERSONATION_ROLES, name
 
 
-def account_grants(stack: dict) -> dict[str, set[tuple[str, str]]]:
-    """account id -> {(role, member)} granted on that service account."""
-    found = {}
-    for grant in resources(stack, "google_service_account_iam_member").values():
-        rtype, account, attr = ref_target(stack, grant["service_account_id"])
-        assert (rtype, attr) == ("google_service_account", "name")
-        found.setdefault(account["account_id"], set()).add((grant["role"], grant["member"]))
-    return found
+def own_account(cfg, account_id: str) -> str:
+    """The literal member the platform stack names a bootstrap account by."""
+    return f"serviceAccount:{account_id}@{cfg.project_id}.iam.gserviceaccount.com"
 
 
-def test_service_account_user_only_for_submitters_and_ci_on_the_runtime_and_builder_accounts(stacks, configs):
+def test_platform_stack_creates_no_identity_and_no_project_iam(stacks):
+    """What CI applies cannot change who anyone is or what they hold on the project."""
+    for env, stack in stacks.items():
+        types = set(stack["resource"])
+        assert types & {
+            "google_service_account", "google_service_account_iam_member", "google_project_iam_member",
+            "google_project_iam_audit_config", "google_iam_workload_identity_pool",
+            "google_iam_workload_identity_pool_provider", "google_project_iam_custom_role"} == set(), env
+        assert {t for t in types if "iam" in t} <= {
+            "google_storage_bucket_iam_member", "google_artifact_registry_repository_iam_member",
+            "google_kms_crypto_key_iam_member"}, env
+        assert not [b for t in types if "iam" in t for b in stack["resource"][t].values() if "condition" in b]
+
+
+def platform_member_ok(cfg, member: str) -> bool:
+    """The rule, spelled independently of infra.naming: the project's own accounts, its service agents on
+    Google's agent domains, or a configured job submitter."""
+    agent_domains = ("gcp-sa-aiplatform", "cloud-tpu", "gcp-sa-tpu", "gcp-sa-artifactregistry",
+                     "gs-project-accounts")
+    own = re.fullmatch(rf"serviceAccount:[a-z][a-z0-9-]+@{cfg.project_id}\.iam\.gserviceaccount\.com",
+                       member)
+    agent = re.fullmatch(
+        rf"serviceAccount:service-{cfg.project_number}@(?P<d>[a-z-]+)\.iam\.gserviceaccount\.com", member)
+    return bool(own) or bool(agent and agent["d"] in agent_domains) or member in cfg.job_submitters
+
+
+def test_every_member_the_platform_stack_names_is_allowed(stacks, configs):
+    """A walk over every IAM resource of the synthesized platform JSON (whatever its type): each member is a
+    literal (no reference a plan could fill with anyone) that `platform_member_ok` accepts."""
     for env, stack in stacks.items():
         cfg = configs[env]
-        names = resource_names(cfg)
-        deployer = account_member(stack, names.deployer_account_id)
-        grants = account_grants(stack)
-        users = {account: {m for role, m in found if role == "roles/iam.serviceAccountUser"}
-                 for account, found in grants.items()}
-        # Submitters and CI run jobs (runtime) and image builds (builder) as these accounts, and as nothing
-        # else.
-        assert {a for a, members in users.items() if members} == {
-            names.runtime_account_id, names.builder_account_id}, env
-        for account in (names.runtime_account_id, names.builder_account_id):
-            assert grants[account] == {
-                *(("roles/iam.serviceAccountUser", m) for m in (*cfg.job_submitters, deployer)),
-                ("roles/iam.serviceAccountAdmin", deployer),
-            }, (env, account)
+        members = [body.get("member") or body.get("members") for rtype, _, body in all_resources(stack)
+                   if "iam" in rtype]
+        assert len(members) > 10, env
+        assert all(isinstance(m, str) and "${" not in m for m in members), env
+        refused = [m for m in members if not platform_member_ok(cfg, m)]
+        assert refused == [], env
+        # Not vacuous: the rule refuses outsiders, lookalike agents and other projects' accounts.
+        for outsider in ("user:someone@gmail.com", "allUsers", "group:attackers@example.com",
+                         f"serviceAccount:x-runtime@other-{cfg.project_id}.iam.gserviceaccount.com",
+                         f"serviceAccount:service-{cfg.project_number}@evil-project.iam.gserviceaccount.com"):
+            assert not platform_member_ok(cfg, outsider)
 
 
-def test_image_builder_holds_exactly_log_writing_staging_reads_and_pushes_to_this_repository(stacks, configs):
-    for env, stack in stacks.items():
-        cfg = configs[env]
-        names = resource_names(cfg)
-        builder = account_member(stack, names.builder_account_id)
-        (repo_name, repo), = resources(stack, "google_artifact_registry_repository").items()
-        found = set()
-        for rtype, _, body in iam_members(stack):
-            if body["member"] != builder:
-                continue
-            if rtype == "google_storage_bucket_iam_member":
-                target = ref_target(stack, body["bucket"])[1]["labels"]["bucket-role"]
-            elif rtype == "google_artifact_registry_repository_iam_member":
-                assert body["repository"] == f"${{google_artifact_registry_repository.{repo_name}.name}}"
-                assert (body["project"], body["location"]) == (repo["project"], repo["location"])
-                target = repo["repository_id"]
-            elif rtype == "google_project_iam_member":
-                assert "condition" not in body
-                target = body["project"]
-            else:
-                target = rtype  # any other kind of grant is unexpected
-            found.add((rtype, body["role"], target))
-        assert found == {
-            ("google_project_iam_member", "roles/logging.logWriter", cfg.project_id),
-            ("google_storage_bucket_iam_member", "roles/storage.objectViewer", "staging"),
-            ("google_artifact_registry_repository_iam_member", "roles/artifactregistry.writer",
-             names.registry_id),
-        }, env
-        # ...and the account is referred to nowhere else: no other grant, condition or resource names it.
-        email_ref = builder.removeprefix("serviceAccount:")
-        assert json.dumps(stack["resource"]).count(email_ref) == len(found)
-        assert stack["output"]["builder_service_account"]["value"] == email_ref
+def test_platform_stack_refuses_a_grant_to_an_outside_member(tmp_path, configs):
+    """The stack-level check itself: a platform stack with one more grant, to a principal outside the project,
+    or with a project-level grant, does not synthesize."""
+    from infra.google import ProjectIamMember, StorageBucketIamMember
+    from infra.naming import platform_member_allowed
+    from infra.stack import PlatformMemberError, PlatformStack, check_platform_members
+
+    cfg = configs[BASIC]
+    stack = PlatformStack(cdk.App(outdir=str(tmp_path)), cfg)
+    assert check_platform_members(stack, cfg) == sum(1 for _ in iam_members(
+        json.loads(cdk.Testing.synth(stack))))
+    for member in ("user:outsider@gmail.com",
+                   f"serviceAccount:service-{cfg.project_number}@evil-proj.iam.gserviceaccount.com",
+                   "serviceAccount:runtime@another-project.iam.gserviceaccount.com"):
+        assert not platform_member_allowed(cfg, member)
+    rogue = StorageBucketIamMember(stack, "rogue", bucket=stack.buckets["data"].bucket.name,
+                                   role="roles/storage.admin", member="user:outsider@gmail.com")
+    with pytest.raises(PlatformMemberError, match=r"member 'user:outsider@gmail.com' is not allowed"):
+        check_platform_members(stack, cfg)
+    rogue.node.scope.node.try_remove_child("rogue")
+    ProjectIamMember(stack, "rogue-project", project=cfg.project_id, role="roles/storage.admin",
+                     member=own_account(cfg, resource_names(cfg).runtime_account_id))
+    with pytest.raises(PlatformMemberError, match="google_project_iam_member is not allowed here"):
+        check_platform_members(stack, cfg)
 
 
-@pytest.mark.parametrize("env", SCENARIOS)
-def test_runtime_account_object_access_is_per_bucket(stacks, env):
-    stack = stacks[env]
-    # Writers also read the bucket's metadata: TensorFlow's makedirs checks the bucket root (BucketExists).
+def test_runtime_and_builder_hold_the_documented_access_across_both_stacks(stacks, bootstraps, configs):
+    """Each account's grants: project roles in the bootstrap stack, resource roles in the platform stack."""
     writer = {"roles/storage.objectUser", "roles/storage.legacyBucketReader"}
-    expected = {"data": {"roles/storage.objectViewer"}, "staging": {"roles/storage.objectViewer"},
-                "models": writer, "tensorboard-logs": writer}
-    found = {}
-    for grant in resources(stack, "google_storage_bucket_iam_member").values():
-        if "google_service_account.runtime_account" in grant["member"]:
-            _, bucket, _ = ref_target(stack, grant["bucket"])
-            found.setdefault(bucket["labels"]["bucket-role"], set()).add(grant["role"])
-    assert found == expected
-    project = {b["role"] for b in resources(stack, "google_project_iam_member").values()
-               if "google_service_account.runtime_account" in b["member"]}
-    assert project == {"roles/aiplatform.user", "roles/logging.logWriter", "roles/monitoring.metricWriter"}
-    assert not [p for p in project if "storage" in p]
+    for env, stack in stacks.items():
+        cfg = configs[env]
+        names = resource_names(cfg)
+        for account_id, project_roles, buckets, registry in (
+            (names.runtime_account_id, set(RUNTIME_PROJECT_ROLES),
+             {"data": {"roles/storage.objectViewer"}, "staging": {"roles/storage.objectViewer"},
+              "models": writer, "tensorboard-logs": writer}, {"roles/artifactregistry.reader"}),
+            (names.builder_account_id, {"roles/logging.logWriter"},
+             {"staging": {"roles/storage.objectViewer"}}, {"roles/artifactregistry.writer"}),
+        ):
+            member = own_account(cfg, account_id)
+            found = {}
+            for grant in resources(stack, "google_storage_bucket_iam_member").values():
+                if grant["member"] == member:
+                    role = ref_target(stack, grant["bucket"])[1]["labels"]["bucket-role"]
+                    found.setdefault(role, set()).add(grant["role"])
+            assert found == buckets, (env, account_id)
+            registry_grants = resources(stack, "google_artifact_registry_repository_iam_member").values()
+            assert {g["role"] for g in registry_grants if g["member"] == member} == registry
+            assert {g["role"] for g in resources(stack, "google_kms_crypto_key_iam_member").values()
+                    if g["member"] == member} == set()
+            boot = bootstraps[env]
+            ref = account_member(boot, account_id)
+            assert {b["role"] for b in resources(boot, "google_project_iam_member").values()
+                    if b["member"] == ref} == project_roles
+            assert not [p for p in project_roles if "storage" in p]
+        # ...and the builder is named nowhere else in the platform stack.
+        builder = own_account(cfg, names.builder_account_id).removeprefix("serviceAccount:")
+        assert json.dumps(stack["resource"]).count(builder) == 2
+        assert stack["output"]["builder_service_account"]["value"] == builder
 
 
 def test_service_agents_built_from_project_number_get_bucket_access(stacks, configs):
@@ -287,47 +316,6 @@ def test_service_agents_built_from_project_number_get_bucket_access(stacks, conf
                                    "tensorboard-logs": writer}
 
 
-def test_github_oidc_pins_repository_id_and_branch(stacks, configs):
-    for env, stack in stacks.items():
-        gh = configs[env].github
-        (provider,) = resources(stack, "google_iam_workload_identity_pool_provider").values()
-        condition = provider["attribute_condition"]
-        assert f"assertion.repository_id == '{gh.repository_id}'" in condition
-        assert f"assertion.ref == 'refs/heads/{gh.deploy_branch}'" in condition
-        assert provider["attribute_mapping"]["attribute.repository_id"] == "assertion.repository_id"
-        (binding,) = [b for b in resources(stack, "google_service_account_iam_member").values()
-                      if b["role"] == "roles/iam.workloadIdentityUser"]
-        assert binding["member"].startswith("principalSet://iam.googleapis.com/${google_iam_workload_identity_pool.")
-        assert binding["member"].endswith(f"/attribute.repository_id/{gh.repository_id}")
-
-
-def test_deployer_has_exactly_the_documented_roles(stacks):
-    for stack in stacks.values():
-        roles = {}
-        for body in resources(stack, "google_project_iam_member").values():
-            if "google_service_account.ci_deployer" in body["member"]:
-                roles[body["role"]] = body.get("condition")
-        assert set(roles) == set(DEPLOYER_PROJECT_ROLES) | {PROJECT_IAM_ADMIN}
-        assert BUILDS_EDITOR in roles  # the deploy workflow builds the trainer image after the apply
-        assert "modifiedGrantsByRole" in roles[PROJECT_IAM_ADMIN]["expression"]
-        granted = {b["role"] for b in resources(stack, "google_project_iam_member").values()}
-        expression = roles[PROJECT_IAM_ADMIN]["expression"]
-        # The deployer may (re)grant every project role the stack manages except projectIamAdmin itself, which
-        # would let it grant itself the role without the condition and then any role at all.
-        assert {role for role in granted if f"'{role}'" in expression} == granted - {PROJECT_IAM_ADMIN}
-        assert "projectIamAdmin" not in expression
-
-
-def test_deployer_is_never_allowed_to_grant_project_iam_admin(tmp_path):
-    stack = cdk.TerraformStack(cdk.App(outdir=str(tmp_path)), "escalation")
-    props = GithubCiIdentityProps(
-        project="acme-ml-dev", pool_id="pool", provider_id="github", repository="acme/repo", repository_id=1,
-        deploy_branch="main", deployer_account_id="acme-deployer", project_roles=(),
-        grantable_project_roles=("roles/aiplatform.user", PROJECT_IAM_ADMIN))
-    with pytest.raises(ValueError, match="must not be grantable by the deployer"):
-        GithubCiIdentity(stack, "ci", props)
-
-
 def test_registry_cleanup_and_grants(stacks, configs):
     for env, stack in stacks.items():
         cfg = configs[env]
@@ -338,9 +326,10 @@ def test_registry_cleanup_and_grants(stacks, configs):
         assert policies["delete-old-untagged"]["condition"] == {
             "tag_state": "UNTAGGED", "older_than": f"{cfg.registry_untagged_retention_days * 86400}s"}
         grants = {}
+        own = re.compile(rf"serviceAccount:([a-z0-9-]+)@{cfg.project_id}\.iam\.gserviceaccount\.com")
         for body in resources(stack, "google_artifact_registry_repository_iam_member").values():
-            match = REF.search(body["member"])
-            who = ref_target(stack, match[0])[1]["account_id"] if match else body["member"]
+            match = own.fullmatch(body["member"])
+            who = match[1] if match else body["member"]
             grants.setdefault(who, set()).add(body["role"])
         names = resource_names(cfg)
         vertex = f"serviceAccount:service-{cfg.project_number}@gcp-sa-aiplatform.iam.gserviceaccount.com"
@@ -355,28 +344,20 @@ def test_registry_cleanup_and_grants(stacks, configs):
         }, env
 
 
-def test_job_submitters_project_roles(stacks, configs):
-    for env, stack in stacks.items():
-        for member in configs[env].job_submitters:
-            roles = {b["role"] for b in resources(stack, "google_project_iam_member").values()
-                     if b["member"] == member}
-            assert roles == set(SUBMITTER_PROJECT_ROLES) == {
-                "roles/aiplatform.user",
-                BUILDS_EDITOR,
-                "roles/logging.viewer",
-            }, env
-
-
-def test_services_and_backend(stacks, configs):
-    for env, stack in stacks.items():
-        cfg = configs[env]
-        services = {b["service"]: b for b in resources(stack, "google_project_service").values()}
-        expected = set(SERVICES) | ({"cloudkms.googleapis.com"} if cfg.cmek else set())
-        assert set(services) == expected
-        assert "cloudbuild.googleapis.com" in services
-        assert all(b["disable_on_destroy"] is False for b in services.values())
-        backend = stack["terraform"]["backend"]
-        assert backend == {"gcs": {"bucket": cfg.state_bucket, "prefix": f"infra/{env}"}}
+def test_services_and_backend(all_stacks, configs):
+    for env, cfg in configs.items():
+        for name, expected, state in (
+            (env, set(SERVICES) | ({"cloudkms.googleapis.com"} if cfg.cmek else set()), f"infra/{env}"),
+            (f"{env}-bootstrap", set(BOOTSTRAP_SERVICES), f"infra/{env}-bootstrap"),
+        ):
+            stack = all_stacks[name]
+            services = {b["service"]: b for b in resources(stack, "google_project_service").values()}
+            assert set(services) == expected, name
+            assert all(b["disable_on_destroy"] is False for b in services.values())
+            # Each stack its own state: CI's apply never holds the bootstrap stack's state lock or plan.
+            assert stack["terraform"]["backend"] == {"gcs": {"bucket": cfg.state_bucket, "prefix": state}}
+        assert "cloudbuild.googleapis.com" in SERVICES
+        assert not set(SERVICES) & set(BOOTSTRAP_SERVICES)  # one stack manages each API
 
 
 @pytest.mark.parametrize("plain", [env for env in SCENARIOS if env != CMEK])
@@ -386,9 +367,15 @@ def test_cmek_is_a_config_option(stacks, configs, plain):
     key = configs[CMEK].kms_key
     (tb,) = resources(cmek, "google_vertex_ai_tensorboard").values()
     assert tb["encryption_spec"] == {"kms_key_name": key}
-    agents = {b["member"] for b in resources(cmek, "google_kms_crypto_key_iam_member").values()}
-    assert len(agents) == 3 and all(b["crypto_key_id"] == key
-                                    for b in resources(cmek, "google_kms_crypto_key_iam_member").values())
+    grants = resources(cmek, "google_kms_crypto_key_iam_member").values()
+    number = configs[CMEK].project_number
+    assert {b["member"] for b in grants} == {f"serviceAccount:service-{number}@{domain}" for domain in (
+        "gs-project-accounts.iam.gserviceaccount.com", "gcp-sa-artifactregistry.iam.gserviceaccount.com",
+        "gcp-sa-aiplatform.iam.gserviceaccount.com")}
+    assert all(b["crypto_key_id"] == key for b in grants)
+    # The Storage agent is named by its literal email, after the lookup that makes it exist.
+    (lookup,) = cmek["data"]["google_storage_project_service_account"]
+    assert all(f"data.google_storage_project_service_account.{lookup}" in b["depends_on"] for b in grants)
     assert "kms" not in json.dumps(without_comments(dev["resource"])).replace("cloudkms", "")
     # ...and a stack without a key says why its CMEK checks are skipped, in the synthesized JSON itself.
     skips = {s["id"]: s["comment"] for _, _, body in all_resources(dev)
@@ -400,10 +387,9 @@ def test_cmek_is_a_config_option(stacks, configs, plain):
 # -----------------------------------------------------------
 
 
-def simulate_apply(stack: dict, tensorboard_id: str) -> dict[str, str]:
+def simulate_apply(stack: dict, tensorboard_id: str, project_number: str) -> dict[str, str]:
     """Evaluate the stack's output expressions the way Terraform would after an apply, using the synthesized
     resource arguments and Google's documented rules for computed attributes."""
-    project_number = stack["output"]["project_number"]["value"]
 
     def attribute(rtype: str, body: dict, attr: str) -> str:
         if (rtype, attr) == ("google_storage_bucket", "name"):
@@ -429,10 +415,12 @@ def simulate_apply(stack: dict, tensorboard_id: str) -> dict[str, str]:
     return {key: evaluate(body["value"]) for key, body in stack["output"].items()}
 
 
-def test_outputs_are_exactly_the_interface_keys(stacks):
+def test_outputs_are_exactly_the_interface_keys(stacks, bootstraps):
     for stack in stacks.values():
         assert set(stack["output"]) == set(OUTPUT_KEYS)
         assert stack["//"]["outputs"] == {stack["//"]["metadata"]["stackName"]: {k: k for k in OUTPUT_KEYS}}
+    for stack in bootstraps.values():
+        assert set(stack["output"]) == set(BOOTSTRAP_OUTPUT_KEYS)
 
 
 def grants_of_account(stack: dict, email_ref: str) -> set[str]:
@@ -456,70 +444,97 @@ def grants_on(stack: dict, rtype: str, attr: str, target_ref: str) -> set[str]:
     return {f"{rtype}.{n}" for n, b in resources(stack, rtype).items() if b[attr] == ref}
 
 
+def grants_naming(stack: dict, email: str) -> set[str]:
+    return {f"{rtype}.{n}" for rtype, n, b in iam_members(stack) if b["member"] == f"serviceAccount:{email}"}
+
+
+def output_depends(stack: dict) -> dict[str, set[str]]:
+    out = stack["output"]
+    depends = {key: {d.removeprefix("${").removesuffix("}") for d in body.get("depends_on", [])}
+               for key, body in out.items()}
+    assert all(len(body.get("depends_on", [])) == len(depends[key]) for key, body in out.items())
+    return depends
+
+
 @pytest.mark.parametrize("env", SCENARIOS)
 def test_outputs_depend_on_the_grants_that_make_what_they_name_usable(stacks, env):
     """Whoever reads an output (a job, a build, the deploy workflow) gets a thing it can already use:
     Terraform writes the output only after the grants on that thing (expected sets derived from the JSON)."""
     stack = stacks[env]
     out = stack["output"]
-    depends = {key: {d.removeprefix("${").removesuffix("}") for d in body.get("depends_on", [])}
-               for key, body in out.items()}
-    assert all(len(body.get("depends_on", [])) == len(depends[key]) for key, body in out.items())
-    runtime = out["runtime_service_account"]["value"]
-    deployer = out["deployer_service_account"]["value"]
-    (wif_user,) = [b for b in resources(stack, "google_service_account_iam_member").values()
-                   if b["role"] == "roles/iam.workloadIdentityUser"]
+    depends = output_depends(stack)
     registry = grants_on(stack, "google_artifact_registry_repository_iam_member", "repository",
                          out["artifact_registry"]["value"])
     expected = {
-        # Literals from the config: no resource, nothing to wait for.
-        "project": set(), "project_number": set(), "region": set(),
+        # Literals from the config: no resource, nothing to wait for; the provider is the bootstrap stack's.
+        "project": set(), "project_number": set(), "region": set(), "workload_identity_provider": set(),
         **{key: grants_on(stack, "google_storage_bucket_iam_member", "bucket", out[key]["value"])
            for key in ("data_bucket", "staging_bucket", "models_bucket", "tensorboard_logs_bucket")},
-        "runtime_service_account": grants_of_account(stack, runtime),
-        # No resource-level IAM on a TensorBoard: the runtime writes it with its project roles.
-        "tensorboard": {g for g in grants_of_account(stack, runtime) if g.startswith("google_project_iam")},
+        # The bootstrap stack's accounts: every grant this stack gives each of them.
+        **{key: grants_naming(stack, out[key]["value"])
+           for key in ("runtime_service_account", "builder_service_account", "deployer_service_account")},
+        # No resource-level IAM on a TensorBoard: the runtime writes it with its (bootstrap) project roles.
+        "tensorboard": set(),
         "artifact_registry": registry,
         "trainer_image": registry,
+    }
+    assert depends == expected
+    # Not vacuous: each named resource's grants are there, the roles that make it usable among them.
+    literals = ("project", "project_number", "region", "workload_identity_provider", "tensorboard")
+    assert all(expected[key] for key in expected if key not in literals)
+    roles = {key: {stack["resource"][d.split(".")[0]][d.split(".")[1]]["role"] for d in deps}
+             for key, deps in depends.items()}
+    assert "roles/storage.objectUser" in roles["models_bucket"] & roles["tensorboard_logs_bucket"]
+    assert "roles/storage.objectViewer" in roles["data_bucket"] & roles["staging_bucket"]
+    assert {"roles/storage.objectUser", "roles/artifactregistry.reader"} <= roles["runtime_service_account"]
+    assert {"roles/artifactregistry.writer", "roles/artifactregistry.reader"} <= roles["trainer_image"]
+
+
+@pytest.mark.parametrize("env", SCENARIOS)
+def test_bootstrap_outputs_depend_on_the_grants_of_what_they_name(bootstraps, env):
+    stack = bootstraps[env]
+    out = stack["output"]
+    (wif_user,) = [b for b in resources(stack, "google_service_account_iam_member").values()
+                   if b["role"] == "roles/iam.workloadIdentityUser"]
+    deployer = out["deployer_service_account"]["value"]
+    assert output_depends(stack) == {
+        "project": set(),
+        "runtime_service_account": grants_of_account(stack, out["runtime_service_account"]["value"]),
         "builder_service_account": grants_of_account(stack, out["builder_service_account"]["value"]),
+        "deployer_service_account": grants_of_account(stack, deployer),
         # The provider's tokens act through the grants on the account they impersonate.
         "workload_identity_provider": {
             f"google_service_account_iam_member.{n}"
             for n, b in resources(stack, "google_service_account_iam_member").items()
             if b["service_account_id"] == wif_user["service_account_id"]},
-        "deployer_service_account": grants_of_account(stack, deployer),
     }
-    assert depends == expected
-    # Not vacuous: each named resource's grants are there, the roles that make it usable among them.
-    assert all(expected[key] for key in expected if key not in ("project", "project_number", "region"))
-    roles = {key: {stack["resource"][d.split(".")[0]][d.split(".")[1]]["role"] for d in deps}
-             for key, deps in depends.items()}
-    assert "roles/storage.objectUser" in roles["models_bucket"] & roles["tensorboard_logs_bucket"]
-    assert "roles/storage.objectViewer" in roles["data_bucket"] & roles["staging_bucket"]
-    assert {"roles/aiplatform.user", "roles/iam.serviceAccountUser"} <= roles["runtime_service_account"]
-    assert "roles/aiplatform.user" in roles["tensorboard"]
-    assert {"roles/artifactregistry.writer", "roles/artifactregistry.reader"} <= roles["trainer_image"]
-    assert "roles/iam.workloadIdentityUser" in roles["workload_identity_provider"]
     assert wif_user["service_account_id"] == deployer.replace(".email}", ".name}")  # the deployer's tokens
 
 
-def test_planned_and_deployed_outputs_cannot_disagree(stacks, configs, tmp_path):
-    for env, stack in stacks.items():
+def test_planned_and_deployed_outputs_cannot_disagree(all_stacks, configs, tmp_path):
+    for env in configs:
         planned = planned_outputs(configs[env])
-        # The CLI writes {stack: {construct id: value}} using the stack's "//".outputs map
-        # (getConstructIdsForOutputs).
-        applied = simulate_apply(stack, tensorboard_id="8472910365")
-        ids = stack["//"]["outputs"][env]
-        path = tmp_path / f"{env}.json"
-        path.write_text(json.dumps({env: {cid: applied[tf_id] for cid, tf_id in ids.items()}}))
-        deployed = resolve_outputs(env, path)
-        assert tuple(deployed) == OUTPUT_KEYS
-        for key in OUTPUT_KEYS:
-            if key == "tensorboard":
-                assert is_pending(planned[key]) and not is_pending(deployed[key])
-                assert deployed[key] == planned[key].replace(PENDING_DEPLOY, "8472910365")
+        for name in (env, f"{env}-bootstrap"):
+            stack = all_stacks[name]
+            # The CLI writes {stack: {construct id: value}} using the stack's "//".outputs map
+            # (getConstructIdsForOutputs).
+            applied = simulate_apply(stack, "8472910365", configs[env].project_number)
+            ids = stack["//"]["outputs"][name]
+            path = tmp_path / f"{name}.json"
+            path.write_text(json.dumps({name: {cid: applied[tf_id] for cid, tf_id in ids.items()}}))
+            if name == env:
+                deployed = resolve_outputs(env, path)
+                assert tuple(deployed) == OUTPUT_KEYS
             else:
-                assert deployed[key] == planned[key], (env, key)
+                # The bootstrap outputs (the repository variables) are the same values under the same keys.
+                deployed = json.loads(path.read_text())[name]
+                assert tuple(sorted(deployed)) == tuple(sorted(BOOTSTRAP_OUTPUT_KEYS))
+            for key in deployed:
+                if key == "tensorboard":
+                    assert is_pending(planned[key]) and not is_pending(deployed[key])
+                    assert deployed[key] == planned[key].replace(PENDING_DEPLOY, "8472910365")
+                else:
+                    assert deployed[key] == planned[key], (name, key)
 
 
 # --- determinism and golden files
@@ -543,6 +558,7 @@ GOLDEN_FIELDS = {
     "google_iam_workload_identity_pool_provider": (
         "workload_identity_pool_provider_id", "attribute_condition", "attribute_mapping"),
     "google_project_service": ("service",),
+    "google_project_iam_audit_config": ("service", "audit_log_config"),
 }
 SUFFIX = re.compile(r"_[0-9A-F]{8}\b")
 
@@ -568,22 +584,36 @@ def golden_summary(stack: dict) -> dict:
     return json.loads(SUFFIX.sub("", json.dumps(summary, sort_keys=True)))
 
 
-@pytest.mark.parametrize("env", SCENARIOS)
-def test_golden(stacks, env):
-    path = GOLDEN_DIR / f"{env}.json"
-    actual = golden_summary(stacks[env])
+@pytest.mark.parametrize("name", [n for env in SCENARIOS for n in (env, f"{env}-bootstrap")])
+def test_golden(all_stacks, name):
+    path = GOLDEN_DIR / f"{name}.json"
+    actual = golden_summary(all_stacks[name])
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
     assert path.is_file(), f"missing {path}; run UPDATE_GOLDEN=1 pytest tests/infra"
-    assert actual == json.loads(path.read_text()), f"{env} differs from {path}; if intended: UPDATE_GOLDEN=1"
+    assert actual == json.loads(path.read_text()), f"{name} differs from {path}; if intended: UPDATE_GOLDEN=1"
 
 
 def test_app_entry_point_synthesizes_into_the_cli_outdir(tmp_path, monkeypatch, stack_texts):
     from infra.main import main
 
     monkeypatch.setenv("CDKTF_OUTDIR", str(tmp_path))  # what `cdktn synth` sets for the app
-    monkeypatch.setenv("INFRA_STACKS", CMEK)
+    monkeypatch.setenv("INFRA_STACKS", CMEK)  # an environment: both of its stacks
     assert main([]) == 0
-    assert sorted(p.name for p in (tmp_path / "stacks").iterdir()) == [CMEK]
+    assert sorted(p.name for p in (tmp_path / "stacks").iterdir()) == [CMEK, f"{CMEK}-bootstrap"]
     assert (tmp_path / "stacks" / CMEK / "cdk.tf.json").read_text() == stack_texts[CMEK]
-    assert f'baseline: "{tmp_path.resolve()}/.checkov.baseline"' in (tmp_path / ".checkov.yaml").read_text()
+    # Each stack's checkov config and baseline next to it, none for all stacks at once.
+    for name in (CMEK, f"{CMEK}-bootstrap"):
+        config = (tmp_path / "stacks" / name / ".checkov.yaml").read_text()
+        assert f'baseline: "{tmp_path.resolve()}/stacks/{name}/.checkov.baseline"' in config
+    assert not (tmp_path / ".checkov.yaml").exists()
+
+
+def test_one_stack_of_an_environment_can_be_selected(tmp_path, monkeypatch, bootstrap_texts):
+    from infra.main import main
+
+    monkeypatch.setenv("CDKTF_OUTDIR", str(tmp_path))
+    monkeypatch.delenv("INFRA_STACKS", raising=False)
+    assert main([f"{CMEK}-bootstrap"]) == 0
+    assert sorted(p.name for p in (tmp_path / "stacks").iterdir()) == [f"{CMEK}-bootstrap"]
+    assert (tmp_path / "stacks" / f"{CMEK}-bootstrap" / "cdk.tf.json").read_text() == bootstrap_texts[CMEK]

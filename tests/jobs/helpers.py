@@ -85,6 +85,18 @@ def run_script(args, env, cwd=REPO_ROOT, timeout=60, script="run_job.py"):
     )
 
 
+def refusal(result, file, path: str) -> str:
+    """The one line a refused run printed: exit 2, no stdout, no traceback, addressed to file and path."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{file}: {path}"), lines[0]
+    assert "; allowed: " in lines[0]
+    return lines[0]
+
+
 DELETE = object()
 PREBUILT_CPU = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
 PREBUILT_GPU = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
@@ -145,7 +157,7 @@ TUNING = textwrap.dedent("""\
           pythonPackageSpec:
             executorImageUri: us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest
             pythonModule: trainer.task
-            args: [--train-files=gs://d/a.csv, --eval-files=gs://d/b.csv]
+            args: [--train-files=gs://demo-data/a.csv, --eval-files=gs://demo-data/b.csv]
       baseOutputDirectory: {outputUriPrefix: "${infra.models_bucket}/t/${job.id}"}
       serviceAccount: ${infra.runtime_service_account}
     """)
@@ -197,7 +209,12 @@ def compile_text(
 
 def check(text: str, mutations: dict | None = None, **kwargs):
     job = compile_text(text, mutations, **kwargs)
-    validate(job, load_trainer_contract, trainer_image=OUTPUTS["trainer_image"])
+    validate(
+        job,
+        load_trainer_contract,
+        trainer_image=OUTPUTS["trainer_image"],
+        accounts=(OUTPUTS["runtime_service_account"],),
+    )
     return job
 
 
@@ -207,7 +224,8 @@ GCLOUD_CUSTOM = textwrap.dedent("""\
         replicaCount: 1
         containerSpec:
           imageUri: ${infra.trainer_image}:cpu-${job.image_tag}
-          args: [--train-files=gs://d/a.csv, --eval-files=gs://d/b.csv]
+          args: [--train-files=gs://demo-data/a.csv, --eval-files=gs://demo-data/b.csv]
+    serviceAccount: ${infra.runtime_service_account}
     """)
 
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from infra.config import list_environments
-from tests.jobs.helpers import CUSTOM, JOBS_DIR, REPO_ROOT, SHIPPED, TUNING, run_script
+from tests.jobs.helpers import CUSTOM, JOBS_DIR, REPO_ROOT, SHIPPED, TUNING, refusal, run_script
 
 PROBE = textwrap.dedent("""\
     import atexit, runpy, sys
@@ -164,14 +164,7 @@ def test_bad_input_is_one_line_exit_2(text, args, path, tmp_path, script_env):
         file.write_text(text, encoding="utf-8")
         argv = args
     before = sorted(p.name for p in REPO_ROOT.iterdir())
-    result = run_script([file, *argv], script_env)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"{file}: {path}"), lines[0]
-    assert "; allowed: " in lines[0]
+    refusal(run_script([file, *argv], script_env), file, path)
     assert sorted(p.name for p in REPO_ROOT.iterdir()) == before  # nothing written
 
 
@@ -266,3 +259,31 @@ def test_broken_outputs_file_is_one_line(tmp_path, script_env):
     job = JOBS_DIR / "census_cpu.yaml"
     missing = run_script([job, "--outputs-file", tmp_path / "nope.json"], script_env)
     assert missing.returncode == 2 and missing.stderr.startswith(f"{job}: --outputs-file:")
+
+
+def test_jobs_run_as_the_runtime_account_or_one_the_environment_lists(cli, tmp_path, monkeypatch):
+    from infra.config import ENVIRONMENTS_DIR, ENVIRONMENTS_DIR_VAR
+
+    listed = "batch-trainer@acme-ml-dev.iam.gserviceaccount.com"
+    job = JOBS_DIR / "census_cpu.yaml"
+    as_listed = ["--set", f"jobSpec.serviceAccount={listed}"]
+
+    # The shipped dev config lists no other account: only the runtime account runs jobs.
+    rc, _, err = cli([job, "--dry-run", *as_listed])
+    assert rc == 2
+    assert f"jobSpec.serviceAccount: '{listed}' is not an account this environment runs jobs as" in err
+
+    environments = tmp_path / "environments"
+    environments.mkdir()
+    config = (ENVIRONMENTS_DIR / "dev.yaml").read_text(encoding="utf-8")
+    (environments / "dev.yaml").write_text(config + f"job_service_accounts: [{listed}]\n", encoding="utf-8")
+    monkeypatch.setenv(ENVIRONMENTS_DIR_VAR, str(environments))
+    rc, out, err = cli([job, "--dry-run", *as_listed])
+    assert rc == 0, err
+    assert json.loads(out)["customJob"]["jobSpec"]["serviceAccount"] == listed
+
+    rc, _, err = cli(
+        [job, "--dry-run", "--set", "jobSpec.serviceAccount=other@acme-ml-dev.iam.gserviceaccount.com"]
+    )
+    assert rc == 2
+    assert f"or one of job_service_accounts in the environment config: {listed}" in err

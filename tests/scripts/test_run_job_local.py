@@ -1,20 +1,22 @@
 """`run_job.py JOB --local` as the README has users run it: the CLI, the shipped data staged into a local
 gs:// tree, the real trainer, outputs under the job's baseOutputDirectory. One epoch (`--set`) keeps it short.
+Bad input through the CLI (a --local-root that is no directory, a symlinked bucket folder, too many processes
+at once, a `..` URI by --set) is one line, exit status 2 and nothing written, and needs no training.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from infra.outputs import resolve_outputs
-from tests.jobs.helpers import REPO_ROOT, arg_path, run_script
-
-pytestmark = pytest.mark.training
-
+from jobs.local import capacity
+from tests.jobs.helpers import OUTPUTS, REPO_ROOT, arg_path, run_script
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("job, folder, warning", [
     ("census_cpu", "census-cpu", None),
     # No TPU here: reported once, then --distribution=tpu trains on CPU (TRAINER_CPU_FALLBACK).
@@ -38,3 +40,57 @@ def test_readme_local_run_trains_on_the_shipped_data(tmp_path, job, folder, warn
     assert [h["epoch"] for h in metrics["history"]] == [1]
     # One epoch on the full split already beats always answering "<=50K" (0.764 of adult.test).
     assert metrics["eval"]["accuracy"] > 0.8 and metrics["distribution"] == "default"
+
+
+def _tree(root):
+    return sorted((str(p.relative_to(root)), p.is_symlink()) for p in root.rglob("*"))
+
+
+def _refused(cli, capsys, tmp_path, *argv):
+    """run_job.py ARGV in-process: exit status 2, one line on stderr, nothing under tmp_path changed."""
+    before = _tree(tmp_path)
+    rc, out, err = cli(argv)
+    err += capsys.readouterr().err  # run_local writes to sys.stderr itself
+    assert rc == 2, out + err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert _tree(tmp_path) == before
+    return err
+
+
+def test_a_local_root_that_is_a_file_is_one_line(cli, capsys, tmp_path):
+    root = tmp_path / "root"
+    root.write_text("not a directory")
+    err = _refused(cli, capsys, tmp_path, "jobs/census_cpu.yaml", "--local", "--local-root", root)
+    assert f"--local-root: {root} is a regular file" in err
+
+
+def test_a_bucket_folder_symlinked_out_of_the_local_root_is_refused(cli, capsys, tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    (root / "gs").mkdir(parents=True)
+    (root / "gs" / OUTPUTS["models_bucket"].removeprefix("gs://")).symlink_to(outside)
+    err = _refused(cli, capsys, tmp_path, "jobs/census_cpu.yaml", "--local", "--local-root", root)
+    assert "jobSpec.baseOutputDirectory.outputUriPrefix" in err and "outside the local root" in err
+    assert not list(outside.iterdir())
+
+
+@pytest.mark.parametrize("job, override, field", [
+    ("census_multiworker", "jobSpec.workerPoolSpecs.1.replicaCount=9", "workerPoolSpecs.1.replicaCount: 9"),
+    ("census_tuning_grid", "parallelTrialCount=5", "parallelTrialCount"),
+])
+def test_more_processes_than_this_machine_runs_at_once_are_refused(cli, capsys, tmp_path, monkeypatch, job,
+                                                                  override, field):
+    monkeypatch.setattr(capacity, "usable_cpus", lambda: 2)
+    err = _refused(cli, capsys, tmp_path, f"jobs/{job}.yaml", "--local", "--local-root", tmp_path / "root",
+                   "--set", override)
+    assert field in err and "at most 4 processes at once" in err
+
+
+def test_a_dot_dot_uri_set_on_the_command_line_writes_nothing(cli, capsys, tmp_path):
+    # Validation refuses it first; the local runner's own gate would too (test_hostile_input.py).
+    bucket = OUTPUTS["models_bucket"]
+    err = _refused(cli, capsys, tmp_path, "jobs/census_cpu.yaml", "--local", "--local-root",
+                   tmp_path / "root", "--set",
+                   f"jobSpec.baseOutputDirectory.outputUriPrefix={bucket}/../../../escaped")
+    assert "jobSpec.baseOutputDirectory.outputUriPrefix" in err and "'..'" in err
+    assert not os.path.exists(tmp_path / "escaped")

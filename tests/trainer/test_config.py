@@ -72,6 +72,8 @@ def test_layer_sizes_never_below_two():
     (["--dropout", "1.0"], "--dropout"),
     (["--scale-factor", "0"], "--scale-factor"),
     (["--learning-rate", "-1"], "--learning-rate"),
+    (["--learning-rate", "inf"], "--learning-rate"),  # finite only: inf would train into NaN weights
+    (["--learning-rate", "nan"], "--learning-rate"),
     (["--max-bad-rows", "-1"], "--max-bad-rows"),
     (["--steps-per-epoch", "0"], "--steps-per-epoch"),
     (["--model", "resnet"], "--model"),

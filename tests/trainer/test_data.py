@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 
 from tests.trainer.helpers import CENSUS, write_slice
-from trainer.data import DataError, count_batches, expand_files, scan_csv, text_dataset
-from trainer.tasks.census import SCHEMA
+from trainer.data import (
+    Column,
+    CsvSchema,
+    DataError,
+    count_batches,
+    expand_files,
+    scan_csv,
+    text_dataset,
+)
+from trainer.tasks.census import PLAUSIBLE, SCHEMA
 
 tf = pytest.importorskip("tensorflow")
 
@@ -73,8 +81,9 @@ def test_max_bad_rows_skips_counts_and_reports(tmp_path, census_slice):
     bad = insert_line(bad, bad, 700, b"garbage")
     scan = scan_csv([str(bad)], SCHEMA, max_bad_rows=2)
     assert scan.rows == 2000 and [b.line for b in scan.bad_rows] == [10, 700]
-    assert "skipped 2 malformed row(s)" in scan.summary() and f"{bad}:700" in scan.summary()
-    with pytest.raises(DataError, match="more than --max-bad-rows 1"):
+    assert "skipped 2 bad row(s) (2 malformed, 0 implausible)" in scan.summary()
+    assert f"{bad}:700" in scan.summary()
+    with pytest.raises(DataError, match="more than --max-bad-rows 1 malformed or implausible rows"):
         scan_csv([str(bad)], SCHEMA, max_bad_rows=1)
 
 
@@ -146,3 +155,97 @@ def test_file_without_data_rows(tmp_path):
     empty.write_text("|1x3 Cross validator\n\n")
     with pytest.raises(DataError, match="--train-files: no data rows"):
         scan_csv([str(empty)], SCHEMA, flag="--train-files")
+
+
+# --- implausible values: parse fine, would train silently into a useless model ---------------------------
+
+def test_every_numeric_census_column_has_a_plausible_range_the_real_data_keeps():
+    numeric = [c for c in SCHEMA.columns if c.numeric]
+    assert {c.name for c in numeric} == set(PLAUSIBLE)
+    assert all(c.plausible == PLAUSIBLE[c.name] for c in numeric)
+    for name in ("adult.data", "adult.test"):  # every real row passes: bad rows would raise (max_bad_rows=0)
+        assert scan_csv([str(CENSUS / name)], SCHEMA).bad_rows == ()
+        rows = python_rows(CENSUS / name)
+        for i, column in enumerate(SCHEMA.columns):
+            if column.numeric:
+                low, high = column.plausible
+                assert sum(not low <= float(r[i]) <= high for r in rows) == 0, (name, column.name)
+
+
+@pytest.mark.parametrize("old, new, column, allowed", [
+    (b"39,", b"-9000000000000000000,", "age", "0..150"),  # fits int64: decode_csv parses it
+    (b"39,", b"151,", "age", "0..150"),
+    (b", 40,", b", 169,", "hours_per_week", "0..168"),
+    (b", 13,", b", 31,", "education_num", "0..30"),
+    (b", 2174,", b", 10000001,", "capital_gain", "0..10000000"),
+    (b", 0, 40,", b", -1, 40,", "capital_loss", "0..10000000"),
+    (b", 77516,", b", 100000001,", "fnlwgt", "0..100000000"),
+])
+def test_implausible_value_stops_the_scan_naming_all(tmp_path, census_slice, old, new, column, allowed):
+    line = GOOD_LINE.replace(old, new, 1)
+    assert line != GOOD_LINE
+    bad = insert_line(census_slice["train"], tmp_path / "bad.data", 300, line)
+    with pytest.raises(DataError) as err:
+        scan_csv([str(bad)], SCHEMA, flag="--train-files")
+    value = new.strip(b", ").split(b",")[0].decode()
+    assert str(err.value) == (
+        f"{bad}:300: implausible value: field '{column}': {value} is outside the plausible range {allowed} "
+        "(use --max-bad-rows N to skip up to N malformed or implausible rows)")
+
+
+def test_bounds_are_inclusive(tmp_path, census_slice):
+    line = GOOD_LINE.replace(b"39,", b"150,").replace(b", 40,", b", 0,")
+    scan = scan_csv([str(insert_line(census_slice["train"], tmp_path / "edge.data", 3, line))], SCHEMA)
+    assert scan.rows == 2001 and scan.bad_rows == ()
+
+
+FLOATS = CsvSchema(columns=(Column("x", "float", plausible=(0.0, 1.5)), Column("free", "float"),
+                            Column("y", "str")), label="y", positive=("1",), negative=("0",))
+
+
+@pytest.mark.parametrize("x, free, reason", [
+    ("nan", "1", "field 'x': nan is not a finite number (plausible range 0..1.5)"),
+    ("-Infinity", "1", "field 'x': -Infinity is not a finite number (plausible range 0..1.5)"),
+    ("1.6", "1", "field 'x': 1.6 is outside the plausible range 0..1.5"),
+    # A column without a declared range still refuses what is not finite: 1e999 overflows to inf.
+    ("1", "1e999", "field 'free': 1e999 is not a finite number"),
+    ("1", "NaN", "field 'free': NaN is not a finite number"),
+    ("1", "inf", "field 'free': inf is not a finite number"),
+])
+def test_nan_and_inf_are_implausible(tmp_path, x, free, reason):
+    path = tmp_path / "floats.csv"
+    path.write_text(f"0.5,2,1\n{x},{free},0\n")
+    # decode_csv parses every one of these into a float: only the scan stands between them and training.
+    decoded = tf.io.decode_csv([f"{x},{free},0"], record_defaults=[[0.0], [0.0], [""]])
+    assert not all(np.isfinite(t.numpy()).all() for t in decoded[:2]) or "outside" in reason
+    with pytest.raises(DataError) as err:
+        scan_csv([str(path)], FLOATS)
+    assert str(err.value).startswith(f"{path}:2: implausible value: {reason} (use --max-bad-rows")
+
+
+def test_plausible_range_must_be_sane():
+    for bad in [(5, 1), (0, float("inf")), (float("nan"), 1)]:
+        with pytest.raises(ValueError, match="bad plausible range"):
+            Column("x", "int", plausible=bad)
+    with pytest.raises(ValueError, match="bad plausible range"):
+        Column("x", "str", plausible=(0, 1))
+
+
+def test_implausible_rows_share_the_skip_policy_and_never_reach_the_pipeline(tmp_path, census_slice):
+    clean = scan_csv([str(census_slice["train"])], SCHEMA)
+    bad = insert_line(census_slice["train"], tmp_path / "bad.data", 10, GOOD_LINE.replace(b"39,", b"-9e18,"))
+    bad = insert_line(bad, bad, 200, GOOD_LINE.replace(b"39,", b"-9000000000000000000,"))
+    bad = insert_line(bad, bad, 700, GOOD_LINE.replace(b", 40,", b", 1000,"))
+    scan = scan_csv([str(bad)], SCHEMA, max_bad_rows=3)
+    assert scan.rows == 2000 and [b.line for b in scan.bad_rows] == [10, 200, 700]
+    assert scan.bad_counts() == {"malformed": 1, "implausible": 2}  # -9e18 is not an integer: malformed
+    assert str(scan.bad_rows[1]) == (f"{bad}:200: implausible value: field 'age': -9000000000000000000 is "
+                                     "outside the plausible range 0..150")
+    assert "skipped 3 bad row(s) (1 malformed, 2 implausible)" in scan.summary()
+    assert scan.stats == clean.stats  # the skipped rows did not skew the normalisation statistics
+    features, labels = collect(text_dataset(scan, SCHEMA, batch_size=64))
+    assert len(labels) == 2000 and features["age"].min() >= 0 and features["hours_per_week"].max() <= 168
+    clean_features = collect(text_dataset(clean, SCHEMA, batch_size=64))[0]
+    np.testing.assert_array_equal(features["age"], clean_features["age"])
+    with pytest.raises(DataError, match=r":700: implausible value: .*more than --max-bad-rows 2 malformed"):
+        scan_csv([str(bad)], SCHEMA, max_bad_rows=2)

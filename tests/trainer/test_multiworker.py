@@ -24,13 +24,10 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-@pytest.mark.timeout(300)
-def test_chief_and_worker_train_and_only_the_chief_exports(tmp_path, census_slice):
+def run_cluster(tmp_path, args: list[str]) -> tuple[dict[str, subprocess.Popen], dict[str, str]]:
+    """Run ``args`` as a chief and a worker of one MultiWorkerMirroredStrategy cluster; (procs, outputs)."""
     chief_port, worker_port = free_ports(2)
     cluster = {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"]}
-    job = tmp_path / "job"
-    args = trainer_args(census_slice, job, "--num-epochs", "2", "--steps-per-epoch", "4",
-                        "--train-batch-size", "16")
     procs = {}
     for task_type in ("chief", "worker"):
         scratch = tmp_path / f"tmp-{task_type}"
@@ -47,6 +44,14 @@ def test_chief_and_worker_train_and_only_the_chief_exports(tmp_path, census_slic
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
+    return procs, outputs
+
+
+@pytest.mark.timeout(300)
+def test_chief_and_worker_train_and_only_the_chief_exports(tmp_path, census_slice):
+    job = tmp_path / "job"
+    procs, outputs = run_cluster(tmp_path, trainer_args(census_slice, job, "--num-epochs", "2",
+                                                        "--steps-per-epoch", "4", "--train-batch-size", "16"))
     for task_type, proc in procs.items():
         assert proc.returncode == 0, f"{task_type}:\n{outputs[task_type][-3000:]}"
         assert "strategy: multi_worker, 2 replica(s), global batch 32" in outputs[task_type]
@@ -72,3 +77,24 @@ def test_chief_and_worker_train_and_only_the_chief_exports(tmp_path, census_slic
     out = subprocess.run([sys.executable, "-c", load, str(job / "model"), repr(row)], cwd=REPO_ROOT,
                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "p " in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_divergence_stops_every_worker_without_a_hang(tmp_path, census_slice):
+    # The logged loss is reduced across workers, so both see the NaN at the same step and stop together:
+    # neither is left waiting in a collective for the other (the timeout would catch a hang).
+    job = tmp_path / "job"
+    procs, outputs = run_cluster(tmp_path, trainer_args(census_slice, job, "--num-epochs", "2",
+                                                        "--steps-per-epoch", "4", "--train-batch-size", "16",
+                                                        "--learning-rate", "1e10"))
+    errors = {}
+    for task_type, proc in procs.items():
+        assert proc.returncode == 1, f"{task_type}:\n{outputs[task_type][-3000:]}"
+        errors[task_type] = [line for line in outputs[task_type].splitlines()
+                             if line.startswith("trainer.task: error:")]
+        tail = outputs[task_type][-3000:]
+        assert len(errors[task_type]) == 1 and "Traceback" not in outputs[task_type], tail
+    assert errors["chief"] == errors["worker"]
+    assert errors["chief"][0].startswith(
+        "trainer.task: error: training diverged: the training loss is nan at epoch 1/2, step ")
+    assert not (job / "model").exists()

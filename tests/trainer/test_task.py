@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -20,6 +21,8 @@ pytestmark = [pytest.mark.training, pytest.mark.timeout(240)]
 
 BAD_ROW = ("39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, "
            "oops, 0, 40, United-States, <=50K")
+# Parses (it fits int64) but is no age: it would train silently and skew the normalisation statistics.
+IMPLAUSIBLE_ROW = BAD_ROW.replace("39,", "-9000000000000000000,").replace("oops", "0")
 
 # Reloads each SavedModel in a fresh interpreter and scores raw adult.test rows in its format.
 SCORE = REPO_ROOT / "tests" / "trainer" / "score_saved_model.py"
@@ -36,9 +39,10 @@ def runs(tmp_path_factory, census_slice) -> dict[str, tuple]:
         AIP_MODEL_DIR=str(vertex / "out/7/model"), AIP_CHECKPOINT_DIR=str(vertex / "out/7/checkpoints"),
         AIP_TENSORBOARD_LOG_DIR=str(vertex / "out/7/logs"), CLOUD_ML_TRIAL_ID="7",
         CLOUD_ML_HP_METRIC_FILE=str(vertex / "hypertune/output.metrics"))
-    # A training file with one malformed row, allowed by --max-bad-rows.
+    # A training file with one malformed and one implausible row, allowed by --max-bad-rows.
     lines = census_slice["train"].read_text().split("\n")
     lines.insert(99, BAD_ROW)
+    lines.insert(1499, IMPLAUSIBLE_ROW)
     bad = roots["csv"] / "with-bad-row.data"
     bad.write_text("\n".join(lines))
     commands = {
@@ -46,7 +50,7 @@ def runs(tmp_path_factory, census_slice) -> dict[str, tuple]:
                                 "--first_layer_size=32", "--num_layers=2", "--export-format", "JSON"),
                    vertex_env),
         "csv": (trainer_args({"train": bad, "eval": census_slice["eval"]}, roots["csv"] / "job",
-                             "--export-format", "csv", "--max-bad-rows", "1"), subprocess_env()),
+                             "--export-format", "csv", "--max-bad-rows", "2"), subprocess_env()),
         "example": (trainer_args(census_slice, roots["example"] / "job", "--num-epochs", "1",
                                  "--export-format", "EXAMPLE"), subprocess_env()),
     }
@@ -154,11 +158,15 @@ def test_tensorboard_scalars_and_hparams(json_run):
 
 def test_skipped_rows_are_reported(csv_run):
     root, out, bad = csv_run
-    assert f"skipped 1 malformed row(s): {bad}:100:" in out.stderr
+    assert f"skipped 2 bad row(s) (1 malformed, 1 implausible): {bad}:100:" in out.stderr
     report = json.loads((root / "job/model/metrics.json").read_text())
     assert report["data"]["train"]["rows"] == 2000
     assert report["data"]["train"]["skipped_rows"] == [
-        f"{bad}:100: malformed row: field 'capital_gain': 'oops' is not an integer"]
+        f"{bad}:100: malformed row: field 'capital_gain': 'oops' is not an integer",
+        f"{bad}:1500: implausible value: field 'age': -9000000000000000000 is outside the plausible range "
+        "0..150"]
+    assert report["data"]["train"]["skipped"] == {"malformed": 1, "implausible": 1}
+    assert report["data"]["eval"]["skipped"] == {"malformed": 0, "implausible": 0}
 
 
 @pytest.mark.parametrize("extra, names", [
@@ -191,8 +199,35 @@ def test_malformed_row_stops_before_writing(tmp_path, census_slice):
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert error_lines(out.stderr) == [
         f"trainer.task: error: {bad}:42: malformed row: expected 15 fields, got 5 "
-        "(use --max-bad-rows N to skip up to N malformed rows)"]
+        "(use --max-bad-rows N to skip up to N malformed or implausible rows)"]
     assert not (tmp_path / "job").exists()
+
+
+def test_implausible_value_stops_before_writing(tmp_path, census_slice):
+    lines = census_slice["train"].read_text().split("\n")
+    lines.insert(1233, IMPLAUSIBLE_ROW)
+    bad = tmp_path / "implausible.data"
+    bad.write_text("\n".join(lines))
+    out = run_trainer(trainer_args({"train": bad, "eval": census_slice["eval"]}, tmp_path / "job"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert error_lines(out.stderr) == [
+        f"trainer.task: error: {bad}:1234: implausible value: field 'age': -9000000000000000000 is outside "
+        "the plausible range 0..150 (use --max-bad-rows N to skip up to N malformed or implausible rows)"]
+    assert not (tmp_path / "job").exists()
+
+
+def test_diverged_training_exits_1_and_exports_nothing(tmp_path, census_slice):
+    # A learning rate this large (finite, so accepted) overflows the weights within two Adam steps: the loss
+    # turns NaN. Keras alone would train on and the trainer would export the NaN model with exit status 0.
+    job = tmp_path / "job"
+    out = run_trainer(trainer_args(census_slice, job, "--learning-rate", "1e10"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert len(errors) == 1 and re.fullmatch(
+        r"trainer\.task: error: training diverged: the training loss is nan at epoch 1/2, step \d+; nothing "
+        r"was exported \(lower --learning-rate or check the data\)", errors[0]), out.stderr[-3000:]
+    assert not (job / "model").exists()
+    assert "epoch 1/2" not in out.stderr.replace(errors[0], "")  # the diverged epoch was never logged
 
 
 def test_bad_tf_config(tmp_path, census_slice):

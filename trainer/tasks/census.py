@@ -23,21 +23,36 @@ from trainer.data import (
 )
 from trainer.tasks.base import Task, TaskData
 
+# Plausible raw values per numeric column (inclusive): a row outside them is refused like a malformed row
+# (--max-bad-rows). Generous on purpose: they stop corrupt values (an age of -9e18 would train silently and
+# wreck the normalisation statistics), never real people. Observed in adult.data and adult.test (48,842 rows,
+# none outside): age 17..90, fnlwgt 12,285..1,490,400 (a sampling weight: people represented, US population
+# ~3.3e8), education_num 1..16 (adult.names' codes), capital_gain 0..99,999 (the Census top-code) and
+# capital_loss 0..4,356 (US dollars a year), hours_per_week 1..99 (a week has 168 hours).
+PLAUSIBLE: dict[str, tuple[float, float]] = {
+    "age": (0, 150),
+    "fnlwgt": (0, 1e8),
+    "education_num": (0, 30),
+    "capital_gain": (0, 1e7),
+    "capital_loss": (0, 1e7),
+    "hours_per_week": (0, 168),
+}
+
 SCHEMA = CsvSchema(
     columns=(
-        Column("age", "int"),
+        Column("age", "int", plausible=PLAUSIBLE["age"]),
         Column("workclass", "str"),
-        Column("fnlwgt", "int"),
+        Column("fnlwgt", "int", plausible=PLAUSIBLE["fnlwgt"]),
         Column("education", "str"),
-        Column("education_num", "int"),
+        Column("education_num", "int", plausible=PLAUSIBLE["education_num"]),
         Column("marital_status", "str"),
         Column("occupation", "str"),
         Column("relationship", "str"),
         Column("race", "str"),
         Column("gender", "str"),
-        Column("capital_gain", "int", transform="log1p"),
-        Column("capital_loss", "int", transform="log1p"),
-        Column("hours_per_week", "int"),
+        Column("capital_gain", "int", transform="log1p", plausible=PLAUSIBLE["capital_gain"]),
+        Column("capital_loss", "int", transform="log1p", plausible=PLAUSIBLE["capital_loss"]),
+        Column("hours_per_week", "int", plausible=PLAUSIBLE["hours_per_week"]),
         Column("native_country", "str"),
         Column("income_bracket", "str"),
     ),
@@ -165,12 +180,11 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
     evaluation = text_dataset(eval_scan, SCHEMA, batch_size=global_eval_batch, transform=transform,
                               cache=eval_scan.total_bytes <= limit)
     report = {
-        "train": {"files": list(train_files), "rows": train_scan.rows, "positives": train_scan.positives,
-                  "skipped_rows": [str(b) for b in train_scan.bad_rows]},
-        "eval": {"files": list(eval_files), "rows": eval_scan.rows, "positives": eval_scan.positives,
-                 "skipped_rows": [str(b) for b in eval_scan.bad_rows]},
-        "summary": f"train: {train_scan.summary()}; eval: {eval_scan.summary()}",
+        split: {"files": list(scan.files), "rows": scan.rows, "positives": scan.positives,
+                "skipped_rows": [str(b) for b in scan.bad_rows], "skipped": scan.bad_counts()}
+        for split, scan in (("train", train_scan), ("eval", eval_scan))
     }
+    report["summary"] = f"train: {train_scan.summary()}; eval: {eval_scan.summary()}"
     return TaskData(train=train, eval=evaluation, train_rows=train_scan.rows, eval_rows=eval_scan.rows,
                     train_steps=count_batches(train_scan, global_train_batch),
                     preprocessor=preprocessor, report=report)

@@ -4,12 +4,13 @@
 
 It records what the replica received (argv, the Vertex runtime contract variables, cwd, pid) in
 ``DIR/<trial>-<pool>-<index>.json`` and reports a deterministic metric of its ``--x``, ``--n`` and ``--c``
-flags through cloudml-hypertune, as the real trainer does. Flags that steer the test:
+flags through cloudml-hypertune, as the real trainer does (its chief always reports). Flags for the test:
   --sleep=S           sleep S seconds before reporting (parallelism benchmark)
   --hold=PATH         trials other than 1 wait while PATH exists (SIGINT tests)
   --fail-trials=1,3   exit 1 in those trials; --fail=1 always exits 1 (after --sleep)
   --steps=K           report K measurements; the middle one is the best, the last is 0.1 lower
   --connect=1         workers connect to the chief's CLUSTER_SPEC address, the chief accepts (real ports)
+  --metric=TAG        the reported metric's tag (default score)
 """
 
 import json
@@ -105,7 +106,9 @@ def main():
     if flags.get("fail") == "1" or trial in flags.get("fail_trials", "").split(","):
         print("fake trainer: failing on purpose", file=sys.stderr)
         sys.exit(1)
-    if "CLOUD_ML_HP_METRIC_FILE" in os.environ and task["type"] == "workerpool0":
+    if task["type"] == "workerpool0":
+        # As trainer.task does: the chief always reports, and cloudml-hypertune writes to
+        # $CLOUD_ML_HP_METRIC_FILE, or to its shared default /tmp/hypertune/output.metrics when that is unset.
         import hypertune
 
         value = objective(flags)

@@ -104,3 +104,40 @@ def alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under root (symlinks not followed) with its kind and size or target: compare two to prove
+    that nothing was written."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            found[rel] = f"link -> {os.readlink(path)}"
+        elif path.is_dir():
+            found[rel] = "dir"
+        else:
+            found[rel] = f"file {path.lstat().st_size}"
+    return found
+
+
+def one_line(err: str) -> str:
+    """The single line of a bad-input error (asserting it is one line, without a traceback)."""
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def refused(body, tmp_path: Path, capsys, outputs=OUTPUTS, root=None, **kw) -> str:
+    """Run body on root (default tmp_path/root): exit status 2, one line, nothing under tmp_path changed.
+
+    Returns the error line."""
+    from jobs.local import run_local
+
+    root = root or tmp_path / "root"
+    before = snapshot(tmp_path)
+    kind = "HyperparameterTuningJob" if "studySpec" in body else "CustomJob"
+    rc = run_local(kind, body, outputs, repo_root=REPO_ROOT, local_root=root, **kw)
+    err = one_line(capsys.readouterr().err)
+    assert rc == 2, err
+    assert snapshot(tmp_path) == before, "nothing may be written, inside the root or outside it"
+    return err

@@ -3,8 +3,10 @@
 import json
 import os
 import time
+import uuid
+from pathlib import Path
 
-from jobs.local import run_local
+from jobs.local import capacity, run_local
 from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, alive, custom_job, dumps, pool
 
 
@@ -64,7 +66,7 @@ def test_two_replica_multiworker_job_gets_cluster_spec_and_tf_config_on_real_por
         "hello from workerpool1-1",
     ]
     threads = {r["env"]["TF_NUM_INTRAOP_THREADS"] for r in records.values()}
-    assert threads == {str(max(1, (os.cpu_count() or 1) // 3))}
+    assert threads == {str(max(1, capacity.usable_cpus() // 3))}
 
 
 def test_failed_replica_fails_the_job_and_stops_the_others(tmp_path, capsys):
@@ -107,3 +109,39 @@ def test_scheduling_timeout_stops_the_job(tmp_path, capsys):
     assert time.monotonic() - start < 20
     assert "exceeded scheduling.timeout of 1s" in capsys.readouterr().out
     assert not alive(dumps(tmp_path / "gs/demo-models/dumps")["job-workerpool0-0"]["pid"])
+
+
+SHARED_METRIC_FILE = Path("/tmp/hypertune/output.metrics")  # cloudml-hypertune's default, shared by every run
+
+
+def test_every_replica_reports_to_a_metric_file_in_its_run_folder_never_the_shared_default(
+    tmp_path, monkeypatch
+):
+    # A stale variable from the shell and a pool env naming the shared default are both overridden.
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(SHARED_METRIC_FILE))
+    tag = f"score-{uuid.uuid4().hex}"  # unique: other runs may write the shared file meanwhile
+    args = ["--dump-dir=gs://demo-models/dumps", f"--metric={tag}"]
+    body = custom_job(pool(args, env={"CLOUD_ML_HP_METRIC_FILE": str(SHARED_METRIC_FILE)}), pool(args))
+    assert _run(body, tmp_path) == 0
+    base = tmp_path / "gs/demo-models/runs/job-1"
+    records = dumps(tmp_path / "gs/demo-models/dumps")
+    assert len(records) == 2
+    assert {r["env"]["CLOUD_ML_HP_METRIC_FILE"] for r in records.values()} == {
+        f"{base}/hypertune/output.metrics"
+    }
+    assert tag in (base / "hypertune/output.metrics").read_text()  # the fake trainer's chief wrote it there
+    assert tag not in _text(SHARED_METRIC_FILE)
+    # Without a baseOutputDirectory the run's folder is under <root>/runs/.
+    body = custom_job(pool(["--dump-dir=gs://demo-models/d2", f"--metric={tag}-2"]), base="")
+    assert _run(body, tmp_path) == 0
+    (metric,) = (tmp_path / "runs").glob("fake-job-*/hypertune/output.metrics")
+    env = dumps(tmp_path / "gs/demo-models/d2")["job-workerpool0-0"]["env"]
+    assert env["CLOUD_ML_HP_METRIC_FILE"] == str(metric) and f"{tag}-2" in metric.read_text()
+    assert f"{tag}-2" not in _text(SHARED_METRIC_FILE)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

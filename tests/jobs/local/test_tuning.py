@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -186,3 +187,15 @@ def test_resume_without_an_earlier_study_and_rerun_over_a_study_are_one_line_err
     rc, _ = _study(body, tmp_path)
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "baseOutputDirectory" in err and "--resume" in err
+
+
+def test_a_pool_env_cannot_send_a_trials_metric_to_the_shared_default(tmp_path):
+    tag = f"score-{uuid.uuid4().hex}"
+    body = tuning_job(["--dump-dir=gs://demo-models/dumps", f"--metric={tag}"], trials=1, parallel=1)
+    body["studySpec"]["metrics"][0]["metricId"] = tag
+    env = [{"name": "CLOUD_ML_HP_METRIC_FILE", "value": "/tmp/hypertune/output.metrics"}]
+    body["trialJobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["env"] = env
+    rc, study = _study(body, tmp_path)
+    assert rc == 0 and study["trials"][0]["state"] == "SUCCEEDED"
+    env = dumps(tmp_path / "gs/demo-models/dumps")["1-workerpool0-0"]["env"]
+    assert env["CLOUD_ML_HP_METRIC_FILE"] == f"{tmp_path / BASE}/1/hypertune/output.metrics"
