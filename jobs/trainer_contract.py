@@ -1,19 +1,28 @@
-"""What this repo's trainer accepts, read from ``trainer.config`` without importing TensorFlow.
+"""What this repo's trainer accepts, per model, read from ``trainer.config`` and the task specs without
+importing TensorFlow.
 
-A tuning study whose parameter is not a trainer flag, or whose metric the trainer never reports, runs (and
-bills) every trial to completion before anyone notices; these facts let ``jobs.validate`` refuse it up front.
+A tuning study whose parameter is not a flag of the model it trains, whose metric that model never reports,
+or whose goal runs the wrong way (MINIMIZE accuracy) runs (and bills) every trial to completion before anyone
+notices; these facts let ``jobs.validate`` refuse it up front.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 # The module Vertex runs for this repo's python package and its metric flag, as the trainer defines them.
 from trainer.contract import METRIC_FLAG, TRAINER_MODULE
 
-__all__ = ["METRIC_FLAG", "TRAINER_MODULE", "TrainerArgsError", "TrainerContract", "load_trainer_contract"]
+__all__ = [
+    "METRIC_FLAG",
+    "TRAINER_MODULE",
+    "ModelContract",
+    "TrainerArgsError",
+    "TrainerContract",
+    "load_trainer_contract",
+]
 
 
 class TrainerArgsError(ValueError):
@@ -21,15 +30,48 @@ class TrainerArgsError(ValueError):
 
 
 @dataclass(frozen=True)
+class ModelContract:
+    """One ``--model``: every flag it accepts (generic ones included) and the metrics it reports."""
+
+    name: str
+    flags: frozenset[str]  # "--num-epochs", "--num_epochs", ...
+    metric_goals: Mapping[str, str]  # reportable tag -> MAXIMIZE | MINIMIZE
+    default_metric: str  # what trials report without --hypertune-metric
+
+    @property
+    def reportable_metrics(self) -> tuple[str, ...]:
+        return tuple(self.metric_goals)
+
+
+@dataclass(frozen=True)
 class TrainerContract:
-    flags: frozenset[str]
-    reportable_metrics: tuple[str, ...]
-    default_metric: str
-    models: tuple[str, ...]
+    models: Mapping[str, ModelContract]
+    default_model: str
     parse: Callable[[Sequence[str]], object] | None = None
+    model_arg: Callable[[Sequence[str]], str] | None = None  # the --model a command line selects
+
+    def model(self, name: str) -> ModelContract | None:
+        return self.models.get(name)
+
+    def model_of(self, args: Sequence[str]) -> str:
+        """The model ``args`` select (the default one when they name none); unknown names are returned as
+        they are, for ``check_args`` to report."""
+        if self.model_arg is not None:
+            try:
+                return self.model_arg(list(args))
+            except ValueError:  # --model with no value: check_args reports it
+                return self.default_model
+        return self.default_model
+
+    def models_with_flag(self, flag: str) -> tuple[str, ...]:
+        return tuple(name for name, model in self.models.items() if flag in model.flags)
+
+    def models_reporting(self, metric: str) -> tuple[str, ...]:
+        return tuple(name for name, model in self.models.items() if metric in model.metric_goals)
 
     def check_args(self, args: Sequence[str]) -> None:
-        """Raise TrainerArgsError with the parser's own one-line message if the trainer would reject args."""
+        """Raise TrainerArgsError with the parser's own one-line message if the trainer would reject args
+        (the parser of the model they select: its flags and its validation)."""
         if self.parse is None:
             return
         try:
@@ -43,27 +85,31 @@ class TrainerContract:
             raise TrainerArgsError(message) from None
 
 
+def _flags(parser) -> frozenset[str]:
+    return frozenset(s for action in parser._actions for s in action.option_strings if s.startswith("--"))
+
+
 @lru_cache(maxsize=1)
 def load_trainer_contract() -> TrainerContract:
-    from trainer import config  # the trainer keeps this module free of TensorFlow
+    # The trainer keeps trainer.config, the registry and every task module's top level free of TensorFlow.
+    from trainer import config, registry
 
-    parser = config.build_parser()
-    flags = frozenset(s for action in parser._actions for s in action.option_strings if s.startswith("--"))
-    default_metric = next(
-        (a.default for a in parser._actions if METRIC_FLAG in a.option_strings),
-        getattr(config, "DEFAULT_HYPERTUNE_METRIC", "accuracy"),
-    )
+    models = {}
+    for name in registry.models():
+        spec = registry.load_spec(name)
+        models[name] = ModelContract(
+            name=name,
+            flags=_flags(config.build_parser(name)),
+            metric_goals=dict(spec.metric_goals),
+            default_metric=spec.default_metric,
+        )
 
     def parse(args: Sequence[str]):
-        # The trainer's own start-up path: its parser, then the checks argparse cannot make. A value of the
-        # right type but out of range (--scale-factor=-1, --num-layers=0) would otherwise pass here and fail
-        # every trial at start-up, after the job was scheduled and billed.
+        # The trainer's own start-up path: --model, that model's parser, then the checks argparse cannot
+        # make. A value of the right type but out of range (--scale-factor=-1, --num-layers=0) would otherwise
+        # pass here and fail every trial at start-up, after the job was scheduled and billed.
         return config.resolve_config(list(args))
 
     return TrainerContract(
-        flags=flags,
-        reportable_metrics=tuple(config.REPORTABLE_METRICS),
-        default_metric=str(default_metric),
-        models=tuple(config.MODELS),
-        parse=parse,
+        models=models, default_model=registry.DEFAULT_MODEL, parse=parse, model_arg=config.model_of
     )

@@ -571,24 +571,62 @@ def _metric_arg(args: list) -> tuple[int, str] | None:
     return None
 
 
+MODEL_PARAMETER = "model"  # a tuned --model: its conditional parameters belong to the model values above them
+
+
+def _tuned_with_models(
+    study: dict[str, Any], args_model: str
+) -> tuple[list[tuple[str, dict[str, Any], tuple[str, ...]]], tuple[str, ...] | None]:
+    """(file path, ParameterSpec, the --model values its trials run) of every tuned parameter, and the values
+    of a tuned --model (None when --model is not tuned).
+
+    Without a tuned --model every trial runs the model the pool args select. With one, a top-level
+    parameter runs with each of its values, and a conditional parameter under it with the values its
+    parentCategoricalValues name.
+    """
+    top = [p for p in study.get("parameters") or [] if isinstance(p, dict)]
+    tuned_model = next((p for p in top if p.get("parameterId") == MODEL_PARAMETER), None)
+    values = (tuned_model or {}).get("categoricalValueSpec", {}).get("values") if tuned_model else None
+    base = tuple(str(v) for v in values) if isinstance(values, list) else (args_model,)
+    found: list[tuple[str, dict[str, Any], tuple[str, ...]]] = []
+
+    def collect(path: str, parameter: Any, models: tuple[str, ...]) -> None:
+        if not isinstance(parameter, dict):
+            return
+        found.append((path, parameter, models))
+        for j, child in enumerate(parameter.get("conditionalParameterSpecs") or []):
+            if not isinstance(child, dict):
+                continue
+            below = models
+            if parameter.get("parameterId") == MODEL_PARAMETER:
+                parents = (child.get("parentCategoricalValues") or {}).get("values") or []
+                below = tuple(m for m in models if m in {str(v) for v in parents})
+            collect(f"{path}.conditionalParameterSpecs.{j}.parameterSpec", child.get("parameterSpec"), below)
+
+    for i, parameter in enumerate(study.get("parameters") or []):
+        collect(f"studySpec.parameters.{i}", parameter, base)
+    return found, (base if tuned_model else None)
+
+
 def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, trainer_pools: list[Pool]) -> None:
-    tuned: list[tuple[str, dict]] = []
+    # Every trainer pool runs the model its args select (--model, else the default model); a tuning study's
+    # parameters and metric must be that model's, or those of each model value a tuned --model tries.
+    tuned: list[tuple[str, dict, tuple[str, ...]]] = []
+    tuned_models = None
     if job.kind == TUNING_JOB:
-        tuned = tuned_parameters(job.body["studySpec"])
-        for where, parameter in tuned:
-            flag = "--" + parameter["parameterId"]
-            if flag not in trainer.flags:
-                raise job.error(
-                    f"{where}.parameterId",
-                    f"the trainer has no flag {flag}",
-                    ", ".join(sorted(f[2:] for f in trainer.flags if "_" not in f and f != "--help")),
-                )
+        chief_model = trainer.model_of([str(a) for a in trainer_pools[0].args])
+        tuned, tuned_models = _tuned_with_models(job.body["studySpec"], chief_model)
+        for where, parameter, models in tuned:
+            _check_tuned_flag(job, trainer, where, "--" + parameter["parameterId"], models)
     _check_replicas_agree(job, trainer_pools)
     for pool in trainer_pools:
         path, args_path = pool.path, pool.args_field
         args = [str(a) for a in pool.args]
         try:
-            trainer.check_args(args)
+            # With a tuned --model no trial runs these args alone: the tuned parameter's check below runs them
+            # with each model value.
+            if tuned_models is None:
+                trainer.check_args(args)
         except TrainerArgsError as exc:
             raise job.error(
                 join(path, args_path),
@@ -596,25 +634,70 @@ def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, trainer_
                 f"python -m {TRAINER_MODULE} --help",
             ) from None
         # A trial runs the pool's args plus --<parameterId>=<value>, the value formatted as Vertex AI does.
-        for where, parameter in tuned:
-            _check_trial_values(job, trainer, args, where, parameter)
+        for where, parameter, models in tuned:
+            if tuned_models is not None and parameter["parameterId"] != MODEL_PARAMETER:
+                for model in (m for m in models if trainer.model(m)):
+                    _check_trial_values(
+                        job, trainer, [*args, f"--{MODEL_PARAMETER}={model}"], where, parameter
+                    )
+            else:
+                _check_trial_values(job, trainer, args, where, parameter)
         if job.kind == TUNING_JOB:
-            found = _metric_arg(args)
-            metric = found[1] if found else trainer.default_metric
-            for i, wanted in enumerate(m["metricId"] for m in job.body["studySpec"]["metrics"]):
-                if wanted not in trainer.reportable_metrics:
-                    raise job.error(
-                        f"studySpec.metrics.{i}.metricId",
-                        f"the trainer cannot report {wanted!r}",
-                        one_of(trainer.reportable_metrics),
-                    )
-                if wanted != metric:
-                    source = f"{METRIC_FLAG} {metric}" if found else f"the default {METRIC_FLAG} ({metric})"
-                    raise job.error(
-                        f"studySpec.metrics.{i}.metricId",
-                        f"trials report {metric!r} ({source} in {join(path, args_path)}), not {wanted!r}",
-                        f"metricId: {metric}, or {METRIC_FLAG} {wanted} in the args",
-                    )
+            models = tuned_models if tuned_models is not None else (trainer.model_of(args),)
+            _check_metrics(job, trainer, args, join(path, args_path), models)
+
+
+def _check_tuned_flag(job: CompiledJob, trainer: TrainerContract, where: str, flag: str, models) -> None:
+    for name in models:
+        model = trainer.model(name)
+        if model is None:
+            continue  # an unknown --model: the trainer's parser reports it
+        if flag not in model.flags:
+            others = [m for m in trainer.models_with_flag(flag) if m != name]
+            raise job.error(
+                f"{where}.parameterId",
+                f"the trainer has no flag {flag}"
+                + (f" for --model {name} (a flag of --model {', '.join(others)})" if others else ""),
+                ", ".join(sorted(f[2:] for f in model.flags if "_" not in f and f != "--help")),
+            )
+
+
+def _check_metrics(
+    job: CompiledJob, trainer: TrainerContract, args: list[str], args_path: str, models
+) -> None:
+    """The study's metric must be one the model reports, the one its trials report, and pursued in the
+    direction that improves it (MINIMIZE accuracy would search for the worst model)."""
+    found = _metric_arg(args)
+    for i, spec in enumerate(job.body["studySpec"]["metrics"]):
+        wanted, goal = spec["metricId"], spec.get("goal")
+        for name in models:
+            model = trainer.model(name)
+            if model is None:
+                continue
+            if wanted not in model.metric_goals:
+                others = [m for m in trainer.models_reporting(wanted) if m != name]
+                raise job.error(
+                    f"studySpec.metrics.{i}.metricId",
+                    f"the trainer cannot report {wanted!r}"
+                    + (f" for --model {name} (--model {', '.join(others)} can)" if others else ""),
+                    one_of(model.reportable_metrics),
+                )
+            metric = found[1] if found else model.default_metric
+            if wanted != metric:
+                source = f"{METRIC_FLAG} {metric}" if found else f"the default {METRIC_FLAG} ({metric})"
+                raise job.error(
+                    f"studySpec.metrics.{i}.metricId",
+                    f"trials report {metric!r} ({source} in {args_path}), not {wanted!r}",
+                    f"metricId: {metric}, or {METRIC_FLAG} {wanted} in the args",
+                )
+            expected = model.metric_goals[wanted]
+            if goal in GOALS and goal != expected:
+                better = "higher" if expected == "MAXIMIZE" else "lower"
+                raise job.error(
+                    f"studySpec.metrics.{i}.goal",
+                    f"{goal} {wanted!r}, which is better {better}: the study would look for the worst trials",
+                    f"goal: {expected}",
+                )
 
 
 def _check_replicas_run_the_chiefs_program(job: CompiledJob, trainer_pools: list[Pool]) -> None:

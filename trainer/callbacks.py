@@ -17,7 +17,8 @@ log = logging.getLogger("trainer")
 
 
 def keras_log_key(tag: str) -> str:
-    """Map a REPORTABLE_METRICS tag to the key Keras uses in its epoch logs."""
+    """Map a reportable tag (``TaskSpec.metric_goals``: ``name`` measured on --eval-files, ``train_name``
+    on the training data) to the key Keras uses in its epoch logs."""
     return tag[len("train_"):] if tag.startswith("train_") else f"val_{tag}"
 
 

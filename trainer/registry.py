@@ -1,8 +1,9 @@
-"""Registered tasks (``--model`` names), listed without importing them.
+"""Registered tasks (``--model`` names) and where they live.
 
-A task module defines ``TASK``, a :class:`trainer.tasks.base.Task` with the data, model and export
-hooks. Adding a model means writing that module and adding one line here; ``trainer.config.MODELS`` is
-derived from this table so the job tooling sees the name without importing TensorFlow.
+A task module defines ``TASK``, a :class:`trainer.tasks.base.Task`: its spec (flags, metrics and their goals,
+export formats, default overrides) plus the data, model and export hooks. Importing it must not import
+TensorFlow (TensorFlow is imported inside the hooks), so the job tooling reads every task's spec cheaply.
+Adding a model means writing that module and adding one line here.
 """
 
 from __future__ import annotations
@@ -12,11 +13,19 @@ import importlib
 # name -> module that defines TASK
 TASK_MODULES: dict[str, str] = {
     "wide_deep": "trainer.tasks.census",
+    "image_classifier": "trainer.tasks.image_classifier",
 }
+# --model when a command line names none (the census task, as before tasks had their own flags).
+DEFAULT_MODEL = "wide_deep"
+
+
+def models() -> tuple[str, ...]:
+    """The registered ``--model`` names, read when asked (a test may register a task for its duration)."""
+    return tuple(TASK_MODULES)
 
 
 def load_task(name: str):
-    """Import and return the registered task called ``name`` (imports TensorFlow)."""
+    """Import and return the registered task called ``name`` (without TensorFlow: its hooks import it)."""
     try:
         module_name = TASK_MODULES[name]
     except KeyError:
@@ -25,3 +34,8 @@ def load_task(name: str):
     if task.name != name:
         raise RuntimeError(f"{module_name}.TASK is named {task.name!r}, registered as {name!r}")
     return task
+
+
+def load_spec(name: str):
+    """The :class:`trainer.tasks.base.TaskSpec` of the registered task ``name``."""
+    return load_task(name).spec

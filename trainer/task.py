@@ -6,6 +6,9 @@ Locally (outputs under <job-dir>/model, /checkpoints and /logs)::
         --train-files data/census/adult.data --eval-files data/census/adult.test \\
         --job-dir /tmp/census-run --export-format JSON
 
+``--model`` picks the task (see :mod:`trainer.registry`); ``python -m trainer.task --model NAME --help`` lists
+the generic flags plus NAME's own.
+
 On Vertex AI the same command runs unchanged: outputs go to AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and
 AIP_TENSORBOARD_LOG_DIR, the cluster comes from TF_CONFIG/CLUSTER_SPEC, a tuning trial's parameters arrive as
 ``--<parameterId>=<value>`` (underscore spellings such as ``--first_layer_size`` are accepted) and the metric

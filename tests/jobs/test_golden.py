@@ -29,6 +29,11 @@ def test_every_issue_definition_is_shipped():
         "census_gpu",
         "census_tpu",
         "census_prebuilt",
+        "image_gpu",
+        "image_mirrored",
+        "image_tpu",
+        "image_tuning",
+        "image_dropout_tuning",
     } <= names
 
 
@@ -78,5 +83,8 @@ def test_shipped_definitions_follow_the_house_rules(path):
             variant = variant_for_machine(pool["machineSpec"])
             assert program["imageUri"] == f"{OUTPUTS['trainer_image']}:{variant}-{IMAGE_HASH}"
             assert "command" not in program  # the image's entrypoint is the trainer
-        assert "--train-files=gs://demo-project-data/census/adult.data" in program["args"]
-        assert "--eval-files=gs://demo-project-data/census/adult.test" in program["args"]
+        # Data in the data bucket, and shipped in data/ (what --local stages there), so it runs as written.
+        for flag in ("--train-files", "--eval-files"):
+            (value,) = [a.split("=", 1)[1] for a in program["args"] if a.startswith(flag + "=")]
+            assert value.startswith("gs://demo-project-data/"), value
+            assert sorted(REPO_ROOT.glob("data/" + value.removeprefix("gs://demo-project-data/"))), value

@@ -34,6 +34,23 @@ def test_the_base_definitions_are_valid():
     check(TUNING)
 
 
+def _conditional(child: str, low: int, high: int, model: str = "wide_deep") -> dict:
+    """A tuned --model whose one value enables an INTEGER child parameter (a ConditionalParameterSpec)."""
+    return {
+        "parameterId": "model",
+        "categoricalValueSpec": {"values": [model]},
+        "conditionalParameterSpecs": [
+            {
+                "parentCategoricalValues": {"values": [model]},
+                "parameterSpec": {
+                    "parameterId": child,
+                    "integerValueSpec": {"minValue": low, "maxValue": high},
+                },
+            }
+        ],
+    }
+
+
 VALID = [
     (
         "script-with-newlines-and-env",
@@ -220,6 +237,7 @@ VALID = [
         },
     ),
     ("underscore-id", TUNING, {f"{PARAM}.0.parameterId": "first_layer_size"}),
+    ("tuned-model-with-its-own-flag", TUNING, {f"{PARAM}.2": _conditional("num-layers", 1, 4)}),
     (
         "categorical-int-flag",
         TUNING,
@@ -233,21 +251,14 @@ def test_valid_variants(base, mutations):
     check(base, mutations)
 
 
-def _conditional(child: str, low: int, high: int) -> dict:
-    """A tuned --model whose one value enables an INTEGER child parameter (a ConditionalParameterSpec)."""
-    return {
-        "parameterId": "model",
-        "categoricalValueSpec": {"values": ["wide_deep"]},
-        "conditionalParameterSpecs": [
-            {
-                "parentCategoricalValues": {"values": ["wide_deep"]},
-                "parameterSpec": {
-                    "parameterId": child,
-                    "integerValueSpec": {"minValue": low, "maxValue": high},
-                },
-            }
-        ],
-    }
+@pytest.fixture
+def tiny_task():
+    """A second registered model beside wide_deep: the test-only task of tests/trainer/test_tasks_registry.py
+    (flag --tiny-units, metrics mae and loss, both MINIMIZE)."""
+    from tests.trainer.helpers import tiny_task_registered
+
+    with tiny_task_registered():
+        yield
 
 
 INVALID = [
@@ -800,6 +811,57 @@ INVALID = [
         "minValue 4 >= maxValue 1",
     ),
     ("no-parameters", TUNING, {f"{PARAM}": []}, f"{PARAM}", "no parameters to tune"),
+    # Each model owns its flags, metrics and goals (the rows run with the test-only model "tiny" registered).
+    (
+        "param-of-another-model",
+        TUNING,
+        {f"{PARAM}.0.parameterId": "tiny-units"},
+        f"{PARAM}.0.parameterId",
+        "the trainer has no flag --tiny-units for --model wide_deep (a flag of --model tiny)",
+    ),
+    (
+        "param-of-the-default-model-with-model-arg",
+        TUNING,
+        {f"{TRIAL_POOL}.pythonPackageSpec.args": ["--model=tiny", "--train-files=a", "--eval-files=b"]},
+        f"{PARAM}.0.parameterId",
+        "the trainer has no flag --first-layer-size for --model tiny (a flag of --model wide_deep)",
+    ),
+    (
+        "conditional-child-of-another-model",
+        TUNING,
+        {PARAM: [_conditional("num-layers", 1, 4, model="tiny")]},
+        f"{PARAM}.0.conditionalParameterSpecs.0.parameterSpec.parameterId",
+        "the trainer has no flag --num-layers for --model tiny (a flag of --model wide_deep)",
+    ),
+    (
+        "metric-of-another-model",
+        TUNING,
+        {"studySpec.metrics.0": {"metricId": "mae", "goal": "MINIMIZE"}},
+        "studySpec.metrics.0.metricId",
+        "the trainer cannot report 'mae' for --model wide_deep (--model tiny can); allowed: accuracy",
+    ),
+    (
+        "goal-opposite",
+        TUNING,
+        {"studySpec.metrics.0.goal": "MINIMIZE"},
+        "studySpec.metrics.0.goal",
+        "MINIMIZE 'accuracy', which is better higher: the study would look for the worst trials; "
+        "allowed: goal: MAXIMIZE",
+    ),
+    (
+        "maximize-loss",
+        TUNING,
+        {
+            "studySpec.metrics.0": {"metricId": "train_loss", "goal": "MAXIMIZE"},
+            f"{TRIAL_POOL}.pythonPackageSpec.args": [
+                "--train-files=a",
+                "--eval-files=b",
+                "--hypertune-metric=train_loss",
+            ],
+        },
+        "studySpec.metrics.0.goal",
+        "MAXIMIZE 'train_loss', which is better lower",
+    ),
     (
         "tuned-range-the-trainer-refuses",
         TUNING,
@@ -847,7 +909,7 @@ INVALID = [
 @pytest.mark.parametrize(
     "base, mutations, path, words", [v[1:] for v in INVALID], ids=[v[0] for v in INVALID]
 )
-def test_invalid_definitions_name_the_field(base, mutations, path, words):
+def test_invalid_definitions_name_the_field(base, mutations, path, words, tiny_task):
     with pytest.raises(JobError) as caught:
         check(base, mutations)
     error = caught.value

@@ -3,6 +3,7 @@ Vertex AI does (fixtures stay in conftest.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,25 @@ def run_trainer(args: list[str], *, env: dict[str, str] | None = None, timeout: 
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("trainer.task: error:")]
+
+
+# A test-only task (tests/trainer/test_tasks_registry.py) registered for the duration of a `with` block.
+TINY_MODEL = "tiny"
+TINY_MODULE = "tests.trainer.test_tasks_registry"
+
+
+@contextlib.contextmanager
+def tiny_task_registered():
+    """Register the test-only ``tiny`` task beside the real ones, as one registry line would."""
+    import pytest
+
+    from jobs.trainer_contract import load_trainer_contract
+    from trainer import registry
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(registry.TASK_MODULES, TINY_MODEL, TINY_MODULE)
+        load_trainer_contract.cache_clear()  # the job tooling's contract is read once per process
+        try:
+            yield
+        finally:
+            load_trainer_contract.cache_clear()

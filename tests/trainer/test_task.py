@@ -120,7 +120,10 @@ def test_outputs_follow_aip_variables(json_run):
     assert list((root / "out/7/logs").rglob("events.out.tfevents.*"))
     assert not (root / "out/7/checkpoints" / "training_metadata.json").exists()  # backup removed when done
     config = json.loads((model / "trainer_config.json").read_text())
-    assert (config["first_layer_size"], config["num_layers"], config["hypertune_metric"]) == (32, 2, "auc")
+    assert (config["task"]["first_layer_size"], config["task"]["num_layers"], config["hypertune_metric"]) == (
+        32, 2, "auc")
+    from trainer.config import config_from_json  # the saved config reads back into the run's settings
+    assert config_from_json((model / "trainer_config.json").read_text()).task.first_layer_size == 32
 
 
 def test_hypertune_metric_file_is_what_vertex_reads(json_run):

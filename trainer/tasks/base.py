@@ -1,22 +1,200 @@
-"""What a task (a ``--model``) provides to the generic training loop.
+"""The task interface: what a registered ``--model`` declares and provides to the generic training loop.
 
-The loop in :mod:`trainer.train` owns everything Vertex-specific (strategy, output dirs, callbacks,
-checkpoints, tuning reports, export). A task owns its data format, its model and its serving signatures:
+A task module (``trainer/tasks/<name>.py``, registered by one line in :mod:`trainer.registry`) defines
+``TASK = Task(spec=TaskSpec(...), make_data=..., build_model=..., serving_fn=...)``. Importing the module
+must not import TensorFlow or Keras: the job tooling imports it to read the spec (``jobs.trainer_contract``),
+and ``tests/trainer/test_tasks_registry.py`` checks this for every registered task. Import TensorFlow inside
+the hook functions, or keep the hooks in a second module and name them with :func:`lazy`.
 
+The spec (plain data, read without TensorFlow)
+----------------------------------------------
+``TaskSpec(name, description, config, metrics, export_formats, defaults={}, flag_help={})``:
+
+- ``name``: the ``--model`` value; must equal its key in ``trainer.registry.TASK_MODULES``.
+- ``config``: a frozen dataclass subclassing :class:`TaskConfig`. Each field, declared with :func:`option`,
+  is one flag of this task: ``--field-name`` plus the ``--field_name`` alias Vertex AI tuning trials use::
+
+      @dataclass(frozen=True)
+      class ImageConfig(TaskConfig):
+          image_size: int = option(224, "input height and width in pixels (default %(default)s)")
+          optimizer: str = option("adam", "optimizer (default %(default)s)", choices=("sgd", "adam"))
+          base_weights: str | None = option(None, "local or gs:// .weights.h5 of the backbone",
+                                            type=str, metavar="PATH")
+          fine_tune: bool = option(False, "also train the backbone (default %(default)s)")
+
+          def validate(self) -> None:
+              check(self.image_size >= 32, "image_size", "an integer >= 32", self.image_size)
+
+  The flag's type is the default's type (``int``, ``float``, ``str``; ``bool`` takes
+  ``true|false|1|0|yes|no``, and a bare ``--flag`` means true), or ``type=`` when the default is ``None``.
+  ``help`` may use argparse's ``%(default)s``. Field names must not repeat a generic flag (the fields of
+  ``trainer.config.TrainerConfig``). ``validate()`` checks what the types cannot, raising
+  :class:`ConfigError` through :func:`check`, which words the one-line error as the generic flags do
+  (``trainer.task: error: argument --image-size: must be an integer >= 32, got 8``). ``hparams()`` (default:
+  every field whose value is not ``None``) is what TensorBoard's HParams dashboard records beside the
+  generic hyperparameters. The hooks read the resolved values as ``cfg.task`` (``cfg`` being the generic
+  ``trainer.config.TrainerConfig``); ``trainer_config.json`` saves them under ``"task"``.
+- ``metrics``: ``{name: MAXIMIZE | MINIMIZE}`` measured on ``--eval-files`` after every epoch, e.g.
+  ``{"accuracy": MAXIMIZE, "top_k_accuracy": MAXIMIZE, "loss": MINIMIZE}``. Each name is ``"loss"`` or
+  the ``name`` of a metric the compiled model reports. The trainer reports each one (``--hypertune-metric``,
+  a StudySpec ``metricId``) bare, measured on ``--eval-files``, or as ``train_<name>``, the running value on
+  the training data, with the same goal. The first metric is the default ``--hypertune-metric``.
+- ``export_formats``: ``{format: what a request sends}``, in the order ``--export-format`` lists them, the
+  first being the default, e.g. ``{"IMAGE_BYTES": "encoded JPEG or PNG bytes"}``. ``serving_fn`` is
+  called with one of these names.
+- ``defaults``: the task's defaults of generic flags, e.g. ``{"learning_rate": 0.01, "num_epochs": 20,
+  "train_batch_size": 64}``; ``--help`` and the saved config show them, an explicit flag still wins. Not
+  for ``model``, the file and directory flags, ``export_format`` or ``hypertune_metric`` (those defaults
+  come from the spec itself).
+- ``flag_help``: the task's wording of a generic flag's help, e.g. ``{"learning_rate": "SGD or Adam
+  learning rate (default %(default)s)"}``.
+
+The hooks (import TensorFlow inside them)
+-----------------------------------------
 - ``make_data(cfg, global_train_batch, global_eval_batch) -> TaskData``: validated input pipelines that
   yield ``(features, label)`` batches already preprocessed for the model, plus the preprocessing layer that
-  the export puts back in front of the model so serving takes raw inputs. Called outside the strategy scope.
-- ``build_model(cfg, data) -> keras.Model``: the compiled trainable model (called inside the strategy scope).
-  Its metrics must include ``accuracy`` and ``auc`` (the tags of ``trainer.config.REPORTABLE_METRICS``).
-- ``serving_fn(model, data, export_format) -> (fn, input_signature)``: the raw-input serving function for one
-  of ``export_formats``.
+  the export puts back in front of the model so serving takes raw inputs. Called outside the strategy
+  scope. Bad input data raises ``trainer.data.DataError`` (one line, exit status 2).
+- ``build_model(cfg, data) -> keras.Model``: the compiled trainable model (called inside the strategy
+  scope), its compiled metrics named as in ``spec.metrics``.
+- ``serving_fn(model, data, export_format) -> (fn, input_signature)``: the raw-input serving function for
+  one of ``spec.export_formats``.
+
+Adding a model: write its module and add ``"<name>": "trainer.tasks.<module>"`` to ``TASK_MODULES``.
+Nothing else changes: ``python -m trainer.task --model <name> --help`` lists its flags, and job definitions
+that name ``--model <name>`` are validated against its flags, metrics and goals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from trainer.contract import TRAINER_MODULE
+
+MAXIMIZE = "MAXIMIZE"
+MINIMIZE = "MINIMIZE"
+GOALS: tuple[str, ...] = (MAXIMIZE, MINIMIZE)
+TRAIN_PREFIX = "train_"  # train_<metric>: the running value on the training data
+
+
+class ConfigError(ValueError):
+    """Bad command-line input; ``str()`` is one line naming the flag and what is allowed."""
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check(ok: bool, name: str, allowed: str, value: object) -> None:
+    """Raise ConfigError for flag ``name`` (a field name or ``--flag``) unless ``ok``."""
+    if not ok:
+        flag = name if name.startswith("--") else flag_name(name)
+        raise ConfigError(f"{TRAINER_MODULE}: error: argument {flag}: must be {allowed}, got {value!r}")
+
+
+def parse_bool(text: str) -> bool:
+    """``true|false|1|0|yes|no`` in any case: how a CATEGORICAL tuning value or a YAML arg spells a switch."""
+    value = str(text).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+parse_bool.__name__ = "boolean"  # argparse names the type in its error: "invalid boolean value: 'maybe'"
+
+
+def option(default: Any, help: str, *, type: Callable | None = None, choices: tuple | None = None,  # noqa: A002
+           metavar: str | None = None) -> Any:
+    """A task flag: a dataclass field whose default, type, help and choices make its argparse option."""
+    meta = {"help": help, "type": type, "choices": choices, "metavar": metavar}
+    return field(default=default, metadata={"trainer_flag": meta})
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Base of a task's own settings; subclasses add :func:`option` fields (see the module docstring)."""
+
+    def validate(self) -> None:
+        """Check the values argparse cannot; raise ConfigError through :func:`check`."""
+
+    def hparams(self) -> dict[str, object]:
+        """The task's hyperparameters worth comparing across runs (TensorBoard HParams)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+def task_flags(config: type[TaskConfig]) -> dict[str, dict[str, Any]]:
+    """``{field name: argparse keyword arguments}`` of a task config class, in declaration order."""
+    flags = {}
+    for f in dataclasses.fields(config):
+        meta = dict(f.metadata.get("trainer_flag") or {})
+        if not meta:
+            raise TypeError(f"{config.__name__}.{f.name} is not declared with trainer.tasks.base.option()")
+        kind = meta.pop("type") or type(f.default)
+        kwargs = {k: v for k, v in meta.items() if v is not None}
+        if kind is bool:
+            kwargs.update(type=parse_bool, nargs="?", const=True, metavar=kwargs.get("metavar", "BOOL"))
+        elif kind is type(None):
+            raise TypeError(f"{config.__name__}.{f.name} defaults to None: give option(..., type=...)")
+        else:
+            kwargs["type"] = kind
+        flags[f.name] = {"default": f.default, **kwargs}
+    return flags
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task declares, as data: read by the trainer's parser and by the job tooling (no TensorFlow)."""
+
+    name: str
+    description: str
+    config: type[TaskConfig]
+    metrics: Mapping[str, str]
+    export_formats: Mapping[str, str]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    flag_help: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name, goal in self.metrics.items():
+            if goal not in GOALS or name.startswith((TRAIN_PREFIX, "val_")) or not name.isidentifier():
+                raise ValueError(f"task {self.name}: metric {name!r}: {goal!r} (want a bare name and one of "
+                                 f"{', '.join(GOALS)})")
+        if not self.metrics or not self.export_formats:
+            raise ValueError(f"task {self.name}: declare at least one metric and one export format")
+        task_flags(self.config)  # a field that is not an option() fails at import, not at the first parse
+
+    @property
+    def metric_goals(self) -> dict[str, str]:
+        """Every tag the trainer can report for this task: the eval metrics bare, then their ``train_*``."""
+        return {**self.metrics, **{TRAIN_PREFIX + name: goal for name, goal in self.metrics.items()}}
+
+    @property
+    def reportable_metrics(self) -> tuple[str, ...]:
+        return tuple(self.metric_goals)
+
+    @property
+    def default_metric(self) -> str:
+        return next(iter(self.metrics))
+
+    @property
+    def default_export_format(self) -> str:
+        return next(iter(self.export_formats))
+
+
+def lazy(target: str) -> Callable:
+    """A hook named ``"module:function"``, imported on first call: keeps a spec module free of TensorFlow."""
+    module, _, attr = target.partition(":")
+
+    def hook(*args, **kwargs):
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+    hook.__name__ = hook.__qualname__ = attr
+    return hook
 
 
 @dataclass
@@ -32,9 +210,19 @@ class TaskData:
 
 @dataclass(frozen=True)
 class Task:
-    name: str
-    description: str
+    spec: TaskSpec
     make_data: Callable[..., TaskData]
     build_model: Callable[..., Any]
     serving_fn: Callable[..., tuple[Callable, list]]
-    export_formats: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
+    def export_formats(self) -> tuple[str, ...]:
+        return tuple(self.spec.export_formats)

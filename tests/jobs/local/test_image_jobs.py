@@ -1,0 +1,63 @@
+"""Every shipped image job runs as written through `scripts/run_job.py --local`, shrunk by --set only (one
+epoch, smaller images, the 2,000-image MNIST shard for training, two trials): the definition, its data in
+data/, the trainer and the runtime contract are the ones a user runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.jobs.helpers import JOBS_DIR, run_script
+
+pytestmark = pytest.mark.training
+
+MNIST_SMALL = "--train-files=${infra.data_bucket}/mnist/mnist-eval.tfrecord-*"
+POOL = "jobSpec.workerPoolSpecs.0.containerSpec.args"
+TRIAL = "trialJobSpec.workerPoolSpecs.0.containerSpec.args"
+STUDY = ["maxTrialCount=2", "parallelTrialCount=2"]
+
+# job -> --set overrides (arg positions as written in the file; the test checks each one replaces its flag)
+SHRINK = {
+    "image_gpu": [f"{POOL}.4=--image-size=32", f"{POOL}.6=--num-epochs=1"],
+    "image_mirrored": [f"{POOL}.1={MNIST_SMALL}", f"{POOL}.7=--num-epochs=1"],
+    "image_tpu": [f"{POOL}.4=--image-size=32", f"{POOL}.6=--num-epochs=1"],
+    "image_tuning": [
+        *STUDY,
+        "maxFailedTrialCount=1",
+        f"{TRIAL}.1={MNIST_SMALL}",
+        f"{TRIAL}.5=--num-epochs=1",
+    ],
+    "image_dropout_tuning": [*STUDY, f"{TRIAL}.1={MNIST_SMALL}", f"{TRIAL}.4=--num-epochs=1"],
+}
+
+
+def _replaced_flag(job: str, override: str) -> None:
+    """An override must replace the same flag it sets (the file's arg order is what the index means)."""
+    from jobs.loader import load_file
+
+    path, _, value = override.partition("=")
+    if not path.startswith(("jobSpec", "trialJobSpec")):
+        return
+    node = load_file(JOBS_DIR / f"{job}.yaml").data
+    for part in path.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    assert node.split("=", 1)[0] == value.split("=", 1)[0], (job, node, value)
+
+
+@pytest.mark.parametrize("job", sorted(SHRINK))
+def test_shipped_image_job_runs_locally(job, tmp_path, script_env):
+    sets = [a for o in SHRINK[job] for a in ("--set", o)]
+    for override in SHRINK[job]:
+        _replaced_flag(job, override)
+    result = run_script(
+        [JOBS_DIR / f"{job}.yaml", "--local", "--local-root", tmp_path, *sets], script_env, timeout=600
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    models = sorted(tmp_path.glob("gs/*-models/*/*/**/saved_model.pb"))
+    assert models, result.stdout[-3000:]
+    metrics = [json.loads((m.parent / "metrics.json").read_text()) for m in models]
+    assert all(0.0 <= m["eval"]["accuracy"] <= 1.0 for m in metrics)
+    if "tuning" in job:
+        study = json.loads(next(tmp_path.glob("gs/*-models/*/*/study.json")).read_text())
+        assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"]

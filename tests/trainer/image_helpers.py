@@ -1,0 +1,66 @@
+"""Shared by the image tests: TFRecord shards in the flowers schema, written with TensorFlow (no PIL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tests.trainer.helpers import REPO_ROOT
+
+FLOWERS = REPO_ROOT / "data" / "flowers"
+
+
+def feature(value):
+    import tensorflow as tf
+
+    if isinstance(value, bytes):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+    if isinstance(value, float):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+def example(encoded: bytes, label: int, text: bytes | None = None, *, drop: str = "", **extra) -> bytes:
+    """A serialized tf.train.Example in the flowers schema; ``drop`` leaves a required feature out and
+    ``extra`` adds or overrides features (keys with '/' written as '__', e.g. image__format=b'PNG')."""
+    import tensorflow as tf
+
+    features = {"image/encoded": encoded, "image/class/label": label,
+                "image/class/text": str(label).encode() if text is None else text}
+    features.update({k.replace("__", "/"): v for k, v in extra.items()})
+    features.pop(drop, None)
+    proto = tf.train.Example(features=tf.train.Features(feature={k: feature(v) for k, v in features.items()}))
+    return proto.SerializeToString()
+
+
+def write_records(path: Path, records: list[bytes]) -> Path:
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)
+    return path
+
+
+def digit_images(n: int, seed: int = 0, size: int = 28) -> tuple[np.ndarray, np.ndarray]:
+    """MNIST-like uint8 [n, size, size, 1] images whose class is learnable: a bright bar whose position
+    encodes the label (10 classes), plus noise."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, n)
+    images = rng.integers(0, 60, (n, size, size, 1)).astype(np.uint8)
+    for i, y in enumerate(labels):
+        row = 2 + int(y) * (size - 4) // 10
+        images[i, row:row + 2, 3:size - 3, 0] = 255
+    return images, labels
+
+
+def png_records(images: np.ndarray, labels: np.ndarray) -> list[bytes]:
+    import tensorflow as tf
+
+    return [example(tf.io.encode_png(img).numpy(), int(y), image__format=b"PNG", image__channels=1)
+            for img, y in zip(images, labels, strict=True)]
+
+
+def write_mnist_like(path: Path, n: int, seed: int = 0) -> Path:
+    return write_records(path, png_records(*digit_images(n, seed)))

@@ -1,0 +1,216 @@
+"""trainer/image_data.py: globs, the validating scan (bad records fail or are skipped within the budget),
+and the pipeline (what it delivers equals what the scan counted; shapes, scaling, batching, augmentation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from tests.trainer.image_helpers import (  # noqa: E402
+    FLOWERS,
+    digit_images,
+    example,
+    png_records,
+    write_mnist_like,
+    write_records,
+)
+from trainer import image_data  # noqa: E402
+from trainer.data import DataError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def flowers():
+    files = image_data.expand_globs([str(FLOWERS / "*.tfrecord-*")], "--train-files")
+    return image_data.scan_images(files)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """A 300-record synthetic MNIST-like PNG shard."""
+    return write_mnist_like(tmp_path_factory.mktemp("digits") / "digits.tfrecord", 300)
+
+
+def good_png(value: int = 128, size: int = 8, channels: int = 1) -> bytes:
+    return tf.io.encode_png(np.full((size, size, channels), value, np.uint8)).numpy()
+
+
+def scan_one(tmp_path, records, **kwargs):
+    path = write_records(tmp_path / "x.tfrecord", records)
+    return image_data.scan_images([str(path)], channels=1, **kwargs)
+
+
+def test_globs_expand_and_no_match_names_the_flag(tmp_path):
+    patterns = [str(FLOWERS / "*-test.*"), str(FLOWERS / "*.tfrecord-*")]
+    files = image_data.expand_globs(patterns, "--train-files")
+    assert [f.rsplit("/", 1)[1].split(".")[0] for f in files] == [
+        "image_classification_builder-test", "image_classification_builder-validation"]
+    with pytest.raises(DataError, match=r"^--eval-files: no files match .*/nothing-\*\.tfrecord$"):
+        image_data.expand_globs([str(tmp_path / "nothing-*.tfrecord")], "--eval-files")
+
+
+def test_flowers_scan_counts_classes_from_the_data(flowers):
+    assert flowers.records == flowers.total_records == 130
+    # The label order is the data's (label -> image/class/text), not alphabetical.
+    assert flowers.class_names == ("roses", "sunflowers", "daisy", "dandelion", "tulips")
+    assert flowers.class_counts == (26,) * 5
+    assert flowers.bad_records == () and flowers.excluded.size == 0
+    assert flowers.summary() == "130 images in 5 classes from 2 file(s)"
+    assert flowers.min_size[0] > 0 and flowers.max_size[1] >= flowers.min_size[1]
+
+
+def test_flowers_pipeline_shapes_scale_and_labels(flowers):
+    ds = image_data.image_dataset(flowers, image_size=32, channels=3, batch_size=32)
+    batches = list(ds.as_numpy_iterator())
+    assert [len(y) for _, y in batches] == [32, 32, 32, 32, 2]
+    x = np.concatenate([b[0] for b in batches])
+    y = np.concatenate([b[1] for b in batches])
+    assert x.shape == (130, 32, 32, 3) and x.dtype == np.float32 and 0.0 <= x.min() < x.max() <= 1.0
+    assert y.dtype == np.int32 and np.bincount(y).tolist() == [26] * 5
+    gray = image_data.image_dataset(flowers, image_size=16, channels=1, batch_size=64, scale="symmetric",
+                                    drop_remainder=True)
+    shapes = [tuple(b.shape) for b, _ in gray.as_numpy_iterator()]
+    assert shapes == [(64, 16, 16, 1)] * 2
+    assert gray.element_spec[0].shape.as_list() == [64, 16, 16, 1]  # static: TPU-friendly
+    raw = next(iter(image_data.image_dataset(flowers, image_size=16, channels=3, batch_size=8, scale="raw")))
+    assert float(tf.reduce_max(raw[0])) > 1.5
+
+
+def test_training_pipeline_shuffles_seeded_and_augments(digits):
+    scan = image_data.scan_images([str(digits)], channels=1)
+    assert scan.class_names == tuple(str(i) for i in range(10))
+
+    def labels(seed, **kw):
+        ds = image_data.image_dataset(scan, image_size=28, channels=1, batch_size=100, training=True,
+                                      seed=seed, **kw)
+        return np.concatenate([y for _, y in ds.as_numpy_iterator()])
+
+    first, again, other = labels(1), labels(1), labels(2)
+    plain = np.concatenate([y for _, y in image_data.image_dataset(
+        scan, image_size=28, channels=1, batch_size=100).as_numpy_iterator()])
+    assert sorted(first) == sorted(plain) and not np.array_equal(first, plain)
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+    aug = image_data.image_dataset(scan, image_size=28, channels=1, batch_size=300, training=True,
+                                   augment=("flip", "crop"), cache_limit_mb=0)
+    x, _ = next(iter(aug))
+    assert x.shape == (300, 28, 28, 1)
+    with pytest.raises(ValueError, match="unknown augmentation"):
+        image_data.image_dataset(scan, image_size=28, channels=1, batch_size=8, training=True,
+                                 augment=("rotate",))
+
+
+def test_cached_and_streaming_pipelines_and_in_memory_agree(digits):
+    scan = image_data.scan_images([str(digits)], channels=1)
+    images, labels = image_data.read_arrays(scan, 1)
+    assert images.shape == (300, 28, 28, 1) and images.dtype == np.uint8
+    expected = digit_images(300)
+    assert np.array_equal(images, expected[0]) and np.array_equal(labels, expected[1])
+    outs = []
+    for ds in (image_data.image_dataset(scan, image_size=20, channels=1, batch_size=64),
+               image_data.image_dataset(scan, image_size=20, channels=1, batch_size=64, cache_limit_mb=0),
+               image_data.array_dataset(images, labels, image_size=20, batch_size=64)):
+        outs.append([np.concatenate(a) for a in zip(*ds.as_numpy_iterator(), strict=True)])
+    for x, y in outs[1:]:
+        np.testing.assert_allclose(x, outs[0][0], atol=1e-6)
+        assert np.array_equal(y, outs[0][1])
+
+
+def test_grayscale_png_converts_to_rgb(digits):
+    scan = image_data.scan_images([str(digits)], channels=3)
+    x, _ = next(iter(image_data.image_dataset(scan, image_size=28, channels=3, batch_size=4)))
+    assert x.shape == (4, 28, 28, 3)
+    np.testing.assert_array_equal(x[..., 0], x[..., 2])
+
+
+def test_not_a_tfrecord_file_is_one_line(tmp_path):
+    bad = tmp_path / "photo.tfrecord"
+    bad.write_bytes((FLOWERS / "dataset_info.json").read_bytes())
+    with pytest.raises(DataError) as info:
+        image_data.scan_images([str(bad)])
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{bad}: not a TFRecord file, or record 0 is corrupt or truncated")
+
+
+@pytest.mark.parametrize("cut", [5, 30])  # inside record 520's length header (TF reads it as EOF) / its data
+def test_truncated_file_names_the_record(tmp_path, cut):
+    path = write_records(tmp_path / "t.tfrecord", [example(good_png(), i % 2) for i in range(600)])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 600 * 520 + cut])  # all records have the same size
+    with pytest.raises(DataError, match=r"t\.tfrecord: not a TFRecord file, or record 520 is corrupt or "
+                                        r"truncated \([^{\n]+\)$"):
+        image_data.scan_images([str(path)], channels=1)
+
+
+BAD = [
+    (example(b"not an image at all", 1), "undecodable image: not a 1-channel JPEG/PNG/GIF/BMP image"),
+    (example(good_png(), 7), "bad label: label 7 is outside 0..4"),
+    (example(good_png(), -1), "bad label: label -1 is outside 0..4"),
+    (example(good_png(), 1, drop="image/encoded"), "malformed record: missing feature 'image/encoded'"),
+    (example(good_png(), 1, drop="image/class/text"), "malformed record: missing feature 'image/class/text'"),
+    (example(good_png(), 1, image__class__label=1.0),
+     "malformed record: feature 'image/class/label' is a float_list, expected int64_list"),
+    (b"\x01\x02garbage", "malformed record: not a tf.train.Example"),
+    (example(good_png(), 1, text=b"other"), "bad label: text 'other' for label 1, but '1' at"),
+]
+
+
+@pytest.mark.parametrize(("record", "reason"), BAD, ids=[f"{r.split(':')[0]}-{i}" for i, (_, r) in
+                                                         enumerate(BAD)])
+def test_bad_record_fails_naming_file_and_record(tmp_path, record, reason):
+    records = [example(good_png(), i % 5) for i in range(6)]
+    records.insert(3, record)
+    with pytest.raises(DataError) as info:
+        scan_one(tmp_path, records, num_classes=5)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{tmp_path / 'x.tfrecord'}: record 3: {reason}")
+    assert message.endswith("(set max_bad_records to skip bad records)")
+
+
+def test_bad_records_within_budget_are_skipped_and_left_out_of_the_pipeline(tmp_path):
+    images, labels = digit_images(40, seed=3)
+    records = png_records(images, labels)
+    bad_at = {5: example(b"\x89PNG broken", 2), 17: example(good_png(), 12),
+              30: example(good_png(), 4, drop="image/class/label")}
+    for index in sorted(bad_at):
+        records.insert(index, bad_at[index])
+    first = write_records(tmp_path / "a.tfrecord", records)
+    second = write_records(tmp_path / "b.tfrecord", png_records(images[:10], labels[:10]))
+    files = [str(first), str(second)]
+    with pytest.raises(DataError, match=r"a\.tfrecord: record 30: .*\(more than max_bad_records=2 bad"):
+        image_data.scan_images(files, channels=1, num_classes=10, max_bad_records=2)
+    scan = image_data.scan_images(files, channels=1, num_classes=10, max_bad_records=3)
+    assert (scan.records, scan.total_records) == (50, 53)
+    assert [(b.file, b.record) for b in scan.bad_records] == [(str(first), i) for i in (5, 17, 30)]
+    assert scan.bad_counts() == {"malformed": 1, "label": 1, "undecodable": 1}
+    assert "skipped 3 bad record(s) (1 malformed, 1 label, 1 undecodable)" in scan.summary()
+    for ds in (image_data.image_dataset(scan, image_size=28, channels=1, batch_size=16),
+               image_data.image_dataset(scan, image_size=28, channels=1, batch_size=16, cache_limit_mb=0,
+                                        training=True)):
+        got = np.concatenate([y for _, y in ds.as_numpy_iterator()])
+        assert sorted(got.tolist()) == sorted(labels.tolist() + labels[:10].tolist())
+    x, y = image_data.read_arrays(scan, 1)
+    assert np.array_equal(x, np.concatenate([images, images[:10]]))
+
+
+def test_classes_from_explicit_names_or_count(tmp_path):
+    records = [example(good_png(), i, text=f"c{i}".encode()) for i in (0, 2, 2)]
+    with pytest.raises(DataError, match=r"no records with label\(s\) 1 of 0\.\.2: pass the class names"):
+        scan_one(tmp_path, records)
+    scan = scan_one(tmp_path, records, num_classes=4)
+    assert scan.class_names == ("c0", "1", "c2", "3") and scan.class_counts == (1, 0, 2, 0)
+    named = scan_one(tmp_path, records, class_names=["a", "b", "c"])
+    assert named.class_names == ("a", "b", "c")
+    with pytest.raises(DataError, match=r"x\.tfrecord: no usable records$"):
+        scan_one(tmp_path, [example(b"junk", 0)], max_bad_records=5)
+
+
+def test_bad_parameters_are_refused(flowers):
+    with pytest.raises(ValueError, match="scale must be one of unit, symmetric, raw"):
+        image_data.image_dataset(flowers, image_size=8, channels=3, batch_size=8, scale="imagenet")
+    with pytest.raises(ValueError, match="channels must be 1 or 3"):
+        image_data.scan_images(flowers.files, channels=4)
+    with pytest.raises(DataError, match="read_arrays needs one size"):
+        image_data.read_arrays(flowers, 3)
