@@ -12,6 +12,8 @@ Pure and cheap to import: no I/O, no SDK, nothing from the rest of ``jobs``.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +171,19 @@ def split_gs(uri: str) -> tuple[str, str]:
 def gs_bucket(uri: str) -> str:
     """The bucket of ``gs://bucket[/...]``, or of a bucket named without the scheme."""
     return uri.removeprefix(GS).strip("/").split("/", 1)[0]
+
+
+# A gs:// URI inside a value runs up to a comma, whitespace or the next gs://; ':' and ';' belong to it (a
+# path that goes on after them is still the URI's, for gcsfuse and --local alike).
+_GS_URI = re.compile(rf"{GS}((?:(?!{GS})[^,\s])*)")
+
+
+def gs_uris(value: str) -> Iterator[tuple[str, str, str]]:
+    """(uri, bucket, object name) of each gs:// URI inside ``value`` (a path, a glob, a comma list, a
+    ``--flag=uri``): the one reading of where a URI starts and ends, for validation and ``--local``."""
+    for match in _GS_URI.finditer(value):
+        bucket, _, name = match.group(1).partition("/")
+        yield match.group(0), bucket, name
 
 
 def rebase_gs(value: str, root: str) -> str:

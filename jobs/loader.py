@@ -69,7 +69,7 @@ def load_file(path: str | Path) -> Document:
     try:
         info = os.fstat(fd)  # of what was opened: no window between checking a path and reading it
         if not stat.S_ISREG(info.st_mode):
-            raise JobError(file, "(file)", f"not a regular file ({_file_kind(info.st_mode)})", allowed)
+            raise JobError(file, "(file)", f"not a regular file ({file_kind(info.st_mode)})", allowed)
         if info.st_size > MAX_FILE_BYTES:
             raise JobError(
                 file, "(file)", f"{info.st_size} bytes", f"at most {MAX_FILE_BYTES} bytes ({allowed})"
@@ -92,17 +92,19 @@ def load_file(path: str | Path) -> Document:
     return load_text(text, file)
 
 
-def _file_kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+_FILE_KINDS = (
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What an ``st_mode`` is, in words ("a FIFO"), for errors about a path that is the wrong kind."""
+    return next((name for test, name in _FILE_KINDS if test(mode)), "an unknown kind of file")
 
 
 class _Budget:

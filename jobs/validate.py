@@ -23,6 +23,7 @@ from jobs.body import (
     PYTHON_PACKAGE_SPEC,
     VALUE_SPECS,
     Pool,
+    gs_uris,
     is_gs,
     join,
     pools,
@@ -149,18 +150,12 @@ def _check_text(job: CompiledJob) -> None:
     _check_gs_uris(job)
 
 
-# A gs:// URI inside any string: a whole value, or the value of a --flag=gs://... argument.
-_GS_URI = re.compile(r"gs://[^\s,;'\"]*")
-
-
 def _check_gs_uris(job: CompiledJob) -> None:
     """Every gs:// URI names a bucket and plain path segments. Cloud Storage would take `..` as an object name
     literally, but anything that maps URIs onto a filesystem (gcsfuse in the job, `--local` here) resolves it
     upward, out of the bucket: so no `.`, `..` or empty segment (a trailing `/` is fine)."""
     for path, _, text in _strings(job.body):
-        for found in _GS_URI.finditer(text):
-            uri = found.group(0)
-            bucket, _, name = uri[len("gs://") :].partition("/")
+        for uri, bucket, name in gs_uris(text):
             segments = name.removesuffix("/").split("/") if name else []
             bad = next((s for s in segments if s in ("", ".", "..")), None)
             if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from jobs.body import CUSTOM_JOB, KINDS, is_gs, join, spec_field
+from jobs.loader import file_kind
 from jobs.local.spec import LocalRunError
 from trainer.contract import HP_METRIC_FILE, JOB_ID
 
@@ -57,15 +58,6 @@ def run_local(
         return 2
 
 
-_FILE_KINDS = (
-    (stat.S_ISREG, "a regular file"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def check_local_root(path: Path) -> None:
     """LocalRunError unless ``path`` is a writable directory, or a missing one whose parent is writable.
 
@@ -82,9 +74,8 @@ def check_local_root(path: Path) -> None:
         raise LocalRunError(field, f"{path}: {exc.strerror}; use a directory") from None
     if mode is not None:
         if not stat.S_ISDIR(mode):
-            what = next((name for test, name in _FILE_KINDS if test(mode)), "not a directory")
             raise LocalRunError(
-                field, f"{path} is {what}; use a directory (or a new path in an existing one)"
+                field, f"{path} is {file_kind(mode)}; use a directory (or a new path in an existing one)"
             )
         if not os.access(path, os.W_OK | os.X_OK):
             raise LocalRunError(field, f"{path} is not writable; use a directory you can write to")

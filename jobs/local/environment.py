@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 from pathlib import Path
 
-from jobs.body import GS, rebase_gs
+from jobs.body import GS, gs_bucket, gs_uris, rebase_gs
 from jobs.local.spec import JobSpec, LocalRunError, PoolSpec
 from trainer.contract import (
     CLUSTER_SPEC,
@@ -53,10 +52,6 @@ _EVALUATOR = TF_TASK_TYPES[3]
 # Where files a run writes live, relative to its folder (a CustomJob's base, or a trial's <base>/<trial_id>).
 REPLICA_LOGS = "replica-logs"
 METRIC_FILE = ("hypertune", "output.metrics")
-
-# A gs:// URI inside a value runs up to a comma, whitespace or the next gs://; ':' and ';' belong to it (a
-# path that goes on after them is still the URI's, locally).
-_URI = re.compile(rf"{GS}((?:(?!{GS})[^,\s])*)")
 
 
 def inside(path: Path | str, local_root: Path, field: str) -> Path:
@@ -81,9 +76,7 @@ def to_local(value: str, local_root: Path, field: str = "gs:// URI") -> str:
     folder) and must resolve under local_root. Raises LocalRunError naming ``field`` otherwise.
     """
     gs_root = local_root / "gs"
-    for match in _URI.finditer(value):
-        uri = match.group(0)
-        bucket, _, name = match.group(1).partition("/")
+    for uri, bucket, name in gs_uris(value):
         if bucket in ("", ".", ".."):
             raise LocalRunError(field, f"{uri!r} has no bucket name; use gs://BUCKET/OBJECT")
         if any(part in (".", "..") for part in name.split("/")):
@@ -96,8 +89,7 @@ def to_local(value: str, local_root: Path, field: str = "gs:// URI") -> str:
 
 def local_bucket(uri: str, local_root: Path, field: str = "data_bucket") -> Path:
     """The folder that stands in for the bucket of ``uri`` (gs://bucket/... or a bare bucket name)."""
-    bucket = uri.removeprefix(GS).strip("/").split("/", 1)[0]
-    return Path(to_local(f"{GS}{bucket}", local_root, field))
+    return Path(to_local(f"{GS}{gs_bucket(uri)}", local_root, field))
 
 
 def metric_file(run_folder: Path) -> Path:

@@ -530,6 +530,14 @@ INVALID = [
         "has a '..' path segment",
     ),
     (
+        # The URI goes on after ';' (gcsfuse and --local read it whole), so its '..' is seen too.
+        "climbs-out-after-a-semicolon",
+        CUSTOM,
+        {f"{POOL}.pythonPackageSpec.args.0": "--train-files=${infra.data_bucket}/x;/../../../etc"},
+        f"{POOL}.pythonPackageSpec.args.0",
+        "has a '..' path segment",
+    ),
+    (
         "dot-segment",
         CUSTOM,
         {f"{POOL}.pythonPackageSpec.args.1": "--eval-files=gs://demo-data/./b.csv"},
