@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Variables Vertex AI sets in a job's containers: a child process under test must not inherit a stray one.
-_VERTEX_PREFIXES = ("AIP_", "CLOUD_ML_", "TF_CONFIG", "CLUSTER_SPEC")
+# Variables Vertex AI (or run_job.py --local) sets in a job's containers: a child process under test must not
+# inherit a stray one.
+_VERTEX_PREFIXES = ("AIP_", "CLOUD_ML_", "TF_CONFIG", "CLUSTER_SPEC", "TRAINER_CPU_")
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

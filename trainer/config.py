@@ -164,8 +164,12 @@ def build_parser(model: str = DEFAULT_MODEL, *, raise_errors: bool = False) -> a
     _model_flag(io)
     generic(io, "train_files", "training data: files or globs, local or gs://", nargs="+", required=True,
             metavar="PATH")
-    generic(io, "eval_files", "evaluation data: files or globs, local or gs://", nargs="+", required=True,
-            metavar="PATH")
+    if spec.splits_train_files:
+        generic(io, "eval_files", f"evaluation data: files or globs, local or gs:// (default: --model "
+                                  f"{spec.name} holds out part of --train-files)", nargs="+", metavar="PATH")
+    else:
+        generic(io, "eval_files", "evaluation data: files or globs, local or gs://", nargs="+", required=True,
+                metavar="PATH")
     generic(io, "job_dir", "output root: <job-dir>/model, /checkpoints and /logs unless AIP_MODEL_DIR, "
                            "AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR are set (as on Vertex AI)",
             metavar="DIR")
@@ -226,7 +230,7 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
     check(cfg.distribution in DISTRIBUTIONS, "distribution", f"one of {', '.join(DISTRIBUTIONS)}",
           cfg.distribution)
     check(bool(cfg.train_files), "train_files", "one or more paths", cfg.train_files)
-    check(bool(cfg.eval_files), "eval_files", "one or more paths", cfg.eval_files)
+    check(bool(cfg.eval_files) or spec.splits_train_files, "eval_files", "one or more paths", cfg.eval_files)
     if type(cfg.task) is not spec.config:
         raise ConfigError(f"--model {cfg.model} takes a {spec.config.__name__}, "
                           f"got {type(cfg.task).__name__}")
@@ -243,7 +247,7 @@ def resolve_config(argv: Sequence[str] | None = None) -> TrainerConfig:
     config = load_spec(model).config
     values = {name: getattr(ns, name) for name in GENERIC_FIELDS}
     values["train_files"] = tuple(values["train_files"])
-    values["eval_files"] = tuple(values["eval_files"])
+    values["eval_files"] = tuple(values["eval_files"] or ())
     task = config(**{name: getattr(ns, name) for name in task_flags(config)})
     return validate(TrainerConfig(**values, task=task))
 

@@ -38,10 +38,16 @@ WORKER_POOLS: tuple[str, ...] = tuple(f"workerpool{i}" for i in range(len(TF_TAS
 WORKER_POOL_ROLES: dict[str, str] = dict(zip(WORKER_POOLS, TF_TASK_TYPES, strict=True))
 
 # Set to "1" by `run_job.py --local` when this machine lacks the accelerators the job asks for: an explicit
-# --distribution tpu or mirrored then trains with the default (CPU) strategy instead of failing. Vertex AI
-# never sets it, so there a TPU job without a TPU still fails at once instead of training on the host's CPU.
+# --distribution tpu or mirrored then trains with the default (CPU) strategy instead of failing (mirrored
+# trains over logical CPUs where TRAINER_CPU_REPLICAS asks for several). Vertex AI never sets it, so there a
+# TPU job without a TPU still fails at once instead of training on the host's CPU.
 CPU_FALLBACK_ENV = "TRAINER_CPU_FALLBACK"
+# Set to N by `run_job.py --local` for a pool of N > 1 GPUs on a machine without GPUs: the trainer splits the
+# host CPU into N logical devices and MirroredStrategy mirrors over them, so the rehearsal runs the job's
+# per-replica batches and gradient all-reduce instead of one replica. Ignored where GPUs are visible.
+CPU_REPLICAS_ENV = "TRAINER_CPU_REPLICAS"
+MAX_CPU_REPLICAS = 16  # the most GPUs one Vertex AI machine has (a2-megagpu-16g)
 
 # Every variable above that the runtime sets for one replica (a stale one from a shell must not leak in).
 REPLICA_VARIABLES: tuple[str, ...] = (*OUTPUT_DIRS.values(), CLUSTER_SPEC, TF_CONFIG, TRIAL_ID,
-                                      HP_METRIC_FILE, CPU_FALLBACK_ENV)
+                                      HP_METRIC_FILE, CPU_FALLBACK_ENV, CPU_REPLICAS_ENV)

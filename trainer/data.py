@@ -162,11 +162,11 @@ def _glob_uri(pattern: str, flag: str) -> list[str]:
     try:
         matches = sorted(tf.io.gfile.glob(pattern))
     except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
-        raise DataError(f"{flag}: cannot list {pattern}: {_reason(exc)}") from None
+        raise DataError(f"{flag}: cannot list {pattern}: {op_reason(exc)}") from None
     return [m for m in matches if not tf.io.gfile.isdir(m)]
 
 
-def _reason(exc) -> str:
+def op_reason(exc) -> str:
     """The first line of a tf.errors.OpError's message (some, e.g. ram:// NotFoundError, have none)."""
     lines = (exc.message or "").strip().splitlines()
     return lines[0] if lines else type(exc).__name__
@@ -174,10 +174,10 @@ def _reason(exc) -> str:
 
 def _unreadable(path: str, exc, flag: str) -> DataError:
     """A read failure (e.g. gs:// without access; local files were checked before) as one line."""
-    return DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {_reason(exc)}")
+    return DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {op_reason(exc)}")
 
 
-def _read_lines(path: str, flag: str):
+def read_lines(path: str, flag: str):
     """Yield the lines of ``path`` exactly as TextLineDataset splits them (no trailing empty line)."""
     import tensorflow as tf
 
@@ -292,7 +292,7 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0,
             total_bytes += tf.io.gfile.stat(path).length
         except tf.errors.OpError as exc:
             raise _unreadable(path, exc, flag) from None
-        for number, line in enumerate(_read_lines(path, flag), start=1):
+        for number, line in enumerate(read_lines(path, flag), start=1):
             if not v.is_data(line):
                 excluded.append(index)
             else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ from trainer.config import ConfigError
 from trainer.contract import (
     CLUSTER_SPEC,
     CPU_FALLBACK_ENV,
+    CPU_REPLICAS_ENV,
+    MAX_CPU_REPLICAS,
     OUTPUT_DIRS,
     TF_CONFIG,
     TRAINER_MODULE,
@@ -144,18 +147,31 @@ def _has_tpu(environ: Mapping[str, str]) -> bool:
         "/dev/accel0")
 
 
+def cpu_replicas(environ: Mapping[str, str] = os.environ) -> int:
+    """How many logical CPU devices MirroredStrategy mirrors over where there is no GPU (1: no split)."""
+    raw = environ.get(CPU_REPLICAS_ENV, "").strip()
+    if not raw:
+        return 1
+    if not re.fullmatch(r"[0-9]{1,3}", raw) or not 1 <= int(raw) <= MAX_CPU_REPLICAS:
+        raise ConfigError(
+            f"{CPU_REPLICAS_ENV}={raw[:40]!r}: expected a whole number from 1 to {MAX_CPU_REPLICAS}")
+    return int(raw)
+
+
 def choose_distribution(requested: str, cluster: Cluster, num_gpus: int,
                         environ: Mapping[str, str] = os.environ) -> str:
     """The strategy kind to use: "multi_worker", "tpu", "mirrored" or "default" (pure; see make_strategy)."""
+    # With no GPU, TRAINER_CPU_REPLICAS logical CPUs stand in for the job's GPUs (see trainer.contract).
+    devices = num_gpus or cpu_replicas(environ)
     if requested in ("tpu", "mirrored") and environ.get(CPU_FALLBACK_ENV) == "1":
-        return "default"
+        return "mirrored" if requested == "mirrored" and devices > 1 else "default"
     if requested != "auto":
         return requested
     if cluster.is_multi_worker:
         return "multi_worker"
     if _has_tpu(environ):
         return "tpu"
-    if num_gpus > 1:
+    if devices > 1:
         return "mirrored"
     return "default"
 
@@ -167,7 +183,8 @@ def make_strategy(requested: str, cluster: Cluster, environ: Mapping[str, str] =
     if cluster.source == CLUSTER_SPEC and TF_CONFIG not in os.environ:
         # MultiWorkerMirroredStrategy reads TF_CONFIG; derive it from Vertex AI's CLUSTER_SPEC.
         os.environ[TF_CONFIG] = cluster.tf_config()
-    kind = choose_distribution(requested, cluster, len(tf.config.list_physical_devices("GPU")), environ)
+    num_gpus = len(tf.config.list_physical_devices("GPU"))
+    kind = choose_distribution(requested, cluster, num_gpus, environ)
     if kind != requested and requested != "auto":
         logging.getLogger("trainer").warning(
             "--distribution %s: %s=1 (this machine lacks the accelerators), training with the %s strategy",
@@ -181,5 +198,13 @@ def make_strategy(requested: str, cluster: Cluster, environ: Mapping[str, str] =
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver), kind
     if kind == "mirrored":
-        return tf.distribute.MirroredStrategy(), kind
+        replicas = cpu_replicas(environ)
+        if num_gpus or replicas == 1:
+            return tf.distribute.MirroredStrategy(), kind
+        # Logical devices can only be configured before TensorFlow initialises its runtime, as here.
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+        logging.getLogger("trainer").info("%s=%d: mirroring over %d logical CPU devices",
+                                          CPU_REPLICAS_ENV, replicas, replicas)
+        return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)]), kind
     return tf.distribute.get_strategy(), kind

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.data import DataError, _reason
+from trainer.data import DataError, op_reason
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
 REQUIRED = ((ENCODED, "bytes_list"), (LABEL, "int64_list"), (TEXT, "bytes_list"))
@@ -97,7 +97,7 @@ def expand_globs(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
         try:
             matches = sorted(m for m in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(m))
         except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
-            raise DataError(f"{flag}: cannot list {pattern}: {_reason(exc)}") from None
+            raise DataError(f"{flag}: cannot list {pattern}: {op_reason(exc)}") from None
         if not matches:
             raise DataError(f"{flag}: no files match {pattern}")
         files.extend(m for m in matches if m not in files)
@@ -192,7 +192,7 @@ def _decode_sizes(encoded: list[bytes], channels: int) -> dict[int, tuple[int, i
 
 def _op_reason(exc) -> str:
     """An iterator error's first line without TensorFlow's "{{function_node ...}}" and "[Op:...]" noise."""
-    return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*$", "", _reason(exc)).strip() or type(exc).__name__
+    return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*$", "", op_reason(exc)).strip() or type(exc).__name__
 
 
 def _records(path: str, size: int, flag: str):
@@ -258,7 +258,7 @@ def scan_images(files: Sequence[str], *, channels: int = 3, num_classes: int | N
         try:
             size = tf.io.gfile.stat(path).length
         except tf.errors.OpError as exc:
-            raise DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {_reason(exc)}") from None
+            raise DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {op_reason(exc)}") from None
         total_bytes += size
         stream = _records(path, size, flag)
         index = 0

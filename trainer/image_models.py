@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from trainer.data import _reason
+from trainer.data import op_reason
 from trainer.image_data import SCALES, preprocess_image
 
 BACKBONES = ("mobilenet_v2", "resnet50")
@@ -93,7 +93,7 @@ def _local_copy(path: str, stack: contextlib.ExitStack) -> str:
     try:
         exists = tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
     except tf.errors.OpError as exc:
-        raise WeightsError(f"base weights {path}: cannot read: {_reason(exc)}") from None
+        raise WeightsError(f"base weights {path}: cannot read: {op_reason(exc)}") from None
     if not exists:
         raise WeightsError(f"base weights {path}: no such file")
     if "://" not in path:
@@ -103,7 +103,7 @@ def _local_copy(path: str, stack: contextlib.ExitStack) -> str:
     try:
         tf.io.gfile.copy(path, local)
     except tf.errors.OpError as exc:
-        raise WeightsError(f"base weights {path}: cannot copy: {_reason(exc)}") from None
+        raise WeightsError(f"base weights {path}: cannot copy: {op_reason(exc)}") from None
     return local
 
 

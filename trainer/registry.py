@@ -14,6 +14,7 @@ import importlib
 TASK_MODULES: dict[str, str] = {
     "wide_deep": "trainer.tasks.census",
     "image_classifier": "trainer.tasks.image_classifier",
+    "recommender": "trainer.tasks.recommender",
 }
 # --model when a command line names none (the census task, as before tasks had their own flags).
 DEFAULT_MODEL = "wide_deep"

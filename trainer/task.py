@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from trainer.config import ConfigError, resolve_config
 from trainer.contract import TRAINER_MODULE
 from trainer.data import DataError, expand_files
-from trainer.env import cluster_from_env, output_dirs
+from trainer.env import cluster_from_env, cpu_replicas, output_dirs
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -46,6 +46,11 @@ def _configure_logging(verbosity: str) -> None:
     logging.basicConfig(level=verbosity, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     logging.getLogger("trainer").setLevel(verbosity)
+    # TensorFlow's and absl's own INFO lines (under MirroredStrategy, a "Reduce to ..." per step function;
+    # renamed inputs at export) drown the trainer's epoch lines; they show with --verbosity DEBUG.
+    level = logging.getLevelName(verbosity)
+    for name in ("tensorflow", "absl"):
+        logging.getLogger(name).setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
 
 
 def _usage_error(exc: Exception, status: int = EXIT_USAGE) -> int:
@@ -60,9 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = resolve_config(argv)
         dirs = output_dirs(cfg.job_dir)
         cluster = cluster_from_env()
+        cpu_replicas()  # the strategy reads it after TensorFlow's import: check it before, in seconds
         # Local files are checked before TensorFlow is imported (seconds); gs:// ones when they are read.
         expand_files(cfg.train_files, "--train-files")
-        expand_files(cfg.eval_files, "--eval-files")
+        if cfg.eval_files:  # a task that splits --train-files itself may have none
+            expand_files(cfg.eval_files, "--eval-files")
     except (ConfigError, DataError) as exc:
         return _usage_error(exc)
     _configure_logging(cfg.verbosity)

@@ -107,6 +107,9 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     metrics = {k: float(v) for k, v in
                model.evaluate(data.eval, steps=cfg.eval_steps, return_dict=True, verbose=0).items()}
     log.info("evaluation: %s", " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
+    for name, figures in data.report.get("baselines", {}).items():  # what the model has to beat
+        log.info("baseline %s on the same data: %s", name,
+                 " ".join(f"{k}={v:.4f}" for k, v in sorted(figures.items())))
     check_trained(model, metrics)  # e.g. the very last step's update overflowed: no broken model is exported
 
     # Every replica saves (saving may run collectives), only the chief's copy is kept.

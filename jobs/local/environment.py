@@ -38,6 +38,8 @@ from jobs.local.spec import JobSpec, LocalRunError, PoolSpec
 from trainer.contract import (
     CLUSTER_SPEC,
     CPU_FALLBACK_ENV,
+    CPU_REPLICAS_ENV,
+    MAX_CPU_REPLICAS,
     OUTPUT_DIRS,
     REPLICA_VARIABLES,
     TF_CONFIG,
@@ -161,9 +163,9 @@ def missing_accelerators(job: JobSpec) -> list[str]:
             what = pool.accelerator_type or "TPU"
             missing.append(f"{what} x{pool.accelerator_count or 1}{topo} for {where}")
         elif pool.accelerator_type and not is_tpu and pool.accelerator_count > gpus:
-            missing.append(
-                f"{pool.accelerator_type} x{pool.accelerator_count} for {where} ({gpus} GPU(s) here)"
-            )
+            count = pool.accelerator_count
+            stand_in = f", {min(count, MAX_CPU_REPLICAS)} logical CPU devices stand in" if count > 1 else ""
+            missing.append(f"{pool.accelerator_type} x{count} for {where} ({gpus} GPU(s) here{stand_in})")
     return missing
 
 
@@ -246,8 +248,13 @@ def replica_env(
         env["CUDA_VISIBLE_DEVICES"] = ""
         if pool.accelerator_type or _is_tpu(pool):
             # The pool's accelerators are emulated on CPU: the trainer's explicit --distribution tpu|mirrored
-            # falls back to the default strategy instead of failing.
+            # falls back to the default strategy instead of failing (mirrored over logical CPUs for several
+            # GPUs, below).
             env[CPU_FALLBACK_ENV] = "1"
+        if pool.accelerator_type and not _is_tpu(pool) and pool.accelerator_count > 1:
+            # As many logical CPU devices as the pool has GPUs: MirroredStrategy then splits each global
+            # batch and all-reduces the gradients across replicas here as it will across the GPUs.
+            env[CPU_REPLICAS_ENV] = str(min(pool.accelerator_count, MAX_CPU_REPLICAS))
     own = {k: to_local(v, local_root, pool.env_path) for k, v in pool.env}
     for var in _THREAD_VARS:
         if var not in own:

@@ -62,7 +62,10 @@ class StackSpec:
     name: str
     python: str  # "3.10": the interpreter's minor version
     requirements: tuple[str, ...]
-    export_format: str = "JSON"  # the serving signature this stack's run exports and reloads
+    export_format: str = "JSON"  # the serving signature this stack's census run exports and reloads
+    # The models run after census: those whose jobs can meet this stack (the recommender's run the trainer
+    # image, so they meet only the prebuilt images' TensorFlow through the sdist).
+    models: tuple[str, ...] = ("image_classifier",)
 
     @property
     def floating(self) -> bool:
@@ -323,8 +326,21 @@ def install_sdist(python: Path, sdist: Path, cwd: Path, what: str) -> subprocess
 
 # --- the run -----------------------------------------------------------------------------------------------
 
-# Runs in the layer, in a fresh process: reloads the SavedModel with TensorFlow alone and scores raw rows.
+# Run in the layer, in a fresh process: reload a SavedModel with TensorFlow alone and score raw rows / images.
 SCORE = REPO_ROOT / "tests" / "trainer" / "score_saved_model.py"
+SCORE_IMAGES = REPO_ROOT / "tests" / "trainer" / "score_image_model.py"
+SCORE_RECOMMENDER = REPO_ROOT / "tests" / "trainer" / "score_recommender.py"
+RATINGS = str(REPO_ROOT / "data" / "movielens" / "ratings.csv")
+# The image classifier trains on the shipped MNIST evaluation shard (2,000 PNGs) and is scored on all of it.
+MNIST_EVAL = str(REPO_ROOT / "data" / "mnist" / "mnist-eval.tfrecord-*")
+
+
+@dataclass
+class ModelRun:
+    train: subprocess.CompletedProcess | None = None
+    reload: dict | None = None
+    reload_error: str = ""
+    out: Path | None = None
 
 
 @dataclass
@@ -341,6 +357,9 @@ class StackRun:
     reload: dict | None = None
     reload_error: str = ""
     out: Path | None = None
+    # The other models' runs on the same layer, by model name: the trainer's process, the reload script's
+    # result (or its error) and the output folder.
+    more: dict[str, ModelRun] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     error: BaseException | None = None
 
@@ -398,7 +417,39 @@ def run_stack(spec: StackSpec, sdist: Path, data: dict[str, Path], work: Path) -
                 result.reload = json.loads(proc.stdout.strip().splitlines()[-1])[spec.export_format]
             else:
                 result.reload_error = _tail(proc)
+        for model in spec.models:
+            result.more[model] = _run_model(model, result, python, cwd, work)
         result.seconds["total"] = time.perf_counter() - started
     except Exception as exc:  # reported by the tests, which skip only on IndexUnreachable
         result.error = exc
     return result
+
+
+# model -> (trainer flags after --model, the reload script and its arguments after the model dir). The image
+# classifier trains briefly on the shipped MNIST evaluation shard and is scored on all 2,000 of its images.
+MODEL_RUNS: dict[str, tuple[list[str], Path, list[str]]] = {
+    "image_classifier": (["--train-files", MNIST_EVAL, "--eval-files", MNIST_EVAL, "--channels", "1",
+                          "--num-epochs", "1", "--steps-per-epoch", "20", "--train-batch-size", "32"],
+                         SCORE_IMAGES, [MNIST_EVAL]),
+    "recommender": (["--train-files", RATINGS, "--num-epochs", "1"], SCORE_RECOMMENDER, []),
+}
+
+
+def _run_model(model: str, result: StackRun, python: Path, cwd: Path, work: Path) -> ModelRun:
+    """Train ``model`` from the installed sdist as Vertex AI would, then reload its export in the layer."""
+    flags, score, score_args = MODEL_RUNS[model]
+    run = ModelRun(out=work / f"vertex-{model}")
+    mark = time.perf_counter()
+    run.train = _run([python, "-m", "trainer.task", "--model", model, *flags], cwd=cwd,
+                     env=vertex_env(run.out), timeout=600)
+    result.seconds[f"{model} train"] = time.perf_counter() - mark
+    if run.train.returncode != 0:
+        return run
+    mark = time.perf_counter()
+    proc = _run([python, score, run.out / "model", *score_args], cwd=cwd, timeout=300)
+    result.seconds[f"{model} reload"] = time.perf_counter() - mark
+    if proc.returncode == 0:
+        run.reload = json.loads(proc.stdout.strip().splitlines()[-1])
+    else:
+        run.reload_error = _tail(proc)
+    return run

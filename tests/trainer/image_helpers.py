@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
+from tests.helpers import subprocess_env
 from tests.trainer.helpers import REPO_ROOT
 
 FLOWERS = REPO_ROOT / "data" / "flowers"
+FLOWERS_TRAIN = str(FLOWERS / "image_classification_builder-validation.tfrecord-*")  # 80 images
+FLOWERS_EVAL = str(FLOWERS / "image_classification_builder-test.tfrecord-*")  # 50 images
 
 
 def feature(value):
@@ -64,3 +70,16 @@ def png_records(images: np.ndarray, labels: np.ndarray) -> list[bytes]:
 
 def write_mnist_like(path: Path, n: int, seed: int = 0) -> Path:
     return write_records(path, png_records(*digit_images(n, seed)))
+
+
+# Reloads an exported model and serves records through its raw-bytes signature (TensorFlow alone).
+SCORE_IMAGES = REPO_ROOT / "tests" / "trainer" / "score_image_model.py"
+
+
+def serve_records(model_dir: Path, pattern: str, limit: int = 4) -> dict:
+    """SCORE_IMAGES's result for the first ``limit`` records, from a fresh process started outside the
+    checkout with no trainer code imported: what a prediction server has."""
+    out = subprocess.run([sys.executable, SCORE_IMAGES, str(model_dir), pattern, str(limit)],
+                         capture_output=True, text=True, env=subprocess_env(), timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -13,7 +13,7 @@ import pytest
 
 from tests.trainer.helpers import REPO_ROOT
 from trainer import config, contract
-from trainer.env import choose_distribution, cluster_from_env, output_dirs, trial_id
+from trainer.env import Cluster, choose_distribution, cluster_from_env, cpu_replicas, output_dirs, trial_id
 
 # The literal names of the contract: spelled in trainer/contract.py, read everywhere else.
 LITERALS = {
@@ -26,6 +26,7 @@ LITERALS = {
     contract.HP_METRIC_FILE,
     contract.JOB_ID,
     contract.CPU_FALLBACK_ENV,
+    contract.CPU_REPLICAS_ENV,
     *contract.WORKER_POOLS,
 }
 
@@ -57,12 +58,14 @@ def test_the_trainer_module_and_its_metric_flag_are_the_parsers():
     assert any(contract.METRIC_FLAG in a.option_strings for a in parser._actions)
 
 
-def _local_replica_env(tmp_path: Path, pool_index: int, trial: str | None = None, fallback: bool = False):
-    """What the local executor sets for one replica of a 2-pool (chief + 2 workers) job with accelerators."""
+def _local_replica_env(tmp_path: Path, pool_index: int, trial: str | None = None, fallback: bool = False,
+                       gpus: int = 1):
+    """What the local executor sets for one replica of a 2-pool (chief + 2 workers) job with ``gpus`` GPUs
+    per machine (``fallback``: this machine lacks them)."""
     from jobs.local import environment, spec
     from tests.jobs.local.helpers import custom_job, pool
 
-    gpu = {"machineType": "n1-standard-4", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1}
+    gpu = {"machineType": "n1-standard-4", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": gpus}
     body = custom_job(pool(machine=gpu), pool(machine=gpu, replicas=2))
     job = spec.parse_job_spec(body["jobSpec"], "jobSpec")
     # A shell with stale contract variables: none may leak into the replica.
@@ -73,13 +76,14 @@ def _local_replica_env(tmp_path: Path, pool_index: int, trial: str | None = None
         cluster=environment.cluster_envs(job, trial)[(pool_index, 0)], extra={}, threads=1, cpu_only=fallback)
 
 
-@pytest.mark.parametrize("fallback", [False, True])
-def test_the_local_executor_sets_exactly_the_contracts_names(tmp_path, fallback):
-    env = _local_replica_env(tmp_path, 0, fallback=fallback)
+@pytest.mark.parametrize("fallback, gpus", [(False, 1), (True, 1), (False, 2), (True, 2)])
+def test_the_local_executor_sets_exactly_the_contracts_names(tmp_path, fallback, gpus):
+    env = _local_replica_env(tmp_path, 0, fallback=fallback, gpus=gpus)
     runtime = {k for k in env
                if k.startswith(("AIP_", "CLOUD_ML_", "TRAINER_")) or k in ("CLUSTER_SPEC", "TF_CONFIG")}
     assert runtime == {*contract.OUTPUT_DIRS.values(), contract.CLUSTER_SPEC, contract.TF_CONFIG,
-                       *([contract.CPU_FALLBACK_ENV] if fallback else [])}
+                       *([contract.CPU_FALLBACK_ENV] if fallback else []),
+                       *([contract.CPU_REPLICAS_ENV] if fallback and gpus > 1 else [])}
     assert "stale" not in env.values()
     assert set(json.loads(env[contract.CLUSTER_SPEC])["cluster"]) == set(contract.WORKER_POOLS[:2])
     assert set(json.loads(env[contract.TF_CONFIG])["cluster"]) == set(contract.TF_TASK_TYPES[:2])
@@ -97,6 +101,9 @@ def test_the_trainer_reads_what_the_local_executor_sets(tmp_path):
     cluster = cluster_from_env(env)
     assert (cluster.source, cluster.task_type, cluster.num_workers) == (contract.CLUSTER_SPEC, "worker", 3)
     assert choose_distribution("tpu", cluster, 0, env) == "default"  # the CPU fallback is read by its name
+    # Two GPUs a machine, none here: the trainer mirrors over the two logical CPUs the executor asks for.
+    env = _local_replica_env(tmp_path, 0, fallback=True, gpus=2)
+    assert cpu_replicas(env) == 2 and choose_distribution("mirrored", Cluster(), 0, env) == "mirrored"
     assert trial_id({contract.TRIAL_ID: "7"}) == "7"
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainer.config import ConfigError
-from trainer.env import Cluster, choose_distribution, cluster_from_env, output_dirs, trial_id
+from trainer.env import Cluster, choose_distribution, cluster_from_env, cpu_replicas, output_dirs, trial_id
 
 
 def test_output_dirs_default_to_job_dir():
@@ -107,6 +107,27 @@ def test_trial_id():
     ("mirrored", Cluster(), 0, {"TRAINER_CPU_FALLBACK": "1"}, "default"),
     ("multi_worker", Cluster("chief", 0, {"chief": ["a:1"], "worker": ["b:1"]}), 0,
      {"TRAINER_CPU_FALLBACK": "1"}, "multi_worker"),
+    # ... for a pool of several GPUs: as many logical CPU devices stand in for them
+    ("mirrored", Cluster(), 0, {"TRAINER_CPU_FALLBACK": "1", "TRAINER_CPU_REPLICAS": "2"}, "mirrored"),
+    ("auto", Cluster(), 0, {"TRAINER_CPU_REPLICAS": "2"}, "mirrored"),
+    ("auto", Cluster(), 0, {"TRAINER_CPU_REPLICAS": "1"}, "default"),
+    ("mirrored", Cluster(), 0, {"TRAINER_CPU_FALLBACK": "1", "TRAINER_CPU_REPLICAS": "1"}, "default"),
+    ("tpu", Cluster(), 0, {"TRAINER_CPU_FALLBACK": "1", "TRAINER_CPU_REPLICAS": "8"}, "default"),
+    ("auto", Cluster("chief", 0, {"chief": ["a:1"], "worker": ["b:1"]}), 0, {"TRAINER_CPU_REPLICAS": "2"},
+     "multi_worker"),
 ])
 def test_choose_distribution(requested, cluster, gpus, env, expected):
     assert choose_distribution(requested, cluster, gpus, env) == expected
+
+
+@pytest.mark.parametrize("raw, expected", [("", 1), ("1", 1), (" 2 ", 2), ("16", 16)])
+def test_cpu_replicas(raw, expected):
+    assert cpu_replicas({"TRAINER_CPU_REPLICAS": raw}) == expected
+    assert cpu_replicas({}) == 1
+
+
+@pytest.mark.parametrize("raw", ["0", "17", "two", "2.0", "-2", "\u00b2", "1" * 5000])
+def test_cpu_replicas_out_of_range_is_a_config_error(raw):
+    expected = r"^TRAINER_CPU_REPLICAS='.{0,42}: expected a whole number from 1 to 16$"
+    with pytest.raises(ConfigError, match=expected):
+        cpu_replicas({"TRAINER_CPU_REPLICAS": raw})

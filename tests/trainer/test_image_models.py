@@ -1,6 +1,6 @@
 """trainer/image_models.py: the CNN, keras.applications backbones with user-supplied weights, compile
-settings, the raw-bytes serving signature (exported, reloaded in a fresh interpreter) and MirroredStrategy
-over two logical CPUs."""
+settings and the raw-bytes serving signature (exported, reloaded in a fresh interpreter). MirroredStrategy
+over two logical CPUs runs through the generic loop in test_image_classifier.py."""
 
 from __future__ import annotations
 
@@ -178,38 +178,3 @@ def test_exported_serving_signature_takes_raw_bytes(tmp_path):
     assert out["class_id"] == expected.argmax(axis=1).tolist()
     assert out["label"] == [flowers.class_names[i] for i in expected.argmax(axis=1)]
     assert out["classes"] == [list(flowers.class_names)] * 5
-
-
-MIRRORED = """
-import json, sys
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from trainer import image_data, image_models
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-scan = image_data.scan_images([sys.argv[1]], channels=1)
-per_replica = 8
-global_batch = per_replica * strategy.num_replicas_in_sync
-ds = image_data.image_dataset(scan, image_size=28, channels=1, batch_size=global_batch, training=True,
-                              repeat=True, drop_remainder=True)
-first = next(iter(strategy.experimental_distribute_dataset(ds)))
-with strategy.scope():
-    model = image_models.compile_classifier(image_models.build_cnn(28, 1, 10), num_classes=10)
-history = model.fit(ds, steps_per_epoch=3, epochs=2, verbose=0)
-print(json.dumps({"replicas": strategy.num_replicas_in_sync,
-                  "local_batches": [int(t.shape[0]) for t in strategy.experimental_local_results(first[0])],
-                  "devices": sorted({v.device.rsplit(":", 1)[-1] for v in
-                                     strategy.experimental_local_results(model.weights[0].value)}),
-                  "loss": history.history["loss"]}))
-"""
-
-
-def test_cnn_fits_under_mirrored_strategy_on_two_logical_cpus(tmp_path):
-    images, labels = digit_images(64, seed=2)
-    shard = write_records(tmp_path / "d.tfrecord", png_records(images, labels))
-    done = subprocess.run([sys.executable, "-c", MIRRORED, str(shard)], cwd=REPO_ROOT, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["replicas"] == 2 and out["local_batches"] == [8, 8] and out["devices"] == ["0", "1"]
-    assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))

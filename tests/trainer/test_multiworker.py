@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests.trainer.helpers import REPO_ROOT, subprocess_env, trainer_args
+from tests.trainer.image_helpers import FLOWERS_EVAL, FLOWERS_TRAIN, serve_records
 
 pytestmark = pytest.mark.training
 
@@ -77,6 +78,31 @@ def test_chief_and_worker_train_and_only_the_chief_exports(tmp_path, census_slic
     out = subprocess.run([sys.executable, "-c", load, str(job / "model"), repr(row)], cwd=REPO_ROOT,
                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "p " in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_the_image_classifier_trains_on_two_workers_through_the_same_loop(tmp_path):
+    job = tmp_path / "job"
+    args = [sys.executable, "-m", "trainer.task", "--model", "image_classifier",
+            "--train-files", FLOWERS_TRAIN, "--eval-files", FLOWERS_EVAL, "--image-size", "32",
+            "--num-epochs", "2", "--steps-per-epoch", "3", "--train-batch-size", "8", "--job-dir", str(job)]
+    procs, outputs = run_cluster(tmp_path, args)
+    for task_type, proc in procs.items():
+        assert proc.returncode == 0, f"{task_type}:\n{outputs[task_type][-3000:]}"
+        assert "strategy: multi_worker, 2 replica(s), global batch 16" in outputs[task_type]
+    # Both workers hold the same synchronised model: they evaluate it identically.
+    evaluations = {t: [line.split("evaluation: ", 1)[1] for line in out.splitlines()
+                       if "trainer: evaluation: " in line] for t, out in outputs.items()}
+    assert len(evaluations["chief"]) == 1 and evaluations["chief"] == evaluations["worker"]
+    report = json.loads((job / "model" / "metrics.json").read_text())
+    assert (report["distribution"], report["replicas"]) == ("multi_worker", 2)
+    assert [h["epoch"] for h in report["history"]] == [1, 2]
+    assert list((tmp_path / "tmp-worker").iterdir()) == []
+    served = serve_records(job / "model", FLOWERS_EVAL, limit=0)
+    assert served["classes"] == report["data"]["classes"]
+    # Close, not equal: each worker evaluates its own shard and the figures are averaged across workers.
+    assert served["loss"] == pytest.approx(report["eval"]["loss"], rel=1e-2)
+    assert served["accuracy"] == pytest.approx(report["eval"]["accuracy"], abs=1 / 50 + 1e-6)
 
 
 @pytest.mark.timeout(300)

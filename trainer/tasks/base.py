@@ -26,7 +26,8 @@ The spec (plain data, read without TensorFlow)
               check(self.image_size >= 32, "image_size", "an integer >= 32", self.image_size)
 
   The flag's type is the default's type (``int``, ``float``, ``str``; ``bool`` takes
-  ``true|false|1|0|yes|no``, and a bare ``--flag`` means true), or ``type=`` when the default is ``None``.
+  ``true|false|1|0|yes|no``, and a bare ``--flag`` means true), or ``type=`` when the default is ``None``
+  (``type=integral`` for an int that a DISCRETE tuning parameter sets: Vertex AI sends ``64.0``).
   ``help`` may use argparse's ``%(default)s``. Field names must not repeat a generic flag (the fields of
   ``trainer.config.TrainerConfig``). ``validate()`` checks what the types cannot, raising
   :class:`ConfigError` through :func:`check`, which words the one-line error as the generic flags do
@@ -48,6 +49,8 @@ The spec (plain data, read without TensorFlow)
   come from the spec itself).
 - ``flag_help``: the task's wording of a generic flag's help, e.g. ``{"learning_rate": "SGD or Adam
   learning rate (default %(default)s)"}``.
+- ``splits_train_files``: True when ``--eval-files`` is optional because ``make_data`` then holds out part
+  of ``--train-files`` itself (``cfg.eval_files`` is empty); the split must be deterministic.
 
 The hooks (import TensorFlow inside them)
 -----------------------------------------
@@ -58,7 +61,12 @@ The hooks (import TensorFlow inside them)
 - ``build_model(cfg, data) -> keras.Model``: the compiled trainable model (called inside the strategy
   scope), its compiled metrics named as in ``spec.metrics``.
 - ``serving_fn(model, data, export_format) -> (fn, input_signature)``: the raw-input serving function for
-  one of ``spec.export_formats``.
+  one of ``spec.export_formats``, exported as ``serving_default``.
+- ``more_signatures(model, data) -> {name: (fn, input_signature)}`` (optional): further signatures of the
+  same SavedModel, e.g. ``top_k``.
+
+``make_data`` may also fill ``TaskData.state`` with values the other hooks need (vocabularies, statistics)
+and ``TaskData.report["baselines"]`` with reference figures measured on the same evaluation data.
 
 Adding a model: write its module and add ``"<name>": "trainer.tasks.<module>"`` to ``TASK_MODULES``.
 Nothing else changes: ``python -m trainer.task --model <name> --help`` lists its flags, and job definitions
@@ -107,6 +115,17 @@ def parse_bool(text: str) -> bool:
 
 
 parse_bool.__name__ = "boolean"  # argparse names the type in its error: "invalid boolean value: 'maybe'"
+
+
+def integral(text: str) -> int:
+    """An int flag's type that also takes ``64.0``: Vertex AI passes DISCRETE tuning values as doubles."""
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(f"not a whole number: {text!r}")
+    return int(value)
+
+
+integral.__name__ = "integer"  # argparse names the type in its error: "invalid integer value: '64.5'"
 
 
 def option(default: Any, help: str, *, type: Callable | None = None, choices: tuple | None = None,  # noqa: A002
@@ -158,6 +177,8 @@ class TaskSpec:
     export_formats: Mapping[str, str]
     defaults: Mapping[str, Any] = field(default_factory=dict)
     flag_help: Mapping[str, str] = field(default_factory=dict)
+    # True: --eval-files may be left out, the task then evaluates on a split of --train-files it makes.
+    splits_train_files: bool = False
 
     def __post_init__(self):
         for name, goal in self.metrics.items():
@@ -204,8 +225,16 @@ class TaskData:
     train_rows: int
     eval_rows: int
     train_steps: int  # batches per pass over the training data
-    preprocessor: Any  # keras Layer raw features -> model inputs; tracked by the export
-    report: dict[str, Any] = field(default_factory=dict)  # what the data scan found, saved with the model
+    # A Keras layer, raw features -> model inputs, whose state (vocabularies, statistics) the export keeps
+    # beside the model; None where the serving function's preprocessing holds no state (images). It must be
+    # built before the export: Keras before 3.5 refuses to track an unbuilt layer.
+    preprocessor: Any = None
+    # What the data scan found, saved with the model (metrics.json). A "baselines" entry, {name: {metric:
+    # value}} measured on the evaluation data, is logged beside the model's own evaluation.
+    report: dict[str, Any] = field(default_factory=dict)
+    # Task-private values make_data hands to build_model and the serving functions (e.g. vocabularies);
+    # not saved.
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -214,6 +243,9 @@ class Task:
     make_data: Callable[..., TaskData]
     build_model: Callable[..., Any]
     serving_fn: Callable[..., tuple[Callable, list]]
+    # (model, data) -> {name: (fn, input_signature)}: signatures exported beside serving_default, whatever
+    # the export format (e.g. the recommender's top_k).
+    more_signatures: Callable[..., dict[str, tuple[Callable, list]]] | None = None
 
     @property
     def name(self) -> str:

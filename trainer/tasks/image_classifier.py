@@ -24,7 +24,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainer.tasks.base import MAXIMIZE, MINIMIZE, Task, TaskConfig, TaskData, TaskSpec, check, option
+from trainer.tasks.base import (
+    MAXIMIZE,
+    MINIMIZE,
+    Task,
+    TaskConfig,
+    TaskData,
+    TaskSpec,
+    check,
+    integral,
+    option,
+)
 
 BACKBONES = ("cnn", "mobilenet_v2", "resnet50")
 OPTIMIZERS = ("sgd", "adam")
@@ -32,17 +42,6 @@ AUGMENT = ("none", "flip", "crop", "flip_crop")
 TOP_K_METRICS = ("top_k_accuracy", "train_top_k_accuracy")
 # With no --image-size: the data's own size when every training image has one, else this.
 FALLBACK_IMAGE_SIZE = 128
-
-
-def integral(text: str) -> int:
-    """An int flag that also takes ``64.0``: Vertex AI passes DISCRETE tuning values as doubles."""
-    value = float(text)
-    if not value.is_integer():
-        raise ValueError(f"not a whole number: {text!r}")
-    return int(value)
-
-
-integral.__name__ = "integer"  # argparse names the type in its error: "invalid integer value: '64.5'"
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,6 @@ SPEC = TaskSpec(
 
 
 def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
-    import keras
 
     from trainer.data import DataError
     from trainer.image_data import expand_globs, image_dataset, scan_images
@@ -144,11 +142,10 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
     report.update(classes=list(train_scan.class_names), image_size=size, channels=task.channels,
                   summary=f"train: {train_scan.summary()}; eval: {eval_scan.summary()}; {size}x{size}x"
                           f"{task.channels}")
-    # The model takes preprocessed pixels; the serving function decodes, resizes and scales in front of it.
-    preprocessor = keras.layers.Identity(name="image_preprocessor")
+    # The model takes preprocessed pixels; the serving function decodes, resizes and scales in front of it,
+    # with no state to export (preprocessor None).
     return TaskData(train=train, eval=evaluation, train_rows=train_scan.records, eval_rows=eval_scan.records,
-                    train_steps=max(1, math.ceil(train_scan.records / global_train_batch)),
-                    preprocessor=preprocessor, report=report)
+                    train_steps=max(1, math.ceil(train_scan.records / global_train_batch)), report=report)
 
 
 def build_model(cfg, data: TaskData):

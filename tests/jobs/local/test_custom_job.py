@@ -89,6 +89,17 @@ def test_missing_accelerators_warn_once_and_run_on_cpu_or_fail_when_strict(tmp_p
     assert err.count("\n") == 1 and "NVIDIA_TESLA_T4 x1" in err and "CPU" in err
     env = dumps(tmp_path / "gs/demo-models/dumps")["job-workerpool0-0"]["env"]
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["TRAINER_CPU_FALLBACK"] == "1"
+    assert "TRAINER_CPU_REPLICAS" not in env  # one GPU: one replica, no split
+    # Two GPUs: two logical CPU devices stand in, so a mirrored trainer still runs two replicas.
+    v100x2 = {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_V100", "acceleratorCount": 2}
+    body = custom_job(
+        pool(["--dump-dir=gs://demo-models/d2x"], machine=v100x2), base="gs://demo-models/runs/m2"
+    )
+    assert _run(body, tmp_path) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NVIDIA_TESLA_V100 x2" in err and "2 logical CPU devices stand in" in err
+    env = dumps(tmp_path / "gs/demo-models/d2x")["job-workerpool0-0"]["env"]
+    assert (env["TRAINER_CPU_FALLBACK"], env["TRAINER_CPU_REPLICAS"]) == ("1", "2")
     tpu = {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "2x2"}
     body = custom_job(pool(["--dump-dir=gs://demo-models/d1"], machine=tpu), base="gs://demo-models/runs/t1")
     assert _run(body, tmp_path) == 0

@@ -1,6 +1,7 @@
-"""Every shipped image job runs as written through `scripts/run_job.py --local`, shrunk by --set only (one
-epoch, smaller images, the 2,000-image MNIST shard for training, two trials): the definition, its data in
-data/, the trainer and the runtime contract are the ones a user runs."""
+"""Every shipped image and recommender job runs as written through `scripts/run_job.py --local`, shrunk by
+--set only (one epoch, smaller images, the 2,000-image MNIST shard for training, two trials): the definition,
+its data in data/, the trainer and the runtime contract are the ones a user runs. (The census jobs run in
+tests/scripts/test_run_job_local.py.)"""
 
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ SHRINK = {
         f"{TRIAL}.5=--num-epochs=1",
     ],
     "image_dropout_tuning": [*STUDY, f"{TRIAL}.1={MNIST_SMALL}", f"{TRIAL}.4=--num-epochs=1"],
+    "recommender": [f"{POOL}.3=--num-epochs=1"],
+    "recommender_tuning": [*STUDY, f"{TRIAL}.2=--num-epochs=1"],
+}
+# job -> (metric, its range): what each job's evaluation reports.
+METRIC = {
+    job: ("rmse", (0.5, 1.5)) if job.startswith("recommender") else ("accuracy", (0.0, 1.0)) for job in SHRINK
+}
+
+# job -> the strategy and replica count its local run trains with: a pool of two V100s is rehearsed by
+# MirroredStrategy over two logical CPU devices; one GPU, a TPU (emulated) or none by the default strategy.
+DISTRIBUTION = {
+    "image_gpu": ("default", 1),
+    "image_mirrored": ("mirrored", 2),
+    "image_tpu": ("default", 1),
+    "image_tuning": ("mirrored", 2),
+    "image_dropout_tuning": ("default", 1),
+    "recommender": ("default", 1),
+    "recommender_tuning": ("default", 1),
 }
 
 
@@ -46,7 +65,7 @@ def _replaced_flag(job: str, override: str) -> None:
 
 
 @pytest.mark.parametrize("job", sorted(SHRINK))
-def test_shipped_image_job_runs_locally(job, tmp_path, script_env):
+def test_shipped_job_runs_locally(job, tmp_path, script_env):
     sets = [a for o in SHRINK[job] for a in ("--set", o)]
     for override in SHRINK[job]:
         _replaced_flag(job, override)
@@ -57,7 +76,9 @@ def test_shipped_image_job_runs_locally(job, tmp_path, script_env):
     models = sorted(tmp_path.glob("gs/*-models/*/*/**/saved_model.pb"))
     assert models, result.stdout[-3000:]
     metrics = [json.loads((m.parent / "metrics.json").read_text()) for m in models]
-    assert all(0.0 <= m["eval"]["accuracy"] <= 1.0 for m in metrics)
+    metric, (low, high) = METRIC[job]
+    assert all(low <= m["eval"][metric] <= high for m in metrics)
+    assert {(m["distribution"], m["replicas"]) for m in metrics} == {DISTRIBUTION[job]}
     if "tuning" in job:
         study = json.loads(next(tmp_path.glob("gs/*-models/*/*/study.json")).read_text())
         assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
