@@ -103,14 +103,14 @@ def test_separate_eval_files_and_a_time_split(tmp_path):
     held.write_text("\n".join([lines[0], *lines[301:401]]) + "\n")
     job = tmp_path / "job"
     out = run_trainer(recommender_args(job, "--eval-files", str(held), "--num-epochs", "1", "--top-k", "5",
-                                       train=str(train)), timeout=120)
+                                       train=str(train)), timeout=120)  # 400 ratings: fewer than 100 items
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((job / "model" / "metrics.json").read_text())["data"]
     assert data["split"] == {"how": "files"}
     assert (data["train"]["ratings"], data["eval"]["ratings"]) == (300, 100)
     job = tmp_path / "job-time"
-    out = run_trainer(recommender_args(job, "--split", "time", "--num-epochs", "1", "--top-k", "5",
-                                       train=str(train)), timeout=120)
+    out = run_trainer(recommender_args(job, "--split", "time", "--num-epochs", "1", train=str(train)),
+                      timeout=120)  # --top-k 0 (default): at most the catalogue
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((job / "model" / "metrics.json").read_text())["data"]
     assert data["split"]["how"] == "time" and data["eval"]["ratings"] == 60

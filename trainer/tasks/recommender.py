@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from trainer.tasks.base import MINIMIZE, Task, TaskConfig, TaskData, TaskSpec, check, integral, option
 
 SPLITS = ("random", "time")
+DEFAULT_TOP_K = 100  # the top_k signature's largest k when --top-k is 0
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,9 @@ class RecommenderConfig(TaskConfig):
     embedding_dim: int = option(64, "user and item factors (default %(default)s)", type=integral, metavar="N")
     l2: float = option(0.1, "L2 penalty per rating on the factors it touches; biases get a tenth "
                        "(default %(default)s)")
-    top_k: int = option(100, "the most items the top_k signature returns per user; at most the catalogue "
-                        "(default %(default)s)", type=integral, metavar="K")
+    top_k: int = option(0, "the most items the top_k signature returns per user, at most the catalogue "
+                        f"(default 0: {DEFAULT_TOP_K} or the whole catalogue if smaller)", type=integral,
+                        metavar="K")
 
     def validate(self) -> None:
         for name in ("user_column", "item_column", "rating_column", "timestamp_column"):
@@ -63,7 +65,7 @@ class RecommenderConfig(TaskConfig):
         check(0 < self.eval_fraction < 1, "eval_fraction", "in (0, 1)", self.eval_fraction)
         check(1 <= self.embedding_dim <= 1024, "embedding_dim", "an integer in 1..1024", self.embedding_dim)
         check(0 <= self.l2 < math.inf, "l2", "a finite number >= 0", self.l2)
-        check(self.top_k >= 1, "top_k", "a positive integer", self.top_k)
+        check(self.top_k >= 0, "top_k", "an integer >= 0", self.top_k)
 
 
 SPEC = TaskSpec(
@@ -108,6 +110,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
     if task.top_k > len(items):
         raise DataError(f"--top-k {task.top_k}: larger than the catalogue of {len(items)} items in the "
                         f"training ratings")
+    max_k = task.top_k or min(DEFAULT_TOP_K, len(items))
     fit, score = rd.index(train, users, items), rd.index(evaluation, users, items)
     rating_range = (float(train.ratings.min()), float(train.ratings.max()))
     mean, user_bias, item_bias = rd.bias_only(fit, len(users), len(items))
@@ -139,7 +142,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
         preprocessor=lookup, report=report,
         state={"items": items.tolist(), "mean": mean, "user_bias": user_bias, "item_bias": item_bias,
                "rating_range": rating_range, "rated": rated_by_user(fit.users, fit.items, len(users)),
-               "num_users": len(users), "num_items": len(items), "max_k": task.top_k})
+               "num_users": len(users), "num_items": len(items), "max_k": max_k})
 
 
 def build_model(cfg, data: TaskData):
