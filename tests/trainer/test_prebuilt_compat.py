@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from jobs.package import build_sdist
+from tests.helpers import summary_section
 from tests.trainer.compat_env import (
     IndexUnreachable,
     StackRun,
@@ -52,29 +53,10 @@ SIGNATURE_INPUTS = {"CSV": ["csv_row"], "EXAMPLE": ["examples"]}
 PARALLEL = 3
 
 
-class _Report:
-    """Prints each stack's resolved versions and timings at the end of the session (pytest plugin)."""
-
-    name = "trainer-prebuilt-compat-report"
-
-    def __init__(self) -> None:
-        self.lines: dict[str, str] = {}
-
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.lines:
-            terminalreporter.section("trainer sdist on prebuilt TensorFlow stacks")
-            for line in self.lines.values():
-                terminalreporter.write_line(line)
-
-
 @pytest.fixture(scope="module")
-def report(request) -> _Report:
-    plugins = request.config.pluginmanager
-    found = plugins.get_plugin(_Report.name)
-    if found is None:
-        found = _Report()
-        plugins.register(found, _Report.name)
-    return found
+def report(request) -> dict[str, str]:
+    """Each stack's resolved versions and timings, printed at the end of the run."""
+    return summary_section(request.config, "trainer sdist on prebuilt TensorFlow stacks")
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +73,7 @@ def stack_runs(tmp_path_factory, census_slice, report) -> dict[str, Future]:
 
 def _finished(spec: StackSpec, stack_runs, report) -> StackRun:
     result = stack_runs[spec.name].result()
-    report.lines[spec.name] = result.summary()
+    report[spec.name] = result.summary()
     if isinstance(result.error, IndexUnreachable):
         pytest.skip(f"{spec.name}: {result.error}")
     if result.error is not None:
