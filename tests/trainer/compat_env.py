@@ -108,7 +108,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     checkout on PYTHONPATH, an active virtualenv) or change what the trainer does (Vertex AI's variables)."""
     dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "TF_CONFIG", "CLUSTER_SPEC")
     env = {k: v for k, v in os.environ.items()
-           if k not in dropped and not k.startswith(("AIP_", "CLOUD_ML_"))}
+           if k not in dropped and not k.startswith(("AIP_", "CLOUD_ML_", "TRAINER_CPU_"))}
     env.update(PYTHONNOUSERSITE="1", TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
                PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.update(extra)
