@@ -11,16 +11,14 @@ wall time. Target: median accuracy >= 0.97 with training <= 120 s on 2 CPU cores
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_runs import REPO, TrainerFailed
+from bench_runs import train as train_once
+
 MNIST = REPO / "data" / "mnist"
 
 
@@ -30,26 +28,21 @@ def main(argv=None) -> int:
     p.add_argument("--num-epochs", type=int, default=4)
     p.add_argument("extra", nargs="*", help="more trainer flags, after --")
     args = p.parse_args(argv)
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
     rows = []
     for seed in args.seeds:
         with tempfile.TemporaryDirectory(prefix="bench-image-") as job:
-            cmd = [sys.executable, "-m", "trainer.task", "--model", "image_classifier", "--channels", "1",
-                   "--train-files", str(MNIST / "mnist-train.tfrecord-*"),
-                   "--eval-files", str(MNIST / "mnist-eval.tfrecord-*"), "--num-epochs", str(args.num_epochs),
-                   "--job-dir", job, "--seed", str(seed), "--verbosity", "WARNING", *args.extra]
-            load = os.getloadavg()[0]
-            start = time.perf_counter()
-            out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-            wall = time.perf_counter() - start
-            if out.returncode != 0:
-                print(out.stderr[-3000:], file=sys.stderr)
-                return out.returncode
-            report = json.loads(Path(job, "model", "metrics.json").read_text())
-        accuracy, train = report["eval"]["accuracy"], report["train_seconds"]
-        rows.append((accuracy, train))
-        print(f"seed {seed:>5}: accuracy {accuracy:.4f}  train {train:.1f} s  process {wall:.1f} s  "
+            try:
+                flags = ["--channels", "1", "--train-files", str(MNIST / "mnist-train.tfrecord-*"),
+                         "--eval-files", str(MNIST / "mnist-eval.tfrecord-*"),
+                         "--num-epochs", str(args.num_epochs), *args.extra]
+                run = train_once("image_classifier", flags, seed, job)
+            except TrainerFailed as exc:
+                print(exc, file=sys.stderr)
+                return exc.returncode
+        report, wall, load = run.report, run.wall, run.load
+        accuracy, fit = report["eval"]["accuracy"], report["train_seconds"]
+        rows.append((accuracy, fit))
+        print(f"seed {seed:>5}: accuracy {accuracy:.4f}  train {fit:.1f} s  process {wall:.1f} s  "
               f"(load average {load:.2f})", flush=True)
     accuracy = statistics.median(r[0] for r in rows)
     train = statistics.median(r[1] for r in rows)

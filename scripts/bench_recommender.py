@@ -13,16 +13,15 @@ least 2% below the bias-only baseline, training <= 60 s on 2 CPU cores.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_runs import REPO, TrainerFailed
+from bench_runs import train as train_once
+
 RATINGS = REPO / "data" / "movielens" / "ratings.csv"
 LATENCY_CALLS = 100
 
@@ -47,20 +46,16 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 7, 1234])
     p.add_argument("extra", nargs="*", help="more trainer flags, after --")
     args = p.parse_args(argv)
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-recommender-") as root:
         for seed in args.seeds:
-            job = f"{root}/{seed}"
-            cmd = [sys.executable, "-m", "trainer.task", "--model", "recommender", "--train-files",
-                   str(RATINGS), "--job-dir", job, "--seed", str(seed), "--verbosity", "WARNING", *args.extra]
-            load = os.getloadavg()[0]
-            out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-            if out.returncode != 0:
-                print(out.stderr[-3000:], file=sys.stderr)
-                return out.returncode
-            report = json.loads(Path(job, "model", "metrics.json").read_text())
+            try:
+                run = train_once("recommender", ["--train-files", str(RATINGS), *args.extra], seed,
+                                 f"{root}/{seed}")
+            except TrainerFailed as exc:
+                print(exc, file=sys.stderr)
+                return exc.returncode
+            report, load = run.report, run.load
             evaluation, base = report["eval"], report["data"]["baselines"]
             row = {"rmse": evaluation["rmse"], "mae": evaluation["mae"], "train": report["train_seconds"]}
             for name, key in (("bias", "bias_only"), ("mean", "global_mean")):

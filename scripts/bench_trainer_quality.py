@@ -11,15 +11,12 @@ Targets: accuracy >= 0.855, AUC >= 0.905 (goal 0.860 / 0.910), training <= 60 s 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_runs import REPO, TrainerFailed
+from bench_runs import train as train_once
 
 
 def main(argv=None) -> int:
@@ -27,23 +24,17 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[42])
     p.add_argument("extra", nargs="*", help="more trainer flags, after --")
     args = p.parse_args(argv)
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
     rows = []
     for seed in args.seeds:
         with tempfile.TemporaryDirectory(prefix="bench-quality-") as job:
-            cmd = [sys.executable, "-m", "trainer.task", "--model", "wide_deep",
-                   "--train-files", str(REPO / "data/census/adult.data"),
-                   "--eval-files", str(REPO / "data/census/adult.test"),
-                   "--job-dir", job, "--seed", str(seed), "--verbosity", "WARNING", *args.extra]
-            load = os.getloadavg()[0]
-            start = time.perf_counter()
-            out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-            wall = time.perf_counter() - start
-            if out.returncode != 0:
-                print(out.stderr[-3000:], file=sys.stderr)
-                return out.returncode
-            report = json.loads(Path(job, "model", "metrics.json").read_text())
+            try:
+                flags = ["--train-files", str(REPO / "data/census/adult.data"),
+                         "--eval-files", str(REPO / "data/census/adult.test"), *args.extra]
+                run = train_once("wide_deep", flags, seed, job)
+            except TrainerFailed as exc:
+                print(exc, file=sys.stderr)
+                return exc.returncode
+        report, wall, load = run.report, run.wall, run.load
         ev = report["eval"]
         rows.append((seed, ev["accuracy"], ev["auc"], report["train_seconds"], wall, load))
         print(f"seed {seed:>5}: accuracy {ev['accuracy']:.4f}  AUC {ev['auc']:.4f}  "
