@@ -10,13 +10,13 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Variables Vertex AI (or run_job.py --local) sets in a job's containers: a child process under test must not
 # inherit a stray one.
-_VERTEX_PREFIXES = ("AIP_", "CLOUD_ML_", "TF_CONFIG", "CLUSTER_SPEC", "TRAINER_CPU_")
+RUNTIME_PREFIXES = ("AIP_", "CLOUD_ML_", "TF_CONFIG", "CLUSTER_SPEC", "TRAINER_CPU_")
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The parent's environment for a child Python process as a user runs it from the repo root: the repo
     importable, Vertex AI's variables cleared, TensorFlow's C++ logging quiet and no GPU, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_VERTEX_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(RUNTIME_PREFIXES)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("CUDA_VISIBLE_DEVICES", "")

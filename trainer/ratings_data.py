@@ -20,7 +20,6 @@ import numpy as np
 
 from trainer.data import DataError, read_lines
 
-SPLITS = ("random", "time")
 # Damping of the bias-only baseline (Koren's lambda): an item or user with few ratings keeps a bias near 0.
 BASELINE_DAMPING = 5.0
 _MAX_BAD_FIELD = 40  # characters of a bad value quoted in an error

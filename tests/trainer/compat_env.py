@@ -36,7 +36,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO_ROOT, RUNTIME_PREFIXES
+
 _USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 CACHE_ROOT = Path(os.environ.get("TRAINER_COMPAT_CACHE") or _USER_CACHE / "vertex-tf-platform" / "compat")
 MANIFEST = "compat-manifest.json"
@@ -106,9 +107,8 @@ def is_watched(name: str) -> bool:
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without anything that would make a stack import from elsewhere (the
     checkout on PYTHONPATH, an active virtualenv) or change what the trainer does (Vertex AI's variables)."""
-    dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "TF_CONFIG", "CLUSTER_SPEC")
-    env = {k: v for k, v in os.environ.items()
-           if k not in dropped and not k.startswith(("AIP_", "CLOUD_ML_", "TRAINER_CPU_"))}
+    dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(RUNTIME_PREFIXES)}
     env.update(PYTHONNOUSERSITE="1", TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
                PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.update(extra)

@@ -142,14 +142,14 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
         preprocessor=lookup, report=report,
         state={"items": items.tolist(), "mean": mean, "user_bias": user_bias, "item_bias": item_bias,
                "rating_range": rating_range, "rated": rated_by_user(fit.users, fit.items, len(users)),
-               "num_users": len(users), "num_items": len(items), "max_k": max_k})
+               "num_users": len(users), "max_k": max_k})
 
 
 def build_model(cfg, data: TaskData):
     from trainer.recommender_model import BiasedMF, compile_recommender
 
     state = data.state
-    model = BiasedMF(state["num_users"], state["num_items"], cfg.task.embedding_dim, cfg.task.l2,
+    model = BiasedMF(state["num_users"], len(state["items"]), cfg.task.embedding_dim, cfg.task.l2,
                      state["mean"], state["rating_range"], user_bias=state["user_bias"],
                      item_bias=state["item_bias"], seed=cfg.seed, name="biased_mf")
     steps = (cfg.steps_per_epoch or data.train_steps) * cfg.num_epochs
