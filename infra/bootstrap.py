@@ -24,6 +24,12 @@ from infra.constructs.image_builder import BUILDER_DESCRIPTION, BUILDER_PROJECT_
 from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES, JobSubmitters, JobSubmittersProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
 from infra.constructs.runtime_identity import RUNTIME_DESCRIPTION, RUNTIME_PROJECT_ROLES, RuntimeIdentity
+from infra.constructs.schedule_runner import (
+    SCHEDULER_DESCRIPTION,
+    SCHEDULER_PROJECT_ROLES,
+    ScheduleRunner,
+    ScheduleRunnerProps,
+)
 from infra.constructs.service_identity import ServiceIdentityProps
 from infra.google import GoogleProvider
 from infra.naming import bootstrap_stack_name, resource_names
@@ -38,6 +44,10 @@ BOOTSTRAP_SERVICES = (
     "sts.googleapis.com",  # token exchange for workload identity federation
 )
 SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
+# What applying a platform stack with schedules needs besides DEPLOYER_PROJECT_ROLES: the workflows and the
+# Cloud Scheduler jobs (neither has a narrower predefined role that creates them), and actAs on the schedule
+# account (both name it) granted on that account only.
+SCHEDULE_DEPLOYER_ROLES = ("roles/workflows.editor", "roles/cloudscheduler.admin")
 STORAGE_SERVICE = "storage.googleapis.com"
 STATE_PREFIX = "infra"
 
@@ -68,7 +78,7 @@ class BootstrapStack(TerraformStack):
             repository_id=cfg.github.repository_id,
             deploy_branch=cfg.github.deploy_branch,
             deployer_account_id=names.deployer_account_id,
-            project_roles=DEPLOYER_PROJECT_ROLES,
+            project_roles=DEPLOYER_PROJECT_ROLES + (SCHEDULE_DEPLOYER_ROLES if cfg.schedules else ()),
             depends_on=tuple(enabled),
         ))
         submitters = tuple((member_id(member), member) for member in cfg.job_submitters)
@@ -76,13 +86,29 @@ class BootstrapStack(TerraformStack):
         # act as either, and nobody but this stack's administrator manages them.
         actors = tuple(Grant(f"{key}-sa-user", SERVICE_ACCOUNT_USER, member)
                        for key, member in (*submitters, ("ci-deployer", self.ci.member)))
+        # Scheduled runs create jobs that run as the runtime account: the one account they may act as.
+        self.scheduler: ScheduleRunner | None = None
+        if cfg.schedules:
+            self.scheduler = ScheduleRunner(self, "schedule-runner", ScheduleRunnerProps(
+                project=project,
+                account_id=names.scheduler_account_id,
+                display_name="Scheduled retraining",
+                description=SCHEDULER_DESCRIPTION,
+                project_roles=SCHEDULER_PROJECT_ROLES,
+                account_grants=(Grant("ci-deployer-sa-user", SERVICE_ACCOUNT_USER, self.ci.member),),
+                role_id=names.scheduler_role_id,
+                depends_on=tuple(enabled),
+            ))
+        runtime_actors = actors + (
+            (Grant("schedule-runner-sa-user", SERVICE_ACCOUNT_USER, self.scheduler.member),)
+            if self.scheduler else ())
         self.runtime = RuntimeIdentity(self, "runtime", ServiceIdentityProps(
             project=project,
             account_id=names.runtime_account_id,
             display_name="Vertex AI training runtime",
             description=RUNTIME_DESCRIPTION,
             project_roles=RUNTIME_PROJECT_ROLES,
-            account_grants=actors,
+            account_grants=runtime_actors,
             depends_on=tuple(enabled),
         ))
         self.builder = ImageBuilder(self, "image-builder", ServiceIdentityProps(

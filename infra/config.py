@@ -11,17 +11,24 @@ keep their real configs outside the repo).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
-ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "environments"
+from infra.cron import CronError, parse_cron
+from infra.schedules import MIN_SCHEDULE_GAP_MINUTES
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENVIRONMENTS_DIR = REPO_ROOT / "infra" / "environments"
 ENVIRONMENTS_DIR_VAR = "INFRA_ENVIRONMENTS_DIR"
+# Scheduled jobs are definitions of this checkout: the stack compiles them at synthesis (scripts/synth.py).
+JOBS_DIR = "jobs"
 
 # Longest prefix that keeps every derived name valid: service account ids are 6-30 chars and the longest
 # suffix is "-deployer" (9), workload identity pool ids are <= 32 chars.
@@ -43,6 +50,8 @@ SERVICE_ACCOUNT_EMAIL = re.compile(
     r"^[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]\.iam\.gserviceaccount\.com$")
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+# Workflow ids are <= 64 chars and start with a letter; "<prefix>-<schedule>" stays within that.
+SCHEDULE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,28}[a-z0-9]$")
 KMS_KEY = re.compile(
     r"^projects/(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])/locations/(?P<location>[a-z0-9-]+)"
     r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}$"
@@ -74,6 +83,19 @@ class GithubConfig:
 
 
 @dataclass(frozen=True)
+class ScheduleConfig:
+    """`schedules.<name>`: run job file `job` (a CustomJob on a container) at `cron` in `time_zone`."""
+
+    name: str
+    job: str  # repo-relative POSIX path under jobs/
+    cron: str
+    time_zone: str = "Etc/UTC"
+    # `--set PATH=VALUE` texts, as run_job.py takes them (VALUE as JSON, which is YAML).
+    overrides: tuple[str, ...] = ()
+    paused: bool = False
+
+
+@dataclass(frozen=True)
 class EnvironmentConfig:
     name: str
     project_id: str
@@ -93,6 +115,7 @@ class EnvironmentConfig:
     noncurrent_retention_days: int = 30
     registry_keep_versions: int = 10
     registry_untagged_retention_days: int = 7
+    schedules: tuple[ScheduleConfig, ...] = ()
     source: str = ""
 
     @property
@@ -170,7 +193,7 @@ _TOP_REQUIRED = {"project_id", "project_number", "region", "name_prefix", "state
 _TOP_OPTIONAL = {
     "job_submitters", "job_service_accounts", "labels", "kms_key", "staging_retention_days",
     "noncurrent_retention_days",
-    "registry_keep_versions", "registry_untagged_retention_days",
+    "registry_keep_versions", "registry_untagged_retention_days", "schedules",
 }
 _GITHUB_REQUIRED = {"owner", "repository", "repository_id"}
 
@@ -262,6 +285,7 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
         registry_keep_versions=_check(path, "registry_keep_versions", doc.get("registry_keep_versions", 10),
                                       _positive_int(1000), "an integer from 1 to 1000"),
         registry_untagged_retention_days=_days(path, doc, "registry_untagged_retention_days", 7),
+        schedules=_schedules(path, doc.get("schedules") or {}),
         source=str(path),
     )
 
@@ -269,3 +293,68 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
 def _days(path: Path, doc: dict[str, Any], key: str, default: int) -> int:
     return _check(path, key, doc.get(key, default), _positive_int(3650),
                   "a whole number of days from 1 to 3650")
+
+
+_SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused"}
+
+
+def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
+    _check(path, "schedules", raw, lambda v: isinstance(v, dict), "a mapping of schedule name -> settings")
+    schedules = []
+    for name, entry in raw.items():
+        field = f"schedules.{name}"
+        _check(path, field, name, _str_matching(SCHEDULE_NAME),
+               "2-30 lowercase letters, digits or hyphens, starting with a letter")
+        entry = _mapping(path, field, entry, _SCHEDULE_KEYS, {"job", "cron"})
+        cron = entry["cron"]
+        try:
+            gap = parse_cron(cron).min_gap_minutes()
+        except CronError as exc:
+            raise ConfigError(path, f"{field}.cron", f"{cron!r}: {exc}") from None
+        # A trigger retried within this window is recognised as the same run (infra.schedules), so two real
+        # runs must never fall inside it.
+        if gap < MIN_SCHEDULE_GAP_MINUTES:
+            raise ConfigError(path, f"{field}.cron", f"{cron!r} can run {gap} minutes apart; allowed: runs "
+                                                     f"at least {MIN_SCHEDULE_GAP_MINUTES} minutes apart")
+        time_zone = entry.get("time_zone", "Etc/UTC")
+        _check(path, f"{field}.time_zone", time_zone, lambda v: isinstance(v, str) and v in _time_zones(),
+               "an IANA time zone name such as Etc/UTC or Europe/Berlin")
+        overrides = entry.get("set") or {}
+        _check(path, f"{field}.set", overrides, lambda v: isinstance(v, dict),
+               "a mapping of field path (as run_job.py --set takes it) -> value")
+        for key in overrides:
+            _check(path, f"{field}.set", key, lambda k: isinstance(k, str) and k.strip() == k and k != "",
+                   "field paths such as jobSpec.workerPoolSpecs.0.machineSpec.machineType")
+        paused = _check(path, f"{field}.paused", entry.get("paused", False), lambda v: isinstance(v, bool),
+                        "true or false")
+        schedules.append(ScheduleConfig(
+            name=name, job=_job_file(path, f"{field}.job", entry["job"]), cron=cron, time_zone=time_zone,
+            overrides=tuple(f"{key}={json.dumps(value)}" for key, value in overrides.items()), paused=paused))
+    return tuple(schedules)
+
+
+def _job_file(path: Path, field: str, value: Any) -> str:
+    allowed = f"a job definition of this repository, e.g. {JOBS_DIR}/recommender.yaml"
+    _check(path, field, value, lambda v: isinstance(v, str) and v != "", allowed)
+    rel = PurePosixPath(value)
+    # Checked on the text before touching the disk: no absolute paths, no climbing out of jobs/.
+    if rel.is_absolute() or ".." in rel.parts or "\\" in value or rel.parts[:1] != (JOBS_DIR,) \
+            or rel.suffix not in (".yaml", ".yml"):
+        raise ConfigError(path, field, f"got {value!r}; allowed: {allowed} (a .yaml file under {JOBS_DIR}/)")
+    full = REPO_ROOT / rel
+    if full.is_symlink() or not full.is_file():
+        raise ConfigError(path, field, f"{value!r} is not a regular file; allowed: {allowed}")
+    return str(rel)
+
+
+_ZONES: frozenset[str] | None = None
+
+
+def _time_zones() -> frozenset[str]:
+    """The IANA zone names Cloud Scheduler takes (read once: listing them walks the tz database)."""
+    global _ZONES
+    if _ZONES is None:
+        import zoneinfo
+
+        _ZONES = frozenset(zoneinfo.available_timezones()) - {"Factory", "localtime"}
+    return _ZONES

@@ -15,6 +15,12 @@ from cdktn_provider_google.artifact_registry_repository import (
     ArtifactRegistryRepositoryCleanupPoliciesMostRecentVersions,
 )
 from cdktn_provider_google.artifact_registry_repository_iam_member import ArtifactRegistryRepositoryIamMember
+from cdktn_provider_google.cloud_scheduler_job import (
+    CloudSchedulerJob,
+    CloudSchedulerJobHttpTarget,
+    CloudSchedulerJobHttpTargetOauthToken,
+    CloudSchedulerJobRetryConfig,
+)
 from cdktn_provider_google.data_google_storage_project_service_account import (
     DataGoogleStorageProjectServiceAccount,
 )
@@ -25,6 +31,7 @@ from cdktn_provider_google.project_iam_audit_config import (
     ProjectIamAuditConfig,
     ProjectIamAuditConfigAuditLogConfig,
 )
+from cdktn_provider_google.project_iam_custom_role import ProjectIamCustomRole
 from cdktn_provider_google.project_iam_member import ProjectIamMember
 from cdktn_provider_google.project_service import ProjectService
 from cdktn_provider_google.provider import GoogleProvider
@@ -38,6 +45,7 @@ from cdktn_provider_google.storage_bucket import (
 )
 from cdktn_provider_google.storage_bucket_iam_member import StorageBucketIamMember
 from cdktn_provider_google.vertex_ai_tensorboard import VertexAiTensorboard
+from cdktn_provider_google.workflows_workflow import WorkflowsWorkflow
 
 __all__ = [
     "ArtifactRegistryRepository",
@@ -45,6 +53,10 @@ __all__ = [
     "ArtifactRegistryRepositoryCleanupPoliciesCondition",
     "ArtifactRegistryRepositoryCleanupPoliciesMostRecentVersions",
     "ArtifactRegistryRepositoryIamMember",
+    "CloudSchedulerJob",
+    "CloudSchedulerJobHttpTarget",
+    "CloudSchedulerJobHttpTargetOauthToken",
+    "CloudSchedulerJobRetryConfig",
     "DataGoogleStorageProjectServiceAccount",
     "GoogleProvider",
     "IamWorkloadIdentityPool",
@@ -52,6 +64,7 @@ __all__ = [
     "KmsCryptoKeyIamMember",
     "ProjectIamAuditConfig",
     "ProjectIamAuditConfigAuditLogConfig",
+    "ProjectIamCustomRole",
     "ProjectIamMember",
     "ProjectService",
     "ServiceAccount",
@@ -62,4 +75,5 @@ __all__ = [
     "StorageBucketLifecycleRuleCondition",
     "StorageBucketIamMember",
     "VertexAiTensorboard",
+    "WorkflowsWorkflow",
 ]

@@ -25,8 +25,10 @@ CLOUD_TPU_AGENT_DOMAIN = "cloud-tpu.iam.gserviceaccount.com"
 CLOUD_TPU_VM_AGENT_DOMAIN = "gcp-sa-tpu.iam.gserviceaccount.com"
 ARTIFACT_REGISTRY_AGENT_DOMAIN = "gcp-sa-artifactregistry.iam.gserviceaccount.com"
 STORAGE_AGENT_DOMAIN = "gs-project-accounts.iam.gserviceaccount.com"
+# Encrypts workflow definitions with a CMEK (environments with schedules and kms_key).
+WORKFLOWS_AGENT_DOMAIN = "gcp-sa-workflows.iam.gserviceaccount.com"
 SERVICE_AGENT_DOMAINS = (VERTEX_AI_AGENT_DOMAIN, CLOUD_TPU_AGENT_DOMAIN, CLOUD_TPU_VM_AGENT_DOMAIN,
-                         ARTIFACT_REGISTRY_AGENT_DOMAIN, STORAGE_AGENT_DOMAIN)
+                         ARTIFACT_REGISTRY_AGENT_DOMAIN, STORAGE_AGENT_DOMAIN, WORKFLOWS_AGENT_DOMAIN)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,13 @@ class ResourceNames:
     tensorboard_display_name: str
     wif_pool_id: str
     wif_provider_id: str
+    # Scheduled retraining (only created when the environment has schedules).
+    scheduler_account_id: str
+    scheduler_role_id: str
+
+    def schedule(self, name: str) -> str:
+        """The workflow and the Cloud Scheduler job of schedule `name` (both regional, same name)."""
+        return f"{self.prefix}-{name}"
 
     def bucket(self, role: str) -> str:
         if role not in BUCKET_ROLES:
@@ -57,6 +66,9 @@ def resource_names(cfg: EnvironmentConfig) -> ResourceNames:
         tensorboard_display_name=f"{prefix}-tensorboard",
         wif_pool_id=f"{prefix}-github",
         wif_provider_id="github-actions",
+        scheduler_account_id=f"{prefix}-schedule",
+        # Custom role ids allow letters, digits, "_" and "." only.
+        scheduler_role_id=prefix.replace("-", "_") + "_scheduled_runs",
     )
 
 

@@ -17,11 +17,13 @@ from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.buckets import BucketProps, TrainingBucket
 from infra.constructs.cmek import CmekKey, CmekKeyProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
+from infra.constructs.scheduled_job import ScheduledJob, ScheduledJobProps
 from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
 from infra.constructs.tensorboard import Tensorboard, TensorboardProps
 from infra.google import GoogleProvider
 from infra.naming import platform_member_allowed, resource_names, service_account_email
 from infra.outputs import BUCKET_OUTPUTS, OUTPUT_KEYS, planned_outputs, tensorboard_prefix
+from infra.schedules import ScheduledRun
 
 SERVICES = (
     "aiplatform.googleapis.com",
@@ -33,6 +35,14 @@ SERVICES = (
     "tpu.googleapis.com",
 )
 CMEK_SERVICES = ("cloudkms.googleapis.com",)
+# Scheduled retraining (environments with `schedules:`): Cloud Scheduler starts Workflows executions.
+SCHEDULE_SERVICES = (
+    "cloudscheduler.googleapis.com",
+    "workflowexecutions.googleapis.com",
+    "workflows.googleapis.com",
+)
+# The workflow environment variable holding the TensorBoard's deployed name (infra.schedules).
+TENSORBOARD_VAR = "TENSORBOARD"
 
 OBJECT_VIEWER = "roles/storage.objectViewer"
 # objectUser = read, list, create, overwrite (delete): what checkpointing and restoring needs.
@@ -83,7 +93,12 @@ class PlatformStack(TerraformStack):
     come from `infra.naming`, the same source as `infra.outputs.planned_outputs`, so outputs planned before a
     deploy match what the deploy creates."""
 
-    def __init__(self, scope: Construct, cfg: EnvironmentConfig) -> None:
+    def __init__(self, scope: Construct, cfg: EnvironmentConfig, schedules: tuple[ScheduledRun, ...] = ()
+                 ) -> None:
+        compiled = tuple(run.name for run in schedules)
+        if compiled != tuple(s.name for s in cfg.schedules) or any(run.env != cfg.name for run in schedules):
+            raise ValueError(f"{cfg.source}: schedules compiled for {compiled} do not match the config's "
+                             f"{tuple(s.name for s in cfg.schedules)} (compile with jobs.schedule)")
         super().__init__(scope, cfg.name)
         self.cfg = cfg
         names = resource_names(cfg)
@@ -94,7 +109,8 @@ class PlatformStack(TerraformStack):
         GcsBackend(self, bucket=cfg.state_bucket, prefix=f"{STATE_PREFIX}/{cfg.name}")
 
         services = ProjectServices(self, "services", ProjectServicesProps(
-            project=project, services=SERVICES + (CMEK_SERVICES if cfg.cmek else ())))
+            project=project, services=SERVICES + (CMEK_SERVICES if cfg.cmek else ())
+            + (SCHEDULE_SERVICES if schedules else ())))
         enabled = services.services
         agents = ServiceAgents(self, "service-agents", ServiceAgentsProps(
             project=project, project_number=cfg.project_number, with_storage_agent=cfg.cmek,
@@ -113,6 +129,8 @@ class PlatformStack(TerraformStack):
                 Grant("artifact-registry-agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter",
                       agents.artifact_registry),
                 Grant("vertex-ai-agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter", agents.vertex_ai),
+                *((Grant("workflows-agent", "roles/cloudkms.cryptoKeyEncrypterDecrypter", agents.workflows),)
+                  if schedules else ()),
             ), depends_on=(agents.storage_lookup,)))
             encryption_deps += key.grants
 
@@ -175,10 +193,23 @@ class PlatformStack(TerraformStack):
             project=project, region=cfg.region, display_name=names.tensorboard_display_name, labels=labels,
             kms_key=cfg.kms_key, depends_on=tuple(encryption_deps),
         ))
+        scheduler = service_account_email(cfg, names.scheduler_account_id)
+        planned_tensorboard = planned_outputs(cfg)["tensorboard"]
+        self.schedules = [
+            ScheduledJob(self, f"schedule-{run.name}", ScheduledJobProps(
+                project=project, name=names.schedule(run.name), run=run, service_account=scheduler,
+                late_values=((planned_tensorboard, TENSORBOARD_VAR, self._tensorboard_name()),),
+                labels=labels, kms_key=cfg.kms_key, depends_on=tuple(encryption_deps)))
+            for run in schedules
+        ]
         self.members = {"runtime": runtime_member, "builder": builder_member, "deployer": deployer_member}
         self._add_outputs()
         # Last: every grant above exists now, and none may name anyone else.
         check_platform_members(self, cfg)
+
+    def _tensorboard_name(self) -> str:
+        # Vertex returns the name with the project *number*; rebuild it with the project id like the plan.
+        return tensorboard_prefix(self.cfg) + Fn.element(Fn.split("/", self.tensorboard.tensorboard.name), 5)
 
     def _grants_naming(self, member: str) -> list[TerraformResource]:
         return [grant for grants in (*(b.grants for b in self.buckets.values()), self.registry.grants)
@@ -217,9 +248,7 @@ class PlatformStack(TerraformStack):
             "region": planned["region"],
             **{key: f"gs://{self.buckets[role].bucket.name}" for key, role in BUCKET_OUTPUTS.items()},
             "runtime_service_account": planned["runtime_service_account"],
-            # Vertex returns the name with the project *number*; rebuild it with the project id like the plan.
-            "tensorboard": tensorboard_prefix(cfg)
-            + Fn.element(Fn.split("/", self.tensorboard.tensorboard.name), 5),
+            "tensorboard": self._tensorboard_name(),
             "artifact_registry": self.registry.repository.registry_uri,
             "trainer_image": f"{self.registry.repository.registry_uri}/trainer",
             "builder_service_account": planned["builder_service_account"],

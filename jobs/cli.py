@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
@@ -142,8 +142,47 @@ def prepare(
     image_hash: str | None = None,
 ):
     """JOB_FILE + flags + the environment's outputs -> a validated CompiledJob (reads files, nothing else)."""
-    from jobs.compile import Context, JobFlags, compile_job
+    from jobs.compile import JobFlags
     from jobs.errors import JobError
+
+    for name in ("max_trial_count", "parallel_trial_count"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise JobError(args.job_file, "--" + name.replace("_", "-"), f"{value}", "an integer >= 1")
+    flags = JobFlags(
+        display_name=args.display_name,
+        max_trial_count=args.max_trial_count,
+        parallel_trial_count=args.parallel_trial_count,
+        region=args.region,
+    )
+    return compile_file(
+        args.job_file,
+        env=args.env,
+        overrides=args.overrides,
+        outputs=outputs,
+        repo_root=repo_root,
+        now=now,
+        flags=flags,
+        code_hash=code_hash,
+        image_hash=image_hash,
+    )
+
+
+def compile_file(
+    job_file: str,
+    *,
+    env: str,
+    overrides: Sequence[str],
+    outputs: Mapping[str, str],
+    repo_root: Path,
+    now: datetime,
+    flags=None,
+    code_hash: str | None = None,
+    image_hash: str | None = None,
+    job_id: str = "",
+):
+    """Load, override, compile and validate one definition: what --dry-run prints and a schedule sends."""
+    from jobs.compile import Context, JobFlags, compile_job
     from jobs.loader import load_file
     from jobs.overrides import Override, apply_overrides
     from jobs.package import code_hash as hash_code
@@ -151,37 +190,29 @@ def prepare(
     from jobs.trainer_contract import load_trainer_contract
     from jobs.validate import validate
 
-    document = load_file(args.job_file)
+    document = load_file(job_file)
     file = document.file
-    overrides = [Override.parse(text, file) for text in args.overrides]
-    document.data = apply_overrides(document.data, overrides, file, document.shared)
-    for name in ("max_trial_count", "parallel_trial_count"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise JobError(file, "--" + name.replace("_", "-"), f"{value}", "an integer >= 1")
+    parsed = [Override.parse(text, file) for text in overrides]
+    document.data = apply_overrides(document.data, parsed, file, document.shared)
     if image_hash is None:
         image_hash = trainer_image_hash(repo_root, needed="${job.image_tag}" in json.dumps(document.data))
     context = Context(
-        env=args.env,
+        env=env,
         outputs=outputs,
         code_hash=code_hash or hash_code(repo_root),
         now=now,
         sdist_name=sdist_filename(repo_root),
         image_hash=image_hash,
-        flags=JobFlags(
-            display_name=args.display_name,
-            max_trial_count=args.max_trial_count,
-            parallel_trial_count=args.parallel_trial_count,
-            region=args.region,
-        ),
-        overrides=tuple(o.text for o in overrides),
+        flags=flags or JobFlags(),
+        overrides=tuple(o.text for o in parsed),
+        job_id=job_id,
     )
     job = compile_job(document, context)
     validate(
         job,
         load_trainer_contract,
         trainer_image=str(outputs.get("trainer_image", "")),
-        accounts=job_accounts(args.env, outputs, file),
+        accounts=job_accounts(env, outputs, file),
     )
     return job
 

@@ -57,6 +57,8 @@ class Context:
     image_hash: str = ""
     flags: JobFlags = field(default_factory=JobFlags)
     overrides: tuple[str, ...] = ()
+    # Given, the job id instead of <name>-<now>-<hash>: a scheduled run's placeholder (jobs.schedule).
+    job_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
 
     digest = submission_hash(body, context, parent)
     name = job_name(file)
-    job_id = f"{name}-{context.now:%Y%m%d-%H%M%S}-{digest[:6]}"
+    job_id = context.job_id or f"{name}-{context.now:%Y%m%d-%H%M%S}-{digest[:6]}"
     job_values = {
         "id": job_id,
         "name": name,

@@ -3,9 +3,9 @@
     pipenv run python scripts/bench_synth.py [--repeat 3] [--skip-tests]
 
 Prints, for all environments in infra/environments/:
-  - cold and warm wall time of `python -m infra.main` (what `cdktn synth` runs; warm = OS caches hot), with
+  - cold and warm wall time of `python scripts/synth.py` (what `cdktn synth` runs; warm = OS caches hot), with
     its CPU time (user + sys, Node included), which other processes on a shared machine inflate far less,
-  - in-process synthesis time once the CDK is imported (the part our code controls),
+  - in-process synthesis time once the CDK is imported (the part our code controls; schedules compiled),
   - wall time of `pytest tests/infra`.
 Targets (issue 3): warm synthesis of all stacks <= 8 s, infra tests <= 30 s. Machines are noisy: compare
 figures from one run, and rerun before drawing conclusions.
@@ -49,11 +49,11 @@ def _timed(cmd: list[str], timeout: int, extra_env: dict[str, str] | None = None
 
 
 def app_runs(repeat: int) -> list[tuple[float, float]]:
-    """(wall, CPU) of `python -m infra.main` runs; the first run is the cold one."""
+    """(wall, CPU) of `python scripts/synth.py` runs; the first run is the cold one."""
     runs = []
     for _ in range(repeat + 1):
         with tempfile.TemporaryDirectory() as out:
-            runs.append(_timed([sys.executable, "-m", "infra.main"], timeout=300,
+            runs.append(_timed([sys.executable, str(REPO_ROOT / "scripts" / "synth.py")], timeout=300,
                                extra_env={"CDKTF_OUTDIR": out}))
     return runs
 
@@ -61,13 +61,16 @@ def app_runs(repeat: int) -> list[tuple[float, float]]:
 def in_process(repeat: int) -> tuple[float, list[float]]:
     start = time.perf_counter()
     import infra.stack  # noqa: F401  (the CDK and provider imports)
-    from infra.main import selected_environments, synth
+    from infra.main import compile_schedules, selected_environments, synth
+    from jobs.schedule import compile_schedules as compiler
+
     imported = time.perf_counter() - start
     times = []
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as out:
             start = time.perf_counter()
-            synth(selected_environments(), out)
+            configs = selected_environments()
+            synth(configs, out, schedules=compile_schedules(configs, compiler))
             times.append(time.perf_counter() - start)
     return imported, times
 
@@ -86,7 +89,7 @@ def main() -> int:
     warm = statistics.median(walls)
     warm_cpu = statistics.median(cpu for _, cpu in runs[1:])
     verdict = "OK" if warm <= SYNTH_TARGET_S else "MISS"
-    print(f"python -m infra.main   cold {runs[0][0]:.2f} s   warm median {warm:.2f} s (min {min(walls):.2f}, "
+    print(f"scripts/synth.py       cold {runs[0][0]:.2f} s   warm median {warm:.2f} s (min {min(walls):.2f}, "
           f"CPU {warm_cpu:.2f} s)   target <= {SYNTH_TARGET_S:.0f} s: {verdict}")
     print(f"load average {os.getloadavg()[0]:.1f} (wall well above CPU means a run waited for a core)")
     imported, times = in_process(args.repeat)

@@ -12,6 +12,7 @@ from infra.naming import (  # noqa: F401 - the domains, also by name for importe
     CLOUD_TPU_VM_AGENT_DOMAIN,
     STORAGE_AGENT_DOMAIN,
     VERTEX_AI_AGENT_DOMAIN,
+    WORKFLOWS_AGENT_DOMAIN,
 )
 
 
@@ -58,6 +59,7 @@ class ServiceAgents(Construct):
         self.cloud_tpu = f"serviceAccount:service-{number}@{CLOUD_TPU_AGENT_DOMAIN}"
         self.cloud_tpu_vm = f"serviceAccount:service-{number}@{CLOUD_TPU_VM_AGENT_DOMAIN}"
         self.artifact_registry = f"serviceAccount:service-{number}@{ARTIFACT_REGISTRY_AGENT_DOMAIN}"
+        self.workflows = f"serviceAccount:service-{number}@{WORKFLOWS_AGENT_DOMAIN}"
         self.storage: str | None = None
         # Grants on the Storage agent depend on this lookup (it is None without CMEK).
         self.storage_lookup: DataGoogleStorageProjectServiceAccount | None = None

@@ -24,6 +24,7 @@ from infra.config import (  # noqa: F401 - the config's rules, used here and by 
     PROJECT_ID,
     PROJECT_NUMBER,
     REGION,
+    SERVICE_ACCOUNT_EMAIL,
 )
 from infra.constructs import Grant
 

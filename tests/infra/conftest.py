@@ -2,8 +2,8 @@
 
 Every infra test reads the scenarios in tests/infra/scenarios/, through the loader's own override
 (`INFRA_ENVIRONMENTS_DIR`), never infra/environments/: users put their own project there first thing
-(infra/README.md), and the tests must pass whatever valid values it holds. Only test_shipped.py looks at the
-shipped files, and asserts nothing about their values.
+(infra/README.md), and the tests must pass whatever valid values it holds. Only tests/scripts/test_synth.py
+looks at the shipped files (through the real app), and asserts nothing about their values.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import ENVIRONMENTS_DIR_VAR, list_environments, load_environment
-from tests.infra.helpers import SCENARIOS_DIR
+from tests.infra.helpers import SCENARIOS_DIR, scenario_runs
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -41,7 +41,8 @@ def synth_result(tmp_path_factory, configs):
     from infra.policy import write_checkov_config
 
     outdir = tmp_path_factory.mktemp("cdktf.out")
-    app, stacks = build_app(list(configs.values()), outdir)
+    app, stacks = build_app(list(configs.values()), outdir,
+                            schedules={env: scenario_runs(cfg) for env, cfg in configs.items()})
     app.synth()
     write_checkov_config(outdir)
     return outdir, stacks

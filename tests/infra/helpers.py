@@ -11,3 +11,39 @@ SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 BASIC = "standard"
 CMEK = "cmek"
 SCENARIOS = ("cmek", "minimal", "standard")
+
+
+def scenario_runs(cfg) -> tuple:
+    """The scenario's schedules as compiled requests, built by hand: the infra tests never import jobs/ (the
+    real compile is tested in tests/scripts/test_synth.py). The body has what the stack must rewrite per run:
+    the job id (display name, output directory) and the planned TensorBoard."""
+    import json
+
+    from infra.outputs import planned_outputs
+    from infra.schedules import ScheduledRun
+
+    planned = planned_outputs(cfg)
+    runs = []
+    for schedule in cfg.schedules:
+        placeholder = f"{schedule.name}-yyyymmdd-hhmmss-xxxxxx"
+        body = {
+            "displayName": placeholder,
+            "labels": {"submission_hash": f"hash-{schedule.name}"},
+            "jobSpec": {
+                "workerPoolSpecs": [{
+                    "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+                    "containerSpec": {"imageUri": f"{planned['trainer_image']}:cpu-abc",
+                                      "args": ["--model=recommender", "--literal=${not-me}"]}}],
+                "baseOutputDirectory": {"outputUriPrefix": f"{planned['models_bucket']}/x/{placeholder}"},
+                "serviceAccount": planned["runtime_service_account"],
+                "tensorboard": planned["tensorboard"],
+                "scheduling": {"timeout": "7200s"},
+            },
+        }
+        runs.append(ScheduledRun(
+            name=schedule.name, env=cfg.name, job_file=schedule.job, cron=schedule.cron,
+            time_zone=schedule.time_zone, paused=schedule.paused,
+            parent=f"projects/{cfg.project_id}/locations/{cfg.region}", region=cfg.region,
+            body=json.dumps(body, sort_keys=True), job_name=schedule.name, run_id_placeholder=placeholder,
+            submission_hash=f"hash-{schedule.name}", label="submission_hash", timeout_s=7200))
+    return tuple(runs)

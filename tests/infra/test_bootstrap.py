@@ -10,6 +10,7 @@ import re
 import pytest
 
 from infra import cdk
+from infra.bootstrap import SCHEDULE_DEPLOYER_ROLES
 from infra.constructs import BUILDS_EDITOR
 from infra.constructs.buckets import ACCESS_LOGS_REASON
 from infra.constructs.ci_identity import (
@@ -59,8 +60,10 @@ def grants_on_accounts(stack: dict) -> dict[str, set[tuple[str, str]]]:
 def test_bootstrap_holds_the_identities_and_every_project_grant(bootstraps, configs):
     for env, stack in bootstraps.items():
         names = resource_names(configs[env])
+        # The schedule account exists only where there is something to schedule.
+        scheduler = {names.scheduler_account_id} if configs[env].schedules else set()
         assert {b["account_id"] for b in resources(stack, "google_service_account").values()} == {
-            names.runtime_account_id, names.builder_account_id, names.deployer_account_id}
+            names.runtime_account_id, names.builder_account_id, names.deployer_account_id, *scheduler}
         assert len(resources(stack, "google_iam_workload_identity_pool")) == 1
         assert len(resources(stack, "google_iam_workload_identity_pool_provider")) == 1
         # Everything it grants is project- or account-level: no resource of the platform stack here.
@@ -74,15 +77,21 @@ def test_deployer_holds_exactly_what_applying_the_platform_stack_needs(all_stack
         deployer, _ = account(stack, names.deployer_account_id)
         project = {b["role"]: b for b in resources(stack, "google_project_iam_member").values()
                    if b["member"] == deployer}
-        assert set(project) == set(DEPLOYER_PROJECT_ROLES) == {
+        schedules = bool(configs[env].schedules)
+        assert set(DEPLOYER_PROJECT_ROLES) == {
             "roles/serviceusage.serviceUsageAdmin", "roles/storage.admin", "roles/artifactregistry.admin",
             "roles/aiplatform.user", BUILDS_EDITOR}
+        # Workflows and Cloud Scheduler jobs only for an environment that has schedules.
+        scheduling = set(SCHEDULE_DEPLOYER_ROLES) if schedules else set()
+        assert set(project) == set(DEPLOYER_PROJECT_ROLES) | scheduling
         assert not [b for b in project.values() if "condition" in b]
-        # On accounts: acting as the runtime and builder only; on itself nothing (the WIF binding isn't its).
+        # On accounts: acting as the runtime, builder (and schedule) accounts only; on itself nothing (the WIF
+        # binding isn't its).
         on_accounts = {(account_id, role) for account_id, grants in grants_on_accounts(stack).items()
                        for role, member in grants if member == deployer}
-        assert on_accounts == {(names.runtime_account_id, "roles/iam.serviceAccountUser"),
-                               (names.builder_account_id, "roles/iam.serviceAccountUser")}
+        acted_as = (names.runtime_account_id, names.builder_account_id,
+                    *((names.scheduler_account_id,) if schedules else ()))
+        assert on_accounts == {(account_id, "roles/iam.serviceAccountUser") for account_id in acted_as}
         # On the deployer account, one grant: who may become it (nobody may administer it but this stack).
         ((role, member),) = grants_on_accounts(stack)[names.deployer_account_id]
         assert role == "roles/iam.workloadIdentityUser" and member.startswith("principalSet://")
@@ -127,9 +136,11 @@ def test_service_account_user_only_for_submitters_and_ci_on_the_runtime_and_buil
         names = resource_names(cfg)
         deployer, _ = account(stack, names.deployer_account_id)
         grants = grants_on_accounts(stack)
-        for account_id in (names.runtime_account_id, names.builder_account_id):
+        # Scheduled runs create jobs as the runtime account, so the schedule account may act as it (only).
+        scheduler = ((account(stack, names.scheduler_account_id)[0],) if cfg.schedules else ())
+        for account_id, extra in ((names.runtime_account_id, scheduler), (names.builder_account_id, ())):
             assert grants[account_id] == {
-                ("roles/iam.serviceAccountUser", m) for m in (*cfg.job_submitters, deployer)
+                ("roles/iam.serviceAccountUser", m) for m in (*cfg.job_submitters, deployer, *extra)
             }, (env, account_id)
 
 

@@ -53,7 +53,7 @@ def _write(env_dir: Path, doc, name: str = "dev") -> Path:
 
 def test_infra_tests_read_the_scenarios_not_the_shipped_environments():
     # The package fixture in conftest.py points the loader here for every infra test: a user's values in
-    # infra/environments/*.yaml cannot make them fail (test_shipped.py covers those files on their own).
+    # infra/environments/*.yaml cannot make them fail (tests/scripts/test_synth.py covers those files).
     assert environments_dir() == SCENARIOS_DIR != ENVIRONMENTS_DIR
     assert os.environ[ENVIRONMENTS_DIR_VAR] == str(SCENARIOS_DIR)
     assert tuple(list_environments()) == SCENARIOS
@@ -135,6 +135,36 @@ _DELETE = object()
         ("job_service_accounts", [42], "job_service_accounts[0]", "a service account email"),
         ("job_service_accounts", ["trainer-gpu@acme-ml.iam.gserviceaccount.com"] * 2,
          "job_service_accounts[1]", "repeats job_service_accounts[0]; allowed: each account once"),
+        # Schedules: the cron expression, the time zone and the job file, then the rest of the entry.
+        ("schedules.nightly.cron", "0 25 * * *", "schedules.nightly.cron", "hour 25 is out of range"),
+        ("schedules.nightly.cron", "0 3 * *", "schedules.nightly.cron", "4 fields; allowed: five"),
+        ("schedules.nightly.cron", "@daily", "schedules.nightly.cron", "1 fields; allowed: five"),
+        ("schedules.nightly.cron", "every 24 hours", "schedules.nightly.cron", "3 fields; allowed: five"),
+        ("schedules.nightly.cron", "0 0 31 2 *", "schedules.nightly.cron", "never occurs in month '2'"),
+        ("schedules.nightly.cron", "*/10 * * * *", "schedules.nightly.cron",
+         "can run 10 minutes apart; allowed: runs at least 30 minutes apart"),
+        ("schedules.nightly.cron", "0,20 3 * * *", "schedules.nightly.cron", "can run 20 minutes apart"),
+        ("schedules.nightly.cron", 3, "schedules.nightly.cron", "a string of five fields"),
+        ("schedules.nightly.time_zone", "Mars/Olympus", "schedules.nightly.time_zone", "IANA time zone"),
+        ("schedules.nightly.time_zone", "../../etc/passwd", "schedules.nightly.time_zone", "IANA time zone"),
+        ("schedules.nightly.time_zone", "CET ", "schedules.nightly.time_zone", "IANA time zone"),
+        ("schedules.nightly.job", "jobs/nope.yaml", "schedules.nightly.job", "is not a regular file"),
+        ("schedules.nightly.job", "jobs", "schedules.nightly.job", "a .yaml file under jobs/"),
+        ("schedules.nightly.job", "jobs/../Pipfile", "schedules.nightly.job", "a .yaml file under jobs/"),
+        ("schedules.nightly.job", "jobs/../infra/environments/dev.yaml", "schedules.nightly.job",
+         "a .yaml file under jobs/"),
+        ("schedules.nightly.job", "/etc/hosts.yaml", "schedules.nightly.job", "a .yaml file under jobs/"),
+        ("schedules.nightly.job", "README.md", "schedules.nightly.job", "a .yaml file under jobs/"),
+        ("schedules.nightly.job", "jobs/local", "schedules.nightly.job", "a .yaml file under jobs/"),
+        ("schedules.nightly.job", "jobs\\recommender.yaml", "schedules.nightly.job",
+         "a .yaml file under jobs/"),
+        ("schedules.nightly.job", _DELETE, "schedules.nightly.job", "required"),
+        ("schedules.nightly.paused", "yes", "schedules.nightly.paused", "true or false"),
+        ("schedules.nightly.set", ["a=1"], "schedules.nightly.set", "a mapping of field path"),
+        ("schedules.nightly.retries", 3, "schedules.nightly.retries", "allowed: cron, job, paused, set"),
+        ("schedules.Nightly", {"job": "jobs/recommender.yaml", "cron": "0 3 * * *"}, "schedules.Nightly",
+         "2-30 lowercase letters"),
+        ("schedules", ["nightly"], "schedules", "a mapping of schedule name"),
     ],
 )
 def test_broken_config_is_one_line_naming_file_and_field(env_dir, field, value, reported, allowed):
@@ -147,6 +177,43 @@ def test_broken_config_is_one_line_naming_file_and_field(env_dir, field, value, 
     assert "\n" not in message
     assert message.startswith(f"{path}: field '{reported}'")
     assert allowed in message
+
+
+def test_schedules_load_with_defaults_and_overrides(env_dir):
+    doc = _dev_doc()
+    nightly, weekly = load_environment_from(env_dir, doc).schedules
+    assert (nightly.name, nightly.job, nightly.cron, nightly.time_zone, nightly.overrides,
+            nightly.paused) == ("nightly", "jobs/recommender.yaml", "30 2 * * *", "Etc/UTC", (), False)
+    # `set` values become run_job.py --set texts (VALUE as JSON, which run_job.py reads as YAML).
+    assert weekly.overrides == ('jobSpec.workerPoolSpecs.0.machineSpec.machineType="n1-standard-8"',)
+    assert (weekly.time_zone, weekly.paused) == ("Europe/Berlin", True)
+    del doc["schedules"]
+    assert load_environment_from(env_dir, doc).schedules == ()
+
+
+def test_a_scheduled_job_file_must_be_a_regular_file(env_dir, tmp_path, monkeypatch):
+    """A symlink or a directory named like a job file could stand for anything: refused as such. (In a copy
+    of the repository root, so no other test sees the odd files.)"""
+    import infra.config
+
+    root = tmp_path / "repo"
+    (root / "jobs" / "dir.yaml").mkdir(parents=True)
+    (root / "jobs" / "link.yaml").symlink_to(REPO_ROOT / "jobs" / "recommender.yaml")
+    (root / "jobs" / "ok.yaml").write_text((REPO_ROOT / "jobs" / "recommender.yaml").read_text())
+    monkeypatch.setattr(infra.config, "REPO_ROOT", root)
+    doc = _dev_doc()
+    del doc["schedules"]["weekly-wide"]
+    for name in ("link", "dir"):
+        doc["schedules"]["nightly"]["job"] = f"jobs/{name}.yaml"
+        with pytest.raises(ConfigError, match=rf"nightly.job': 'jobs/{name}.yaml' is not a regular file"):
+            load_environment_from(env_dir, doc)
+    doc["schedules"]["nightly"]["job"] = "jobs/ok.yaml"
+    assert load_environment_from(env_dir, doc).schedules[0].job == "jobs/ok.yaml"
+
+
+def load_environment_from(env_dir: Path, doc: dict):
+    _write(env_dir, doc)
+    return load_environment("dev")
 
 
 def test_job_service_accounts_are_optional_emails(env_dir):
@@ -189,10 +256,17 @@ BROKEN_CONFIGS = [
     ("region", "us_central1", "field 'region': got 'us_central1'; allowed: a Google Cloud region such as"),
     ("regoin", "us-central1",
      "field 'regoin': unknown key; allowed: github, job_service_accounts, job_submitters"),
+    # ...and the three a schedule can get wrong.
+    ("schedules.nightly.cron", "0 3 * * * *", "field 'schedules.nightly.cron': '0 3 * * * *': 6 fields"),
+    ("schedules.nightly.time_zone", "Europe/Atlantis",
+     "field 'schedules.nightly.time_zone': got 'Europe/Atlantis'; allowed: an IANA time zone name"),
+    ("schedules.nightly.job", "jobs/recommender.yml",
+     "field 'schedules.nightly.job': 'jobs/recommender.yml' is not a regular file"),
 ]
 
 
-@pytest.mark.parametrize(("field", "value", "message"), BROKEN_CONFIGS, ids=["missing", "region", "unknown"])
+@pytest.mark.parametrize(("field", "value", "message"), BROKEN_CONFIGS,
+                         ids=["missing", "region", "unknown", "cron", "time-zone", "job-file"])
 def test_app_exits_2_with_one_line_on_broken_config(env_dir, tmp_path_factory, field, value, message):
     doc = _dev_doc()
     _set(doc, field, value)
@@ -247,7 +321,8 @@ def test_stack_selection(monkeypatch):
 
 
 def test_pure_modules_do_not_import_the_cdk():
-    code = ("import sys, infra.config, infra.outputs, infra.naming, infra.policy; "
+    code = ("import sys, infra.config, infra.outputs, infra.naming, infra.policy, infra.schedules, "
+            "infra.cron; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('cdktn', 'cdktn_provider_google', 'jsii', 'constructs', 'tensorflow')))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,

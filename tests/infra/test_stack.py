@@ -24,8 +24,8 @@ from infra.outputs import (
     planned_outputs,
     resolve_outputs,
 )
-from infra.stack import SERVICES
-from tests.infra.helpers import BASIC, CMEK, SCENARIOS
+from infra.stack import SCHEDULE_SERVICES, SERVICES
+from tests.infra.helpers import BASIC, CMEK, SCENARIOS, scenario_runs
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 BASIC_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
@@ -211,7 +211,7 @@ def platform_member_ok(cfg, member: str) -> bool:
     """The rule, spelled independently of infra.naming: the project's own accounts, its service agents on
     Google's agent domains, or a configured job submitter."""
     agent_domains = ("gcp-sa-aiplatform", "cloud-tpu", "gcp-sa-tpu", "gcp-sa-artifactregistry",
-                     "gs-project-accounts")
+                     "gs-project-accounts", "gcp-sa-workflows")
     own = re.fullmatch(rf"serviceAccount:[a-z][a-z0-9-]+@{cfg.project_id}\.iam\.gserviceaccount\.com",
                        member)
     agent = re.fullmatch(
@@ -245,7 +245,7 @@ def test_platform_stack_refuses_a_grant_to_an_outside_member(tmp_path, configs):
     from infra.stack import PlatformMemberError, PlatformStack, check_platform_members
 
     cfg = configs[BASIC]
-    stack = PlatformStack(cdk.App(outdir=str(tmp_path)), cfg)
+    stack = PlatformStack(cdk.App(outdir=str(tmp_path)), cfg, scenario_runs(cfg))
     assert check_platform_members(stack, cfg) == sum(1 for _ in iam_members(
         json.loads(cdk.Testing.synth(stack))))
     for member in ("user:outsider@gmail.com",
@@ -347,7 +347,8 @@ def test_registry_cleanup_and_grants(stacks, configs):
 def test_services_and_backend(all_stacks, configs):
     for env, cfg in configs.items():
         for name, expected, state in (
-            (env, set(SERVICES) | ({"cloudkms.googleapis.com"} if cfg.cmek else set()), f"infra/{env}"),
+            (env, set(SERVICES) | ({"cloudkms.googleapis.com"} if cfg.cmek else set())
+             | (set(SCHEDULE_SERVICES) if cfg.schedules else set()), f"infra/{env}"),
             (f"{env}-bootstrap", set(BOOTSTRAP_SERVICES), f"infra/{env}-bootstrap"),
         ):
             stack = all_stacks[name]
@@ -369,9 +370,12 @@ def test_cmek_is_a_config_option(stacks, configs, plain):
     assert tb["encryption_spec"] == {"kms_key_name": key}
     grants = resources(cmek, "google_kms_crypto_key_iam_member").values()
     number = configs[CMEK].project_number
+    # The Workflows agent because this scenario has a schedule: its workflow is encrypted with the key.
+    assert configs[CMEK].schedules
     assert {b["member"] for b in grants} == {f"serviceAccount:service-{number}@{domain}" for domain in (
         "gs-project-accounts.iam.gserviceaccount.com", "gcp-sa-artifactregistry.iam.gserviceaccount.com",
-        "gcp-sa-aiplatform.iam.gserviceaccount.com")}
+        "gcp-sa-aiplatform.iam.gserviceaccount.com", "gcp-sa-workflows.iam.gserviceaccount.com")}
+    assert [w["crypto_key_name"] for w in resources(cmek, "google_workflows_workflow").values()] == [key]
     assert all(b["crypto_key_id"] == key for b in grants)
     # The Storage agent is named by its literal email, after the lookup that makes it exist.
     (lookup,) = cmek["data"]["google_storage_project_service_account"]
@@ -544,7 +548,7 @@ def test_planned_and_deployed_outputs_cannot_disagree(all_stacks, configs, tmp_p
 def test_synthesis_is_deterministic(tmp_path, configs, stack_texts):
     from infra.main import build_app
 
-    app, _ = build_app([configs[BASIC]], tmp_path)
+    app, _ = build_app([configs[BASIC]], tmp_path, schedules={BASIC: scenario_runs(configs[BASIC])})
     app.synth()
     assert (tmp_path / "stacks" / BASIC / "cdk.tf.json").read_text() == stack_texts[BASIC]
 
@@ -559,6 +563,11 @@ GOLDEN_FIELDS = {
         "workload_identity_pool_provider_id", "attribute_condition", "attribute_mapping"),
     "google_project_service": ("service",),
     "google_project_iam_audit_config": ("service", "audit_log_config"),
+    "google_project_iam_custom_role": ("role_id", "permissions"),
+    "google_workflows_workflow": ("name", "region", "service_account", "call_log_level", "crypto_key_name",
+                                  "user_env_vars", "deletion_protection"),
+    "google_cloud_scheduler_job": ("name", "region", "schedule", "time_zone", "paused", "attempt_deadline",
+                                   "retry_config", "http_target"),
 }
 SUFFIX = re.compile(r"_[0-9A-F]{8}\b")
 
@@ -599,7 +608,8 @@ def test_app_entry_point_synthesizes_into_the_cli_outdir(tmp_path, monkeypatch, 
 
     monkeypatch.setenv("CDKTF_OUTDIR", str(tmp_path))  # what `cdktn synth` sets for the app
     monkeypatch.setenv("INFRA_STACKS", CMEK)  # an environment: both of its stacks
-    assert main([]) == 0
+    # The schedule compiler is the jobs layer's (scripts/synth.py passes it); here the scenario's stand-in.
+    assert main([], compiler=scenario_runs) == 0
     assert sorted(p.name for p in (tmp_path / "stacks").iterdir()) == [CMEK, f"{CMEK}-bootstrap"]
     assert (tmp_path / "stacks" / CMEK / "cdk.tf.json").read_text() == stack_texts[CMEK]
     # Each stack's checkov config and baseline next to it, none for all stacks at once.
@@ -617,3 +627,19 @@ def test_one_stack_of_an_environment_can_be_selected(tmp_path, monkeypatch, boot
     assert main([f"{CMEK}-bootstrap"]) == 0
     assert sorted(p.name for p in (tmp_path / "stacks").iterdir()) == [f"{CMEK}-bootstrap"]
     assert (tmp_path / "stacks" / f"{CMEK}-bootstrap" / "cdk.tf.json").read_text() == bootstrap_texts[CMEK]
+
+
+def test_an_environment_with_schedules_needs_the_job_compiler(tmp_path, monkeypatch, capsys):
+    """`python -m infra.main` alone cannot compile a job file (infra/ never imports jobs/): one line, exit 2,
+    nothing synthesized; the bootstrap stack alone needs no compiler."""
+    from infra.main import main
+
+    monkeypatch.setenv("CDKTF_OUTDIR", str(tmp_path / "out"))
+    monkeypatch.delenv("INFRA_STACKS", raising=False)
+    assert main([CMEK]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert f"{CMEK}.yaml: field 'schedules': compiling them needs the jobs layer" in err
+    assert "scripts/synth.py" in err
+    assert not (tmp_path / "out").exists()
+    assert main([f"{CMEK}-bootstrap"]) == 0

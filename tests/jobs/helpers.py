@@ -190,6 +190,7 @@ def compile_text(
     overrides=(),
     file="job.yaml",
     image_hash=IMAGE_HASH,
+    job_id="",
 ):
     document = load_text(text, file)
     document.data = copy.deepcopy(document.data)
@@ -203,6 +204,7 @@ def compile_text(
         now=now,
         flags=flags or JobFlags(),
         overrides=tuple(overrides),
+        job_id=job_id,
     )
     return compile_job(document, context)
 

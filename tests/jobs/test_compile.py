@@ -253,6 +253,15 @@ def test_job_id_and_submission_hash():
     )
 
 
+def test_a_given_job_id_replaces_the_clock_one_and_leaves_the_hash():
+    """What a schedule compiles with (jobs.schedule): its placeholder wherever ${job.id} is, same hash."""
+    job = compile_text(CUSTOM, file="jobs/census_cpu.yaml")
+    scheduled = compile_text(CUSTOM, file="jobs/census_cpu.yaml", job_id="census-cpu-yyyymmdd-hhmmss-xxxxxx")
+    assert scheduled.job_id == scheduled.body["displayName"] == "census-cpu-yyyymmdd-hhmmss-xxxxxx"
+    assert scheduled.submission_hash == job.submission_hash
+    assert json.loads(json.dumps(scheduled.body).replace(scheduled.job_id, job.job_id)) == job.body
+
+
 def test_the_image_hash_counts_only_for_jobs_on_the_trainer_image():
     from tests.jobs.helpers import on_trainer_image
 

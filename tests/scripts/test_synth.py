@@ -1,15 +1,20 @@
-"""The shipped infra/environments/*.yaml, whatever valid values a user has put in them.
+"""The CDK app as `cdktn synth` runs it (scripts/synth.py: infra/ with the jobs layer's schedule compiler), on
+the shipped infra/environments/*.yaml, whatever valid values a user has put in them.
 
 Users replace every value there first thing (infra/README.md), so nothing here asserts a value of those files:
 they load, synthesize and pass the policy scan as they are, and so do copies rewritten with other valid values
-(another project, number, region, prefix, repository...), read through the same override the other infra
-tests point at tests/infra/scenarios/.
+(another project, number, region, prefix, repository...), read through the same override the infra tests
+point at tests/infra/scenarios/. A shipped schedule sends exactly the request `run_job.py --dry-run` prints.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,7 @@ from infra.naming import BUCKET_ROLES, resource_names
 from infra.outputs import OUTPUT_KEYS, planned_outputs
 from infra.policy import collect_skips, scan, write_checkov_config
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))
 
 
@@ -48,13 +54,16 @@ def rewritten(doc: dict, env: str, index: int) -> dict:
 
 
 def _load_and_synth(env_dir: Path, outdir: Path) -> tuple[dict, dict]:
-    """Configs of `env_dir` (through the override) and their synthesized stacks."""
-    from infra.main import build_app
+    """Configs of `env_dir` (through the override) and their synthesized stacks, schedules compiled as the
+    app compiles them."""
+    from infra.main import build_app, compile_schedules
+    from jobs.schedule import compile_schedules as compiler
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENVIRONMENTS_DIR_VAR, str(env_dir))
         configs = {env: load_environment(env) for env in list_environments()}
-    app, built = build_app(list(configs.values()), outdir)
+        schedules = compile_schedules(list(configs.values()), compiler)
+    app, built = build_app(list(configs.values()), outdir, schedules=schedules)
     app.synth()
     # Both stacks of each environment: `<env>` and `<env>-bootstrap`.
     stacks = {name: json.loads((outdir / "stacks" / name / "cdk.tf.json").read_text()) for name in built}
@@ -73,13 +82,18 @@ def shipped_and_rewritten(tmp_path_factory):
         (other / f"{env}.yaml").write_text(yaml.safe_dump(rewritten(doc, env, index)), encoding="utf-8")
     results = {name: _load_and_synth(env_dir, tmp_path_factory.mktemp(f"{name}.out"))
                for name, env_dir in (("as-is", as_is), ("rewritten", other))}
+    results["as-is-dir"] = as_is
     scanned = tmp_path_factory.mktemp("scan")
-    for name, (_, stacks) in results.items():
+    for name, (_, stacks) in _synthesized(results).items():
         for env, stack in stacks.items():
             (scanned / "stacks" / f"{name}-{env}").mkdir(parents=True)
             (scanned / "stacks" / f"{name}-{env}" / "cdk.tf.json").write_text(json.dumps(stack, indent=2))
     write_checkov_config(scanned)
     return results, scan(scanned, separately=False)
+
+
+def _synthesized(results: dict) -> dict:
+    return {name: value for name, value in results.items() if name in ("as-is", "rewritten")}
 
 
 def test_the_shipped_environments_load_and_synthesize(shipped_and_rewritten):
@@ -124,6 +138,7 @@ def test_rewritten_copies_load_and_synthesize_with_their_own_values(shipped_and_
 
 def test_shipped_and_rewritten_stacks_pass_the_policy_scan(shipped_and_rewritten):
     results, figures = shipped_and_rewritten
+    results = _synthesized(results)
     # Every stack was scanned, bootstrap stacks included: each one's written skips come back as skipped, and
     # nothing else does.
     assert set(figures) == {f"{n}-{name}" for n, (_, stacks) in results.items() for name in stacks}
@@ -134,3 +149,95 @@ def test_shipped_and_rewritten_stacks_pass_the_policy_scan(shipped_and_rewritten
             assert set(result.skipped) == {(logical_id, entry["id"])
                                            for (_, logical_id), entries in collect_skips(stack).items()
                                            for entry in entries}
+
+
+# --- schedules: the request is the dry-run's
+# ------------------------------------------------------------------------------
+
+
+def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rewritten, monkeypatch):
+    """Run each synthesized workflow (the Workflows interpreter of the infra tests, a fake Vertex AI) and
+    compare the job it creates with what `run_job.py JOB --dry-run --env ENV --set ...` prints: equal, once
+    the dry-run's job id is this run's id and the planned TensorBoard the deployed one."""
+    from io import StringIO
+
+    from infra.outputs import planned_outputs
+    from infra.schedules import CREATE_CONNECTOR, LIST_CONNECTOR
+    from jobs.cli import main as run_job
+    from tests.infra.workflows_interpreter import Interpreter
+
+    results, _ = shipped_and_rewritten
+    configs, stacks = results["as-is"]
+    monkeypatch.setenv(ENVIRONMENTS_DIR_VAR, str(results["as-is-dir"]))
+    scheduled = [(env, s) for env, cfg in configs.items() for s in cfg.schedules]
+    assert scheduled, "the shipped dev environment schedules the recommender"
+    now = 1_795_000_000.0  # 2026-11-18T11:06:40Z
+    for env, schedule in scheduled:
+        cfg = configs[env]
+        (workflow,) = [w for w in stacks[env]["resource"]["google_workflows_workflow"].values()
+                       if w["name"] == resource_names(cfg).schedule(schedule.name)]
+        created: list[dict] = []
+
+        def create(args, created=created):
+            created.append(args)
+            return {**args["body"], "name": "n", "state": "JOB_STATE_SUCCEEDED"}
+
+        program = yaml.safe_load(workflow["source_contents"].replace("$${", "${"))
+        Interpreter(program, now=now, env={"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": "abcdef12-3456",
+                                            "TENSORBOARD": "projects/p/locations/r/tensorboards/77"},
+                    connectors={LIST_CONNECTOR: lambda args: {}, CREATE_CONNECTOR: create}).run()
+        ((sent,),) = [created]
+
+        out, err = StringIO(), StringIO()
+        argv = [schedule.job, "--dry-run", "--env", env, *(f"--set={o}" for o in schedule.overrides)]
+        assert run_job(argv, out=out, err=err, outputs=planned_outputs(cfg)) == 0, err.getvalue()
+        request = json.loads(out.getvalue())
+        dry_run_id = request["customJob"]["displayName"]
+        run_id = sent["body"]["displayName"]
+        assert re.fullmatch(r"[a-z0-9-]+-20261118-110640-abcdef", run_id), run_id
+        expected = json.loads(json.dumps(request["customJob"]).replace(dry_run_id, run_id).replace(
+            planned_outputs(cfg)["tensorboard"], "projects/p/locations/r/tensorboards/77"))
+        assert sent["body"] == expected
+        assert sent["parent"] == request["parent"]
+
+
+# --- schedules: bad input through the app
+# -------------------------------------------------------------------------------
+
+
+def _synth_app(env_dir: Path, out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, ENVIRONMENTS_DIR_VAR: str(env_dir), "CDKTF_OUTDIR": str(out)}
+    return subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "synth.py")], cwd=out.parent, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ({"job": "jobs/recommender_tuning.yaml"},
+         "dev.yaml: field 'schedules.nightly.job': jobs/recommender_tuning.yaml is a "
+         "HyperparameterTuningJob; allowed: a CustomJob definition"),
+        ({"job": "jobs/census_prebuilt.yaml"},
+         "dev.yaml: field 'schedules.nightly.job': jobs/census_prebuilt.yaml installs the trainer sdist"),
+        # A bad override is the job file's field, said to come from the schedule.
+        ({"set": {"jobSpec.workerPoolSpecs.0.machineSpec.machineType": "n1-nonsense-3"}},
+         "jobs/recommender.yaml: field 'jobSpec.workerPoolSpecs.0.machineSpec.machineType': unknown machine "
+         "type 'n1-nonsense-3'"),
+        ({"set": {"jobSpec.nope": 1}},
+         "jobs/recommender.yaml: field '--set jobSpec.nope': no such field in the file (scheduled by "),
+    ],
+    ids=["tuning-job", "package-job", "bad-machine", "bad-path"],
+)
+def test_a_schedule_that_does_not_compile_is_one_line_and_synthesizes_nothing(tmp_path, schedule, message):
+    doc = yaml.safe_load((ENVIRONMENTS_DIR / "dev.yaml").read_text(encoding="utf-8"))
+    doc["schedules"] = {"nightly": {"job": "jobs/recommender.yaml", "cron": "0 3 * * *", **schedule}}
+    env_dir = tmp_path / "envs"
+    env_dir.mkdir()
+    (env_dir / "dev.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    result = _synth_app(env_dir, tmp_path / "out")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr
+    # Which schedule compiled it, where the job file's own field is at fault.
+    assert "schedules.nightly.job" in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from infra.cdk import Construct, TerraformResource
+from infra.constructs import validation as v
+from infra.google import (
+    CloudSchedulerJob,
+    CloudSchedulerJobHttpTarget,
+    CloudSchedulerJobHttpTargetOauthToken,
+    CloudSchedulerJobRetryConfig,
+    WorkflowsWorkflow,
+)
+from infra.schedules import (
+    ATTEMPT_DEADLINE_S,
+    MAX_BACKOFF_S,
+    MAX_RETRY_DURATION_S,
+    MIN_BACKOFF_S,
+    RETRY_COUNT,
+    ScheduledRun,
+    workflow_source,
+)
+
+EXECUTIONS_API = "https://workflowexecutions.googleapis.com/v1"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}[a-z0-9]$")
+ENV_VAR = re.compile(r"^[A-Z][A-Z0-9_]{0,39}$")
+
+
+@dataclass(frozen=True)
+class ScheduledJobProps:
+    project: str
+    name: str  # the workflow's and the Cloud Scheduler job's name (infra.naming)
+    run: ScheduledRun
+    # The email both run as: Cloud Scheduler's token to start an execution, the workflow's calls to Vertex AI.
+    service_account: str
+    # (placeholder in the request, workflow variable, value): values only known at deploy time (references),
+    # which the workflow reads from its environment instead of the request carrying the planned placeholder.
+    late_values: tuple[tuple[str, str, str], ...] = ()
+    labels: Mapping[str, str] = None  # type: ignore[assignment]
+    kms_key: str | None = None
+    depends_on: Sequence[TerraformResource] = ()
+
+    def validate(self, where: str) -> None:
+        v.check_project(where, self.project)
+        v.check_str(where, "name", self.name, WORKFLOW_NAME, "1-64 lowercase letters, digits or hyphens")
+        v.check(where, "run", self.run, isinstance(self.run, ScheduledRun), "an infra.schedules.ScheduledRun")
+        v.check_region(where, "run.region", self.run.region)
+        v.check(where, "run.parent", self.run.parent,
+                self.run.parent == f"projects/{self.project}/locations/{self.run.region}",
+                f"projects/{self.project}/locations/<region>: jobs of this project")
+        v.check(where, "run.body", self.run.body, self.run.run_id_placeholder in self.run.body,
+                "a request that names its run id (the placeholder) somewhere, e.g. displayName")
+        v.check_str(where, "service_account", self.service_account, v.SERVICE_ACCOUNT_EMAIL,
+                    "a service account email")
+        for i, item in enumerate(self.late_values):
+            v.check(where, f"late_values[{i}]", item, isinstance(item, tuple) and len(item) == 3
+                    and ENV_VAR.match(str(item[1])) is not None, "(placeholder, VARIABLE_NAME, value)")
+        v.check_labels(where, self.labels or {})
+        v.check_kms_key(where, self.kms_key, self.run.region)
+
+
+class ScheduledJob(Construct):
+    """One schedule: a Cloud Workflows workflow that creates the compiled CustomJob and waits for its end,
+    and the Cloud Scheduler job that starts an execution of it at each cron time.
+
+    No Composer: a workflow waiting on a job costs a few billable polling steps, and an idle schedule nothing.
+    Its identity (created in the bootstrap stack) may start executions, create and read Vertex AI jobs and act
+    as the runtime account; this construct grants nothing (the provider has no workflow-level IAM resource).
+    """
+
+    def __init__(self, scope: Construct, id_: str, props: ScheduledJobProps) -> None:
+        v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
+        super().__init__(scope, id_)
+        run = props.run
+        self.source = workflow_source(run, {placeholder: var for placeholder, var, _ in props.late_values})
+        self.workflow = WorkflowsWorkflow(
+            self, "workflow",
+            project=props.project,
+            region=run.region,
+            name=props.name,
+            description=f"Runs {run.job_file} on schedule {run.name!r} (managed by infra/)",
+            service_account=props.service_account,
+            # Terraform reads "${" and "%{" in any string as its own template syntax.
+            source_contents=escape_terraform(self.source),
+            user_env_vars={var: value for _, var, value in props.late_values} or None,
+            call_log_level="LOG_ERRORS_ONLY",
+            labels=dict(props.labels or {}),
+            crypto_key_name=props.kms_key,
+            # Code, not data: removing a schedule from the config removes its workflow.
+            deletion_protection=False,
+            depends_on=list(props.depends_on) or None,
+        )
+        self.scheduler = CloudSchedulerJob(
+            self, "trigger",
+            project=props.project,
+            region=run.region,
+            name=props.name,
+            description=f"Starts workflow {props.name} ({run.job_file}) at {run.cron} {run.time_zone}",
+            schedule=run.cron,
+            time_zone=run.time_zone,
+            paused=run.paused,
+            attempt_deadline=f"{ATTEMPT_DEADLINE_S}s",
+            retry_config=CloudSchedulerJobRetryConfig(
+                retry_count=RETRY_COUNT, min_backoff_duration=f"{MIN_BACKOFF_S}s",
+                max_backoff_duration=f"{MAX_BACKOFF_S}s", max_doublings=2,
+                max_retry_duration=f"{MAX_RETRY_DURATION_S}s"),
+            http_target=CloudSchedulerJobHttpTarget(
+                uri=f"{EXECUTIONS_API}/{self.workflow.id}/executions",
+                http_method="POST",
+                headers={"Content-Type": "application/json"},
+                body=base64.b64encode(json.dumps({"callLogLevel": "LOG_ERRORS_ONLY"}).encode()).decode(),
+                oauth_token=CloudSchedulerJobHttpTargetOauthToken(
+                    service_account_email=props.service_account, scope=CLOUD_PLATFORM_SCOPE),
+            ),
+            depends_on=list(props.depends_on) or None,
+        )
+
+
+def escape_terraform(text: str) -> str:
+    return text.replace("${", "$${").replace("%{", "%%{")

@@ -1,0 +1,100 @@
+"""Schedules of an environment, compiled: `schedules:` in infra/environments/<env>.yaml -> infra.schedules
+ScheduledRun, the data the platform stack turns into a Cloud Scheduler job and a Cloud Workflows workflow.
+
+Each schedule's job file goes through the very compile and validation `run_job.py JOB --dry-run --env ENV
+--set ...` uses, with the environment's planned outputs (synthesis runs before any deploy; the one value only
+a deploy knows, the TensorBoard's id, the stack hands the workflow as a reference). The only difference from
+the dry-run request is the job id, a placeholder each run replaces with its own (see infra/schedules.py).
+
+    from infra.config import load_environment
+    from jobs.schedule import compile_schedules
+    compile_schedules(load_environment("dev"))
+
+scripts/synth.py (the CDK app) passes this function to infra.main, which never imports jobs/ itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
+from infra.outputs import planned_outputs
+from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRun
+from jobs.body import CUSTOM_JOB
+from jobs.compile import CONTAINER, SUBMISSION_LABEL, job_name
+from jobs.errors import JobError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Ids look like <name>-<yyyymmdd>-<hhmmss>-<6 chars>; the placeholder has that shape, spelled out.
+PLACEHOLDER_SUFFIX = "yyyymmdd-hhmmss-xxxxxx"
+# Only the job id depends on the clock, and a schedule's id is the placeholder: any fixed time will do.
+_NO_CLOCK = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)s$")
+
+
+def compile_schedules(cfg: EnvironmentConfig, repo_root: Path = REPO_ROOT) -> tuple[ScheduledRun, ...]:
+    """Every schedule of `cfg`; bad input is a ConfigError naming the job file (or the config) and field."""
+    outputs = planned_outputs(cfg)
+    return tuple(_compile(cfg, schedule, outputs, repo_root) for schedule in cfg.schedules)
+
+
+def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_root: Path) -> ScheduledRun:
+    from jobs.cli import compile_file
+
+    field = f"schedules.{schedule.name}.job"
+    placeholder = f"{job_name(schedule.job)}-{PLACEHOLDER_SUFFIX}"
+    # From the repository, wherever the app runs; errors name the file as the config does.
+    path = str(repo_root / schedule.job)
+    try:
+        job = compile_file(
+            path,
+            env=cfg.name,
+            overrides=schedule.overrides,
+            outputs=outputs,
+            repo_root=repo_root,
+            now=_NO_CLOCK,
+            job_id=placeholder,
+        )
+    except JobError as exc:
+        # The job file's own error (it is what needs fixing), saying which schedule compiled it.
+        raise ConfigError(
+            schedule.job if exc.file == path else exc.file,
+            exc.path,
+            f"{exc.problem} (scheduled by {cfg.source} {field})"
+            + (f"; allowed: {exc.allowed}" if exc.allowed else ""),
+        ) from None
+    if job.kind != CUSTOM_JOB:
+        raise ConfigError(
+            cfg.source, field, f"{schedule.job} is a {job.kind}; allowed: a CustomJob definition"
+        )
+    if job.delivery != CONTAINER:
+        # A package job installs the sdist of the code hash at synthesis from the staging bucket, whose
+        # objects expire: the schedule would break once that upload is gone.
+        raise ConfigError(
+            cfg.source,
+            field,
+            f"{schedule.job} installs the trainer sdist (trainer.delivery: python-package); "
+            "allowed: a job on a container image (trainer.delivery: container), e.g. the trainer image",
+        )
+    timeout = (job.body.get("jobSpec", {}).get("scheduling") or {}).get("timeout")
+    found = _DURATION.match(timeout) if isinstance(timeout, str) else None
+    return ScheduledRun(
+        name=schedule.name,
+        env=cfg.name,
+        job_file=schedule.job,
+        cron=schedule.cron,
+        time_zone=schedule.time_zone,
+        paused=schedule.paused,
+        parent=job.parent,
+        region=job.region,
+        body=json.dumps(job.body, sort_keys=True),
+        job_name=job_name(schedule.job),
+        run_id_placeholder=placeholder,
+        submission_hash=job.submission_hash,
+        label=SUBMISSION_LABEL,
+        timeout_s=math.ceil(float(found.group(1))) if found else VERTEX_DEFAULT_TIMEOUT_S,
+    )
