@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import random
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -32,6 +33,8 @@ _BLOCK_BYTES = 16 << 20
 # Batches the training pipeline shuffles among (it reorders whole batches; see text_dataset).
 SHUFFLE_BATCHES = 16
 _INT = re.compile(rb"-?[0-9]+")
+# Rows sampled per numeric column for quantiles (ScanResult.quantiles): exact below it, uniform above.
+QUANTILE_SAMPLE = 100_000
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what decode_csv parses an int column into
 # decode_csv also parses nan and inf(inity) into a float column: accepted here, then refused as not finite.
 _FLOAT = re.compile(rb"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:nan|inf|infinity))")
@@ -119,6 +122,25 @@ class ScanResult:
     excluded: np.ndarray  # sorted global 0-based line indices the pipeline must leave out
     bad_rows: tuple[BadRow, ...] = ()  # malformed and implausible rows skipped under --max-bad-rows
     stats: dict[str, tuple[float, float]] = field(default_factory=dict)  # numeric column -> (mean, variance)
+    # numeric column -> a uniform sample of its (transformed) values, at most QUANTILE_SAMPLE of them
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def quantiles(self, name: str, count: int) -> tuple[float, ...]:
+        """Distinct inner `count`-quantiles of column `name`, as bin edges. If the most common value fills
+        more than a bin on its own (capital gains: 92% zeros), it is an edge by itself and the quantiles are
+        taken over the other values, so the rest of the range still gets its bins."""
+        sample = self.samples[name]
+        values, counts = np.unique(sample, return_counts=True)
+        edges = []
+        if counts.max() * count > len(sample) and len(values) > 1:
+            mode = values[np.argmax(counts)]
+            edges.append(mode)
+            sample = sample[sample != mode]
+        edges.extend(np.quantile(sample, np.linspace(0, 1, count + 1)[1:-1]))
+        return tuple(float(q) for q in np.unique(edges))
+
+    def value_range(self, name: str) -> tuple[float, float]:
+        return float(np.min(self.samples[name])), float(np.max(self.samples[name]))
 
     def summary(self) -> str:
         text = f"{self.rows} rows from {len(self.files)} file(s)"
@@ -216,6 +238,11 @@ class _Validator:
             for i, c in enumerate(schema.columns) if c.numeric
         ]
         self.sums = {c.name: [0.0, 0.0] for c in schema.columns if c.numeric}
+        # A uniform sample of each numeric column (reservoir, fixed seed: the same files give the same
+        # sample) for quantiles, bounded whatever the data size.
+        self.samples: dict[str, list[float]] = {c.name: [] for c in schema.columns if c.numeric}
+        self.seen = 0
+        self.rng = random.Random(0)
 
     def is_data(self, line: bytes) -> bool:
         stripped = line.strip()
@@ -258,6 +285,15 @@ class _Validator:
             acc = self.sums[name]
             acc[0] += v
             acc[1] += v * v
+        self.seen += 1
+        if self.seen <= QUANTILE_SAMPLE:
+            for name, v in values:
+                self.samples[name].append(v)
+        else:
+            slot = self.rng.randrange(self.seen)
+            if slot < QUANTILE_SAMPLE:
+                for name, v in values:
+                    self.samples[name][slot] = v
         return None, y
 
 
@@ -318,6 +354,7 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0,
     return ScanResult(
         files=tuple(files), total_lines=index, rows=rows, positives=positives, total_bytes=total_bytes,
         excluded=np.asarray(excluded, dtype=np.int64), bad_rows=tuple(bad), stats=stats,
+        samples={name: np.asarray(values, dtype=np.float64) for name, values in v.samples.items()},
     )
 
 
