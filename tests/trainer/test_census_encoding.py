@@ -75,3 +75,24 @@ def test_piecewise_linear_encoding(value, expected):
 def test_one_bin_is_a_scaled_value():
     encoded = piecewise_linear(tf.constant([-1.0, 3.0]), (1.0, 5.0))
     np.testing.assert_allclose(encoded.numpy(), [[-0.5], [0.5]])
+
+
+def test_the_task_fits_its_encoding_on_the_training_files_and_exports_it(census_slice, tmp_path):
+    """make_data's edges are the training scan's, whatever the eval files hold, and the preprocessor that
+    the export keeps in front of the model carries them (serving sees raw inputs)."""
+    from trainer.config import resolve_config
+    from trainer.tasks.census import make_data
+
+    def data_with(eval_file):
+        cfg = resolve_config(["--model", "wide_deep", "--train-files", str(census_slice["train"]),
+                              "--eval-files", str(eval_file), "--job-dir", str(tmp_path / "job")])
+        return make_data(cfg, 64, 64)
+
+    data = data_with(census_slice["eval"])
+    expected = numeric_edges(scan_csv([str(census_slice["train"])], SCHEMA), 64)
+    assert data.state["edges"] == expected
+    assert data.preprocessor.get_config()["edges"] == expected
+    assert data_with(CENSUS / "adult.test").state["edges"] == expected
+    features, _ = next(iter(data.train))
+    assert {f"ple_{n}" for n in NUMERIC} <= set(features)
+    assert features["ple_age"].shape[1] == len(expected["age"]) - 1
