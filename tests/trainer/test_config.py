@@ -92,7 +92,8 @@ def test_layer_sizes_never_below_two():
 def test_hparams_are_generic_plus_the_tasks():
     assert C.default_config().hparams() == {
         "model": "wide_deep", "num_epochs": 8, "train_batch_size": 256, "learning_rate": 0.003, "seed": 42,
-        "embedding_size": 8, "first_layer_size": 128, "num_layers": 3, "scale_factor": 0.5, "dropout": 0.1}
+        "embedding_size": 8, "first_layer_size": 128, "num_layers": 3, "scale_factor": 0.5, "dropout": 0.1,
+        "numeric_bins": 64, "numeric_embedding_size": 16}
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -102,6 +103,10 @@ def test_hparams_are_generic_plus_the_tasks():
     (["--num-epochs", "0"], "--num-epochs"),
     (["--dropout", "1.0"], "--dropout"),
     (["--scale-factor", "0"], "--scale-factor"),
+    (["--numeric-bins", "-1"], "--numeric-bins"),
+    (["--numeric-bins", "257"], "--numeric-bins"),
+    (["--numeric-bins", "16.5"], "--numeric-bins"),
+    (["--numeric-embedding-size", "0"], "--numeric-embedding-size"),
     (["--learning-rate", "-1"], "--learning-rate"),
     (["--learning-rate", "inf"], "--learning-rate"),  # finite only: inf would train into NaN weights
     (["--learning-rate", "nan"], "--learning-rate"),
