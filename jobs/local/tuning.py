@@ -199,6 +199,16 @@ class StudyRunner:
 
     def _launch(self) -> None:
         trial = self.study.ask()
+        try:
+            self._start(trial)
+        except KeyboardInterrupt:
+            # Ctrl-C between asking for the trial and starting its replicas: it must not stay RUNNING in the
+            # study. Once started, it is registered at once and _stop_running stops it with the others.
+            if trial.number not in self.running:
+                self._interrupt(trial, "interrupted by the user")
+            raise
+
+    def _start(self, trial) -> None:
         values = search_space.suggest(trial, self.cfg.parameters)
         trial_id = str(trial.number + 1)
         trial_dir = self.base / trial_id
@@ -222,8 +232,8 @@ class StudyRunner:
             cpu_only=self.cpu_only,
             field=BASE_FIELD,
         )
-        trial.set_user_attr("log", str(run.chief_log))
         self.running[trial.number] = _Running(trial, trial_id, values, run, time.monotonic(), metric_file)
+        trial.set_user_attr("log", str(run.chief_log))
         shown = " ".join(f"{k}={report.fmt(v)}" for k, v in values.items())
         self.log(f"trial {trial_id} running: {shown} {self._status()}")
 
@@ -261,17 +271,21 @@ class StudyRunner:
             print(f"           | {line}", file=self.out)
 
     def _stop_running(self, why: str) -> None:
-        from optuna.trial import TrialState
-
         for item in self.running.values():
             item.run.terminate()
-            item.trial.set_user_attr(INTERRUPTED, True)
-            item.trial.set_user_attr("failure", why)
-            self.study.tell(item.trial, state=TrialState.FAIL)
-            # Back in the queue: a resumed study runs these parameters again first.
-            self.study.enqueue_trial(item.trial.params, skip_if_exists=False)
+            self._interrupt(item.trial, why)
             self.log(f"trial {item.trial_id} stopped ({why})")
         self.running.clear()
+
+    def _interrupt(self, trial, why: str) -> None:
+        from optuna.trial import TrialState
+
+        trial.set_user_attr(INTERRUPTED, True)
+        trial.set_user_attr("failure", why)
+        self.study.tell(trial, state=TrialState.FAIL)
+        # Back in the queue: a resumed study runs these parameters again first (none yet: nothing to redo).
+        if trial.params:
+            self.study.enqueue_trial(trial.params, skip_if_exists=False)
 
     def run(self) -> int:
         target = self.target_trials()

@@ -199,3 +199,28 @@ def test_a_pool_env_cannot_send_a_trials_metric_to_the_shared_default(tmp_path):
     assert rc == 0 and study["trials"][0]["state"] == "SUCCEEDED"
     env = dumps(tmp_path / "gs/demo-models/dumps")["1-workerpool0-0"]["env"]
     assert env["CLOUD_ML_HP_METRIC_FILE"] == f"{tmp_path / BASE}/1/hypertune/output.metrics"
+
+
+def test_ctrl_c_while_a_trial_is_being_launched_leaves_no_trial_running(tmp_path, monkeypatch):
+    """The interrupt lands between asking the sampler for trial 2 and starting its replicas (under load,
+    the window a real Ctrl-C hit): that trial is recorded as interrupted, not left RUNNING, and so is
+    trial 1, which was running."""
+    from jobs.local import tuning
+
+    calls = []
+    real = tuning.launcher.start_job
+
+    def start_job(*args, **kwargs):
+        calls.append(kwargs["trial_id"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tuning.launcher, "start_job", start_job)
+    body = tuning_job(["--dump-dir=gs://demo-models/dumps"], trials=3, parallel=2)
+    rc, study = _study(body, tmp_path)
+    assert rc == 130 and calls == ["1", "2"]
+    assert study["state"] == "INTERRUPTED"
+    assert [t["state"] for t in study["trials"]] == ["INTERRUPTED", "INTERRUPTED"]
+    pids = [r["pid"] for r in dumps(tmp_path / "gs/demo-models/dumps").values()]
+    assert not [p for p in pids if alive(p)]
