@@ -342,7 +342,9 @@ def _job_file(path: Path, field: str, value: Any) -> str:
             or rel.suffix not in (".yaml", ".yml"):
         raise ConfigError(path, field, f"got {value!r}; allowed: {allowed} (a .yaml file under {JOBS_DIR}/)")
     full = REPO_ROOT / rel
-    if full.is_symlink() or not full.is_file():
+    # A symlink (the file, or a folder on the way) could stand for anything outside jobs/.
+    inside = full.resolve().is_relative_to((REPO_ROOT / JOBS_DIR).resolve())
+    if full.is_symlink() or not inside or not full.is_file():
         raise ConfigError(path, field, f"{value!r} is not a regular file; allowed: {allowed}")
     return str(rel)
 

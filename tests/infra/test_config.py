@@ -200,12 +200,13 @@ def test_a_scheduled_job_file_must_be_a_regular_file(env_dir, tmp_path, monkeypa
     (root / "jobs" / "dir.yaml").mkdir(parents=True)
     (root / "jobs" / "link.yaml").symlink_to(REPO_ROOT / "jobs" / "recommender.yaml")
     (root / "jobs" / "ok.yaml").write_text((REPO_ROOT / "jobs" / "recommender.yaml").read_text())
+    (root / "jobs" / "linked").symlink_to(REPO_ROOT / "jobs")  # a folder on the way that leads elsewhere
     monkeypatch.setattr(infra.config, "REPO_ROOT", root)
     doc = _dev_doc()
     del doc["schedules"]["weekly-wide"]
-    for name in ("link", "dir"):
-        doc["schedules"]["nightly"]["job"] = f"jobs/{name}.yaml"
-        with pytest.raises(ConfigError, match=rf"nightly.job': 'jobs/{name}.yaml' is not a regular file"):
+    for name in ("link.yaml", "dir.yaml", "linked/recommender.yaml"):
+        doc["schedules"]["nightly"]["job"] = f"jobs/{name}"
+        with pytest.raises(ConfigError, match=rf"nightly.job': 'jobs/{name}' is not a regular file"):
             load_environment_from(env_dir, doc)
     doc["schedules"]["nightly"]["job"] = "jobs/ok.yaml"
     assert load_environment_from(env_dir, doc).schedules[0].job == "jobs/ok.yaml"
