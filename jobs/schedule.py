@@ -80,7 +80,23 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
             f"{schedule.job} installs the trainer sdist (trainer.delivery: python-package); "
             "allowed: a job on a container image (trainer.delivery: container), e.g. the trainer image",
         )
-    timeout = (job.body.get("jobSpec", {}).get("scheduling") or {}).get("timeout")
+    # Each run must name its own job and write its own output directory: both carry ${job.id}.
+    spec = job.body.get("jobSpec", {})
+    per_run = {
+        "displayName": job.body.get("displayName"),
+        "jobSpec.baseOutputDirectory.outputUriPrefix": (spec.get("baseOutputDirectory") or {}).get(
+            "outputUriPrefix"
+        ),
+    }
+    for body_path, value in per_run.items():
+        if not (isinstance(value, str) and placeholder in value):
+            raise ConfigError(
+                schedule.job,
+                job.file_path(body_path),
+                f"{value!r} would be the same for every scheduled run, which would overwrite each other "
+                f"(scheduled by {cfg.source} {field}); allowed: a value with ${{job.id}}",
+            )
+    timeout = (spec.get("scheduling") or {}).get("timeout")
     found = _DURATION.match(timeout) if isinstance(timeout, str) else None
     return ScheduledRun(
         name=schedule.name,

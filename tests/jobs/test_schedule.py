@@ -96,3 +96,24 @@ def test_a_bad_override_names_the_job_file_field_and_schedule(cfg):
     message = str(caught.value)
     assert message.startswith("jobs/recommender.yaml: field 'jobSpec.serviceAccount': ")
     assert "(scheduled by envs/sched.yaml schedules.daily.job)" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"displayName": "nightly-recommender"}, "displayName"),
+        (
+            {"jobSpec.baseOutputDirectory.outputUriPrefix": "gs://sched-models/recommender/latest"},
+            "jobSpec.baseOutputDirectory.outputUriPrefix",
+        ),
+    ],
+)
+def test_a_fixed_name_or_output_directory_is_refused(cfg, override, field):
+    """Every run would reuse it, and the next run would overwrite the last one's model."""
+    doc = yaml.safe_load(CONFIG)
+    doc["schedules"]["daily"]["set"] = override
+    with pytest.raises(ConfigError) as caught:
+        compile_schedules(parse_environment("sched", doc, "envs/sched.yaml"))
+    message = str(caught.value)
+    assert message.startswith(f"jobs/recommender.yaml: field '{field}': ")
+    assert "would be the same for every scheduled run" in message and "${job.id}" in message
