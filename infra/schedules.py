@@ -12,7 +12,7 @@ ids. So every run has its own display name and output directory, and no run over
 A retried trigger never starts a second run: Cloud Scheduler retries only a call of the Workflow Executions
 API that failed or timed out, within `MAX_RETRY_DURATION_S`, and such a call may still have started an
 execution. Before creating its job, each execution lists the jobs carrying this definition's
-`submission_hash` label (the label run_job.py reuses live jobs by) and returns the first that is still running
+`submission_hash` label (the label run_job.py reuses live jobs by) and returns one that is still running
 or was created within `DUPLICATE_WINDOW_S`. Schedules must run further apart than that window
 (`MIN_SCHEDULE_GAP_MINUTES`, checked in infra.config), so a real next run is never taken for a retry; a run
 still going when the next one is due is followed instead of doubled.
@@ -141,7 +141,8 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
             "steps": [{"check_job": {"switch": [{
                 "condition": f'${{not("endTime" in job) or time.parse(job.createTime) > started - '
                              f'{DUPLICATE_WINDOW_S}}}',
-                "steps": [{"remember": {"assign": [{"duplicate_of": "${job}"}], "next": "break"}}],
+                # Any match will do (duplicates are rare), so no `break`: the loop is over a handful of jobs.
+                "steps": [{"remember": {"assign": [{"duplicate_of": "${job}"}]}}],
             }]}}],
         }}},
         {"skip_duplicate": {"switch": [{
