@@ -6,6 +6,7 @@ Modules, in the order a run uses them: ``loader`` (strict YAML) -> ``overrides``
 aiplatform_v1 schema via ``schema``/``vertex_types``, ``machines``, ``trainer_contract``, the images in
 ``image``) -> ``plan`` (steps, executed through the one SDK factory in ``cloud``: the trainer image builds of
 ``builds``, the trainer sdist from ``package``). ``body`` is the one reader of a compiled body they all use;
-``local`` runs a compiled job on this machine; ``build_cli`` is scripts/build_image.py. Importing this
-package imports nothing heavy.
+``local`` runs a compiled job on this machine; ``build_cli`` is scripts/build_image.py; ``legacy`` and
+``convert_cli`` are `run_job.py convert` (legacy AI Platform Training -> a definition). Importing this package
+imports nothing heavy.
 """

@@ -270,6 +270,20 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["convert"]:  # a subcommand of its own: legacy AI Platform -> a definition
+        from jobs import convert_cli
+
+        return convert_cli.main(
+            argv[1:],
+            out=out,
+            err=err,
+            repo_root=repo_root,
+            outputs=outputs,
+            code_hash=code_hash,
+            image_hash=image_hash,
+            now=now,
+        )
     parser = build_parser(description)
     args = parser.parse_args(argv)
     from jobs.errors import JobError

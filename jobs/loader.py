@@ -58,12 +58,17 @@ def join(path: str, key: object) -> str:
 
 def load_file(path: str | Path) -> Document:
     file = str(path)
-    allowed = "a regular UTF-8 YAML file such as jobs/census_cpu.yaml"
+    return load_text(read_text_file(path, "a regular UTF-8 YAML file such as jobs/census_cpu.yaml"), file)
+
+
+def read_text_file(path: str | Path, allowed: str, *, missing: str = "no such job file") -> str:
+    """The UTF-8 text of a regular file of at most ``MAX_FILE_BYTES``; anything else is one-line JobError."""
+    file = str(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below refuses it anyway.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise JobError(file, "(file)", "no such job file", allowed) from None
+        raise JobError(file, "(file)", missing, allowed) from None
     except OSError as exc:
         raise JobError(file, "(file)", f"cannot open: {exc.strerror or exc}", allowed) from None
     try:
@@ -86,10 +91,9 @@ def load_file(path: str | Path) -> Document:
     if len(raw) > MAX_FILE_BYTES:
         raise JobError(file, "(file)", "larger than the cap", f"at most {MAX_FILE_BYTES} bytes")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JobError(file, "(file)", f"not UTF-8 (byte {exc.start})", allowed) from None
-    return load_text(text, file)
 
 
 _FILE_KINDS = (

@@ -8,6 +8,7 @@ Usage (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py jobs/census_tuning.yaml --set maxTrialCount=20 --set parallelTrialCount=4
   python scripts/run_job.py jobs/census_cpu.yaml --no-wait         # submit and return
   python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID
+  python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml   # legacy AI Platform job
 
 A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
 with a thin header (`kind`, `trainer.delivery`) and references: ${infra.<output>} from the environment's infra
@@ -22,6 +23,9 @@ Submitting is idempotent: each submission is labelled submission_hash=<hash of d
 and a live job with the same label is followed instead of creating a duplicate. Bad input prints one line
 (file: field: problem; allowed: ...) and exits 2 before anything is uploaded or submitted. A job that ends in
 any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.
+
+`convert` turns a legacy AI Platform Training config or submit script into a definition (see
+`run_job.py convert --help` and jobs/README.md).
 """
 
 import sys

@@ -1,0 +1,218 @@
+"""`run_job.py convert`: a legacy AI Platform Training job -> a job definition of this repo.
+
+  python scripts/run_job.py convert legacy/hptuning_config.yaml -o jobs/census_legacy.yaml \\
+      -- --train-files=gs://<data bucket>/census/adult.data --eval-files=gs://<data bucket>/census/adult.test
+  python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml --strict
+
+LEGACY_FILE is a legacy config (YAML or JSON: a TrainingInput, {trainingInput: ...}, or the whole job as
+`gcloud ai-platform jobs describe --format=json` printed it) or a shell script (*.sh, or a #! first line) with
+one `gcloud ai-platform|ml-engine jobs submit training` command. Trainer arguments after `--` are added to the
+legacy ones (a flag given in both takes this value). The converted file is validated and compiled exactly as
+`run_job.py FILE --dry-run` would before anything is written; without -o it goes to stdout. Decisions and
+what could not be carried over head the file; --strict turns the latter into an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TextIO
+
+from jobs.cli import DEFAULT_ENV, EXIT_BAD_INPUT, REPO_ROOT, _Parser
+
+COMMAND = "convert"
+SUFFIXES = (".yaml", ".yml")
+
+
+def build_parser() -> _Parser:
+    from jobs.compile import CONTAINER, DELIVERIES
+
+    p = _Parser(
+        prog=f"run_job.py {COMMAND}",
+        usage=f"run_job.py {COMMAND} LEGACY_FILE [-o OUT] [options] [-- TRAINER_ARGS ...]",
+        description=__doc__.split("\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("legacy_file", metavar="LEGACY_FILE", help="legacy config (YAML/JSON) or submit script")
+    p.add_argument(
+        "-o", "--output", metavar="OUT", help="where to write the definition (*.yaml); default stdout"
+    )
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--strict", action="store_true", help="refuse if anything cannot be carried over")
+    p.add_argument(
+        "--env",
+        default=DEFAULT_ENV,
+        help=f"environment whose buckets become ${{infra.*}} (default {DEFAULT_ENV})",
+    )
+    p.add_argument("--outputs-file", type=Path, metavar="PATH", help="deployed outputs JSON (as run_job.py)")
+    p.add_argument(
+        "--model", help="the trainer model the job trains (default: --model in its args, else wide_deep)"
+    )
+    p.add_argument(
+        "--delivery",
+        choices=DELIVERIES,
+        default=CONTAINER,
+        help=f"the trainer image (default {CONTAINER}) or the sdist on a prebuilt TF 2.17 image",
+    )
+    p.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a shell variable the script uses but does not assign (repeatable)",
+    )
+    return p
+
+
+def main(
+    argv: list[str],
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    repo_root: Path = REPO_ROOT,
+    outputs: Mapping[str, str] | None = None,
+    code_hash: str | None = None,
+    image_hash: str | None = None,
+    now: datetime | None = None,
+) -> int:
+    from jobs.errors import JobError
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    args = build_parser().parse_args(own)
+    try:
+        text, conversion, legacy = _convert(args, extra, repo_root, outputs, code_hash, image_hash, now)
+        if args.output:
+            _write(args.output, text, args.force)
+        else:
+            out.write(text)
+    except JobError as exc:
+        print(str(exc), file=err)
+        return EXIT_BAD_INPUT
+    where = args.output or "stdout"
+    print(
+        f"converted {args.legacy_file} -> {where}: {len(conversion.decisions)} decisions, "
+        f"{len(conversion.lost)} not carried over (listed at the top of the file)",
+        file=err,
+    )
+    for path, why in conversion.lost:
+        print(f"  not carried over: {legacy.describe(path)}: {why}", file=err)
+    return 0
+
+
+def _convert(args, extra, repo_root, outputs, code_hash, image_hash, now):
+    from jobs.cli import job_accounts, load_outputs
+    from jobs.errors import JobError
+    from jobs.legacy import render, source
+    from jobs.legacy.convert import Options, convert
+    from jobs.trainer_contract import load_trainer_contract
+
+    file = args.legacy_file
+    if args.output and not args.output.endswith(SUFFIXES):
+        raise JobError(
+            args.output, "-o", "not a .yaml file name", "jobs/<name>.yaml (the name makes the job id)"
+        )
+    variables = {}
+    for item in args.var:
+        name, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise JobError(file, "--var", f"{item!r}", "NAME=VALUE with a shell variable name")
+        variables[name] = value
+    if outputs is None:
+        outputs = load_outputs(args.env, args.outputs_file, file)
+    legacy = source.read(file, variables)
+    options = Options(
+        outputs=outputs,
+        env=args.env,
+        model=args.model,
+        delivery=args.delivery,
+        extra_args=tuple(extra),
+        accounts=job_accounts(args.env, outputs, file),
+    )
+    conversion = convert(legacy, load_trainer_contract(), options)
+    if args.strict and conversion.lost:
+        path, why = conversion.lost[0]
+        more = f" (and {len(conversion.lost) - 1} more)" if len(conversion.lost) > 1 else ""
+        raise legacy.error(
+            path,
+            f"cannot be carried over: {why}{more}",
+            "remove it from the legacy job, or convert without --strict",
+        )
+    output = args.output or f"jobs/{Path(file).stem}.yaml"
+    command = " ".join(
+        ["python scripts/run_job.py", COMMAND, file, *(["-o", args.output] if args.output else [])]
+    )
+    text = render(conversion, legacy, source=file, output=output, command=command)
+    _verify(
+        text, Path(output).name, conversion, legacy, args.env, outputs, repo_root, code_hash, image_hash, now
+    )
+    return text, conversion, legacy
+
+
+def _verify(text, name, conversion, legacy, env, outputs, repo_root, code_hash, image_hash, now) -> None:
+    """Compile and validate the converted file as --dry-run would; its errors point at the legacy source."""
+    from jobs.cli import compile_file
+    from jobs.errors import JobError
+
+    with tempfile.TemporaryDirectory(prefix="convert-") as folder:
+        path = Path(folder) / name
+        path.write_text(text, encoding="utf-8")
+        try:
+            compile_file(
+                str(path),
+                env=env,
+                overrides=(),
+                outputs=outputs,
+                repo_root=repo_root,
+                now=now or datetime.now(timezone.utc),
+                code_hash=code_hash,
+                image_hash=image_hash,
+            )
+        except JobError as exc:
+            problem = re.sub(r" \(line \d+\)", "", exc.problem)
+            source = next(
+                (
+                    s
+                    for prefix, s in sorted(conversion.blame, key=lambda b: -len(b[0]))
+                    if exc.path.startswith(prefix)
+                ),
+                None,
+            )
+            if source is None:
+                raise JobError(legacy.file, f"(converted job) {exc.path}", problem, exc.allowed) from None
+            raise legacy.error(source, f"{problem} (converted: {exc.path})", exc.allowed) from None
+
+
+def _write(output: str, text: str, force: bool) -> None:
+    """Write OUT atomically: a new file, or (with --force) a regular file replaced whole."""
+    from jobs.errors import JobError
+    from jobs.loader import file_kind
+
+    target = Path(output)
+    if os.path.lexists(target):
+        info = os.lstat(target)
+        import stat
+
+        if not stat.S_ISREG(info.st_mode):
+            raise JobError(output, "-o", f"exists and is {file_kind(info.st_mode)}", "a new .yaml file")
+        if not force:
+            raise JobError(output, "-o", "exists", "a new file, or --force to replace it")
+    folder = target.parent
+    if not folder.is_dir():
+        raise JobError(output, "-o", f"no such folder {folder}", "a path in an existing folder")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
