@@ -61,6 +61,14 @@ def build_parser() -> _Parser:
         help=f"the trainer image (default {CONTAINER}) or the sdist on a prebuilt TF 2.17 image",
     )
     p.add_argument(
+        "--map-bucket",
+        action="append",
+        default=[],
+        metavar="gs://OLD=OUTPUT",
+        help="write paths in legacy bucket OLD as ${infra.OUTPUT}/..., e.g. gs://my-ml=data_bucket "
+        "(repeatable; copy the objects over first)",
+    )
+    p.add_argument(
         "--var",
         action="append",
         default=[],
@@ -111,7 +119,7 @@ def _convert(args, extra, repo_root, outputs, code_hash, image_hash, now):
     from jobs.cli import job_accounts, load_outputs
     from jobs.errors import JobError
     from jobs.legacy import render, source
-    from jobs.legacy.convert import Options, convert
+    from jobs.legacy.convert import BUCKET_OUTPUTS, Options, convert
     from jobs.trainer_contract import load_trainer_contract
 
     file = args.legacy_file
@@ -125,6 +133,16 @@ def _convert(args, extra, repo_root, outputs, code_hash, image_hash, now):
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise JobError(file, "--var", f"{item!r}", "NAME=VALUE with a shell variable name")
         variables[name] = value
+    bucket_map = []
+    for item in args.map_bucket:
+        old, eq, key = item.partition("=")
+        if (
+            not eq
+            or not re.fullmatch(r"gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", old)
+            or key not in BUCKET_OUTPUTS
+        ):
+            raise JobError(file, "--map-bucket", repr(item), f"gs://<bucket>=<{'|'.join(BUCKET_OUTPUTS)}>")
+        bucket_map.append((old, key))
     if outputs is None:
         outputs = load_outputs(args.env, args.outputs_file, file)
     legacy = source.read(file, variables)
@@ -135,6 +153,7 @@ def _convert(args, extra, repo_root, outputs, code_hash, image_hash, now):
         delivery=args.delivery,
         extra_args=tuple(extra),
         accounts=job_accounts(args.env, outputs, file),
+        bucket_map=tuple(bucket_map),
     )
     conversion = convert(legacy, load_trainer_contract(), options)
     if args.strict and conversion.lost:

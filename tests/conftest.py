@@ -18,9 +18,18 @@ os.environ.setdefault("CHECKPOINT_DISABLE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+# The modules whose fixtures run longest, handed to an xdist worker first: collected in path order they came
+# last, and a worker ran the prebuilt-stack module (~220 s) alone while the other sat idle at the end.
+LONG_FIRST = ("tests/trainer/test_prebuilt_compat.py", "tests/trainer/test_task.py")
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Start the suites on a user's copy of the repo (tests/user_copy.py) in the background as soon as a test
-    that needs them is collected, so they overlap with the rest of the run."""
+    """Put the longest modules first; start the suites on a user's copy of the repo (tests/user_copy.py) in
+    the background as soon as a test that needs them is collected, so they overlap with the rest of the
+    run."""
+    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+    # sort is stable: every other test keeps its collected order.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     if not any(item.nodeid.startswith("tests/test_shipped_environments.py") for item in items):
         return
     import shutil

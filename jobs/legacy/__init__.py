@@ -41,7 +41,12 @@ def _items(items) -> list[str]:
     out = []
     for item in items:
         out += textwrap.wrap(
-            item, WIDTH - 2, initial_indent="- ", subsequent_indent="  ", break_long_words=False
+            item,
+            WIDTH - 2,
+            initial_indent="- ",
+            subsequent_indent="  ",
+            break_long_words=False,
+            break_on_hyphens=False,  # paths and machine names stay whole
         )
     return out
 

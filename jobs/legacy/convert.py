@@ -50,6 +50,8 @@ class Options:
     delivery: str = CONTAINER
     extra_args: tuple[str, ...] = ()  # trainer args given to `convert` after `--`: added over the legacy ones
     accounts: tuple[str, ...] = ()  # service accounts the environment lets a job run as
+    # Legacy buckets whose objects the user moves into one of the environment's: (gs://old, output key).
+    bucket_map: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -82,7 +84,7 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
     variant = (
         "tpu" if pools[0].machine_type == tables.TPU_MACHINE else "gpu" if pools[0].accelerator else "cpu"
     )
-    buckets = _Buckets(options.outputs, out)
+    buckets = _Buckets(options.outputs, out, options.bucket_map)
     args, model = _args(legacy, contract, options, out, buckets, tuning, variant)
     study = _study(legacy, contract, model, args, out) if tuning else None
     if study is not None:
@@ -384,10 +386,15 @@ def _get(root: Any, path: str) -> Any:
 class _Buckets:
     """gs:// paths in buckets of this environment -> ${infra.<bucket output>} (noted once per bucket)."""
 
-    def __init__(self, outputs: Mapping[str, str], out: Conversion) -> None:
+    def __init__(
+        self, outputs: Mapping[str, str], out: Conversion, mapped: Sequence[tuple[str, str]] = ()
+    ) -> None:
         self.refs = {
             str(outputs[k]): k for k in BUCKET_OUTPUTS if str(outputs.get(k, "")).startswith("gs://")
         }
+        self.mapped = dict(mapped)
+        self.refs.update(self.mapped)
+        self.outputs = outputs
         self.out = out
         self.seen: set[str] = set()
 
@@ -397,7 +404,13 @@ class _Buckets:
             key = self.refs.get(bucket)
             if bucket not in self.seen:
                 self.seen.add(bucket)
-                if key:
+                if bucket in self.mapped:
+                    target = self.outputs.get(key, key)
+                    self.out.decisions.append(
+                        f"{bucket} -> ${{infra.{key}}} (--map-bucket): copy its objects into {target} first "
+                        f"(gcloud storage cp -r {bucket}/<path> {target}/<path>)"
+                    )
+                elif key:
                     self.out.decisions.append(
                         f"{bucket} is this environment's {key}: written as ${{infra.{key}}}"
                     )
@@ -405,7 +418,7 @@ class _Buckets:
                     self.out.decisions.append(
                         f"{bucket} is not a bucket of this environment: grant the runtime service account "
                         "access to it, or move the paths into the environment's buckets "
-                        "(${infra.data_bucket}, ${infra.models_bucket})"
+                        "(${infra.data_bucket}, ${infra.models_bucket}; convert --map-bucket writes them so)"
                     )
             return f"${{infra.{key}}}" if key else bucket
 
@@ -582,6 +595,12 @@ def _study(
         "parameters": parameters,
     }
     out.blame.append(("studySpec.metrics", f"{path}.hyperparameterMetricTag"))
+    for key, legacy_key in (
+        ("maxTrialCount", "maxTrials"),
+        ("parallelTrialCount", "maxParallelTrials"),
+        ("maxFailedTrialCount", "maxFailedTrials"),
+    ):
+        out.blame.append((key, f"{path}.{legacy_key}"))
     out.decisions.append(
         f"hyperparameters -> studySpec: {algorithm}"
         + (" (Bayesian optimization, as legacy's default)" if algorithm == "ALGORITHM_UNSPECIFIED" else "")

@@ -16,6 +16,12 @@ NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ASSIGNMENT = re.compile(rf"({NAME})=")
 _DECLARE = ("export", "readonly", "declare", "local", "typeset")
 _SEPARATORS = ";&|"
+SCRIPT_FOLDER = "the script's own folder"
+# `$(dirname "$0")`, `$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)`, ...: how scripts find files beside them.
+_ZERO = r'"?\$(?:0|\{0\}|\{BASH_SOURCE(?:\[0\])?\}|BASH_SOURCE)"?'
+_DIRNAME = re.compile(
+    rf'\s*(?:dirname\s+{_ZERO}|cd\s+"?\$\(\s*dirname\s+{_ZERO}\s*\)"?\s*(?:>\s*/dev/null\s*)?(?:2>&1\s*)?&&\s*pwd(?:\s+-P)?)\s*'
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,14 @@ class Word:
 
     def show(self) -> str:
         return "".join(p.source if isinstance(p, Unknown) else p for p in self.parts)
+
+    def in_folder(self, folder: str) -> Word:
+        """This word with the script's own folder (``$(dirname "$0")`` and the like) filled in."""
+        return Word(
+            _merge(
+                [folder if isinstance(p, Unknown) and p.reason == SCRIPT_FOLDER else p for p in self.parts]
+            )
+        )
 
 
 @dataclass
@@ -239,7 +253,8 @@ def _expansion(text: str, i: int, env: dict[str, Word], line: int) -> tuple[Word
             j += 1
         if j >= n:
             raise ShellError(line, "unterminated $( command substitution")
-        return Word((Unknown(text[i : j + 1], "a command substitution"),)), j + 1
+        reason = SCRIPT_FOLDER if _DIRNAME.fullmatch(text[i + 2 : j]) else "a command substitution"
+        return Word((Unknown(text[i : j + 1], reason),)), j + 1
     if text.startswith("${", i):
         end = text.find("}", i + 2)
         if end < 0:

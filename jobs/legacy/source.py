@@ -226,7 +226,7 @@ def _submit_words(command: shell.Command) -> list[shell.Word] | None:
 
 
 def _literal(file: str, line: int, flag: str, word: shell.Word) -> str:
-    value = word.literal
+    value = word.in_folder(str(Path(file).resolve().parent)).literal
     if value is None:
         unknown = word.unknowns[0]
         raise JobError(
@@ -328,7 +328,7 @@ def _merge_command(file: str, command: shell.Command, words: list[shell.Word]) -
         elif kind == "labels":
             value = _labels(file, line, _literal(file, line, name, word))
         elif target == "jobDir":
-            value = word  # a dynamic job dir is understood by the converter (a per-run folder)
+            value = word  # a per-run folder only the shell knows is understood by the converter
         else:
             text = _literal(file, line, name, word)
             value = _typed(file, line, name, kind, text)

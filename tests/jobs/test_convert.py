@@ -18,7 +18,8 @@ from tests.jobs.helpers import OUTPUTS, REPO_ROOT, run_cli
 
 LEGACY = REPO_ROOT / "tests" / "jobs" / "legacy"
 GOLDEN = REPO_ROOT / "tests" / "jobs" / "golden"
-DATA = "gs://demo-project-data/census"
+BUCKET = "gs://demo-project-data"
+DATA = f"{BUCKET}/census"
 ARGS = ["--", f"--train-files={DATA}/adult.data", f"--eval-files={DATA}/adult.test"]
 
 
@@ -588,22 +589,27 @@ def test_the_converted_sample_runs_its_two_trial_study_locally(tmp_path):
         + config.replace("maxTrials: 4", "maxTrials: 2"),
         encoding="utf-8",
     )
+    # A slice of the shipped data in the local data bucket: the study is what is tested, not the model.
+    local = tmp_path / "local"
+    for name, rows in (("adult.data", 1000), ("adult.test", 401)):
+        lines = (REPO_ROOT / "data" / "census" / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        (local / "gs/demo-project-data/slice").mkdir(parents=True, exist_ok=True)
+        (local / "gs/demo-project-data/slice" / name).write_text("".join(lines[:rows]), encoding="utf-8")
     target = tmp_path / "census_legacy.yaml"
-    rc, _, err = convert(
-        tmp_path / "config.yaml",
-        "-o",
-        target,
-        *ARGS,
-        "--num-epochs=1",
-        "--steps-per-epoch=10",
-        "--eval-steps=5",
-    )
+    slice_args = [
+        "--",
+        f"--train-files={BUCKET}/slice/adult.data",
+        f"--eval-files={BUCKET}/slice/adult.test",
+    ]
+    rc, _, err = convert(tmp_path / "config.yaml", "-o", target, *slice_args, "--num-epochs=1")
     assert rc == 0, err
-    rc, out, err = run_cli([target, "--local", "--local-root", tmp_path / "local"], outputs=OUTPUTS)
+    rc, out, err = run_cli([target, "--local", "--local-root", local], outputs=OUTPUTS)
     assert rc == 0, err + out
     assert "Study succeeded: 2 succeeded, 0 failed" in out
-    study = json.loads(next((tmp_path / "local").rglob("study.json")).read_text())
-    assert len(study["trials"]) == 2
+    study = json.loads(next(local.rglob("study.json")).read_text())
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
+    # The legacy ranges reached the trainer as Vertex AI writes them.
+    assert all(50 <= t["parameters"]["first-layer-size"] <= 500 for t in study["trials"])
 
 
 def _header(text: str) -> str:
@@ -614,3 +620,68 @@ def _header(text: str) -> str:
             break
         lines.append(line.lstrip("# ").strip())
     return " ".join(lines)
+
+
+def test_the_rest_of_the_job_carries_over(tmp_path):
+    rc, definition, out, err = convert_text(
+        tmp_path,
+        """
+        trainingInput:
+          scaleTier: BASIC
+          network: projects/123456789012/global/networks/vpc
+          enableWebAccess: true
+          encryptionConfig: {kmsKeyName: k}
+          scheduling: {maxRunningTime: 3600s, maxWaitTime: 600s}
+          args: [--train-files=gs://old-ml/census/adult.data, --eval-files=gs://old-ml/census/adult.test]
+          serviceAccount: vertex-runtime@demo-project.iam.gserviceaccount.com
+        """,
+        "--map-bucket",
+        "gs://old-ml=data_bucket",
+        "--",
+        "--num-epochs=2",
+    )
+    assert rc == 2 and "encryptionConfig.kmsKeyName: 'k' is not a full key name (line 6)" in err
+    key = "projects/demo-project/locations/us-central1/keyRings/ring/cryptoKeys/k"
+    text = (tmp_path / "config.yaml").read_text().replace("kmsKeyName: k}", f"kmsKeyName: {key}}}")
+    (tmp_path / "config.yaml").write_text(text)
+    rc, out, err = convert(
+        tmp_path / "config.yaml", "--map-bucket", "gs://old-ml=data_bucket", "--", "--num-epochs=2"
+    )
+    assert rc == 0, err
+    definition = yaml.safe_load(out)
+    spec = definition["jobSpec"]
+    assert spec["scheduling"] == {"timeout": "3600s", "maxWaitDuration": "600s"}
+    assert spec["network"] == "projects/123456789012/global/networks/vpc" and spec["enableWebAccess"] is True
+    assert spec["serviceAccount"] == "${infra.runtime_service_account}"
+    assert definition["encryptionSpec"] == {"kmsKeyName": key}
+    assert pools(definition)[0]["containerSpec"]["args"] == [
+        "--model=wide_deep",
+        "--train-files=${infra.data_bucket}/census/adult.data",
+        "--eval-files=${infra.data_bucket}/census/adult.test",
+        "--num-epochs=2",
+    ]
+    assert "copy its objects into gs://demo-project-data first" in _header(out)
+
+
+def test_a_script_finds_its_config_beside_it(tmp_path):
+    folder = tmp_path / "legacy"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("trainingInput: {scaleTier: BASIC_GPU}\n", encoding="utf-8")
+    (folder / "run.sh").write_text(
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+        "gcloud ai-platform jobs submit training j --config=${HERE}/config.yaml -- "
+        f"--train-files={DATA}/adult.data --eval-files={DATA}/adult.test\n",
+        encoding="utf-8",
+    )
+    rc, out, err = convert(folder / "run.sh")
+    assert rc == 0, err
+    assert machines(yaml.safe_load(out)) == [(1, "n1-standard-4", "NVIDIA_TESLA_T4", 1)]
+
+
+@pytest.mark.parametrize(
+    "value", ["old-ml=data_bucket", "gs://old-ml=models", "gs://old-ml/path=data_bucket"]
+)
+def test_bad_bucket_maps_are_refused(tmp_path, value):
+    (tmp_path / "config.yaml").write_text("scaleTier: BASIC\n", encoding="utf-8")
+    rc, _, err = convert(tmp_path / "config.yaml", "--map-bucket", value, *ARGS)
+    assert rc == 2 and "--map-bucket" in err and "data_bucket|models_bucket" in err
