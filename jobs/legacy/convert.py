@@ -92,7 +92,7 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
         if not any(a.startswith(METRIC_FLAG + "=") or a == METRIC_FLAG for a in args):
             args.append(f"{METRIC_FLAG}={metric}")
     _check_trainer_args(legacy, contract, args)
-    program = _program(legacy, options, out, variant, args)
+    ((program_field, program),) = _program(legacy, options, out, variant, args).items()
     spec: dict[str, Any] = {"workerPoolSpecs": []}
     for index, pool in enumerate(pools):
         machine: dict[str, Any] = {"machineType": pool.machine_type}
@@ -101,11 +101,11 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
         entry: dict[str, Any] = {"machineSpec": machine, "replicaCount": pool.replicas}
         if pool.disk:
             entry["diskSpec"] = pool.disk
-        entry[next(iter(program))] = program[next(iter(program))]  # one object: an anchor in the YAML
+        entry[program_field] = program  # one object in every pool: written once, as a YAML anchor
         spec["workerPoolSpecs"].append(entry)
         pool_path = f"{_spec_field(out.kind)}.workerPoolSpecs.{index}"
         out.blame.append((f"{pool_path}.machineSpec", pool.legacy_path))
-        out.blame.append((f"{pool_path}.{next(iter(program))}.args", f"{T}.args"))
+        out.blame.append((f"{pool_path}.{program_field}.args", f"{T}.args"))
     spec["baseOutputDirectory"] = {"outputUriPrefix": _output_dir(legacy, out, buckets, tuning)}
     spec["serviceAccount"] = _service_account(legacy, options, out)
     spec["tensorboard"] = "${infra.tensorboard}"
@@ -466,7 +466,9 @@ def _args(
         out.lost.append(
             (path, f"positional arguments {' '.join(positional)!r}: the trainer takes flags only")
         )
+    start = len(positional)
     for group in groups:
+        at, start = f"{path}.{start}", start + len(group)  # the group's first arg, for its line
         name = _flag_name(group[0])
         if name in ("--model", "--job-dir", "--job_dir") or name in extra_flags:
             if name in ("--job-dir", "--job_dir"):
@@ -478,7 +480,7 @@ def _args(
                 out.decisions.append(f"args {name}: replaced by the value given to `convert` after `--`")
             continue
         if name not in flags:
-            out.lost.append((path, f"{' '.join(group)}: not a flag of the trainer's {model} model"))
+            out.lost.append((at, f"{' '.join(group)}: not a flag of the trainer's {model} model"))
             continue
         kept.extend(buckets.refer(a) for a in group)
     kept.extend(buckets.refer(a) for g in _groups(extra)[1:] for a in g if _flag_name(g[0]) != "--model")

@@ -9,6 +9,7 @@ the word, so the converter can say which line and value it could not evaluate in
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -64,6 +65,7 @@ class Word:
 class Command:
     words: list[Word]
     line: int
+    lines: list[int] = field(default_factory=list)  # the physical line of each word
 
 
 @dataclass
@@ -78,23 +80,26 @@ class ShellError(ValueError):
         self.problem = problem
 
 
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first physical line, text) with backslash-newline continuations joined."""
-    out: list[tuple[int, str]] = []
-    pending, start = "", 0
+def logical_lines(text: str) -> list[tuple[int, str, list[int]]]:
+    """(first physical line, text, where each further physical line starts in it): backslash-newline
+    continuations joined."""
+    out: list[tuple[int, str, list[int]]] = []
+    pending, start, breaks = "", 0, []
     for number, line in enumerate(text.splitlines(), start=1):
         if not pending:
-            start = number
+            start, breaks = number, []
+        else:
+            breaks.append(len(pending))
         stripped = line.rstrip()
         # An odd run of trailing backslashes continues the line; an even one is escaped backslashes.
         trailing = len(stripped) - len(stripped.rstrip("\\"))
         if trailing % 2 == 1 and not _in_comment(pending + stripped):
             pending += stripped[:-1] + " "
             continue
-        out.append((start, pending + line))
+        out.append((start, pending + line, breaks))
         pending = ""
     if pending:
-        out.append((start, pending))
+        out.append((start, pending, breaks))
     return out
 
 
@@ -122,16 +127,18 @@ def parse(text: str, variables: dict[str, str] | None = None) -> Script:
     """Every simple command of the script, words expanded with the assignments made before it."""
     env: dict[str, Word] = {k: Word((v,)) for k, v in (variables or {}).items()}
     script = Script()
-    for line, text_line in logical_lines(text):
+    for line, text_line, breaks in logical_lines(text):
         for words in _statements(text_line, env, line):
             words = _assign_prefix(words, env)
             if words:
-                script.commands.append(Command(words, line))
+                lines = [line + bisect.bisect_right(breaks, offset) for _, offset in words]
+                script.commands.append(Command([w for w, _ in words], line, lines))
     return script
 
 
-def _assign_prefix(words: list[tuple[Word, str]], env: dict[str, Word]) -> list[Word]:
-    """Apply leading NAME=value words (after export/readonly/...) and return the command that follows."""
+def _assign_prefix(words: list[tuple[Word, str, int]], env: dict[str, Word]) -> list[tuple[Word, int]]:
+    """Apply leading NAME=value words (after export/readonly/...); the command that follows, each word with
+    its offset in the line."""
     rest = list(words)
     if rest and rest[0][1] in _DECLARE:
         rest = rest[1:]
@@ -139,7 +146,7 @@ def _assign_prefix(words: list[tuple[Word, str]], env: dict[str, Word]) -> list[
     else:
         declared = False
     while rest:
-        word, raw = rest[0]
+        word, raw, _ = rest[0]
         found = _ASSIGNMENT.match(raw)
         if not found:
             break
@@ -148,7 +155,7 @@ def _assign_prefix(words: list[tuple[Word, str]], env: dict[str, Word]) -> list[
         rest = rest[1:]
     if declared:
         return []  # `export A B`: names only
-    return [w for w, _ in rest]
+    return [(w, offset) for w, _, offset in rest]
 
 
 def _strip_prefix(word: Word, n: int) -> Word:
@@ -163,9 +170,10 @@ def _strip_prefix(word: Word, n: int) -> Word:
     return Word(tuple(parts))
 
 
-def _statements(text: str, env: dict[str, Word], line: int) -> list[list[tuple[Word, str]]]:
-    """The statements of one logical line: lists of (expanded word, raw text up to the first expansion)."""
-    statements: list[list[tuple[Word, str]]] = [[]]
+def _statements(text: str, env: dict[str, Word], line: int) -> list[list[tuple[Word, str, int]]]:
+    """The statements of one logical line: lists of (expanded word, raw text up to the first expansion, its
+    offset)."""
+    statements: list[list[tuple[Word, str, int]]] = [[]]
     i, n = 0, len(text)
     while i < n:
         c = text[i]
@@ -179,8 +187,9 @@ def _statements(text: str, env: dict[str, Word], line: int) -> list[list[tuple[W
                 i += 1
             statements.append([])
             continue
+        start = i
         word, raw, i = _word(text, i, env, line)
-        statements[-1].append((word, raw))
+        statements[-1].append((word, raw, start))
     return [s for s in statements if s]
 
 

@@ -48,7 +48,6 @@ class LegacyJob:
     document: Document | None = None  # the config file, for the lines of its fields
     wrapped: bool = True  # the config file has the trainingInput level (else it is a bare TrainingInput)
     origins: dict[str, Origin] = field(default_factory=dict)  # job path -> the command-line flag that set it
-    script: str = ""  # the submit script, when one was converted
     ignored_flags: tuple[str, ...] = ()  # gcloud flags with no bearing on the job (--stream-logs, --project)
 
     @property
@@ -210,11 +209,11 @@ def _read_script(file: str, text: str, variables: dict[str, str]) -> LegacyJob:
             f"{len(submits)} submit commands (lines {lines})",
             "one per script",
         )
-    command = submits[0]
-    return _merge_command(file, command, _submit_words(command) or [])
+    return _merge_command(file, _submit_words(submits[0]) or [])
 
 
-def _submit_words(command: shell.Command) -> list[shell.Word] | None:
+def _submit_words(command: shell.Command) -> list[tuple[shell.Word, int]] | None:
+    """The words after `gcloud [track] ai-platform|ml-engine jobs submit training`, each with its line."""
     words = command.words
     head = [w.literal for w in words[:6]]
     if not head or not head[0] or os.path.basename(head[0]) != "gcloud":
@@ -222,7 +221,7 @@ def _submit_words(command: shell.Command) -> list[shell.Word] | None:
     i = 2 if len(head) > 1 and head[1] in _TRACKS else 1
     if len(head) < i + 4 or head[i] not in _GROUPS or head[i + 1 : i + 4] != ["jobs", "submit", "training"]:
         return None
-    return words[i + 4 :]
+    return list(zip(words, command.lines, strict=True))[i + 4 :]
 
 
 def _literal(file: str, line: int, flag: str, word: shell.Word) -> str:
@@ -240,22 +239,22 @@ def _literal(file: str, line: int, flag: str, word: shell.Word) -> str:
 
 @dataclass
 class _Flags:
-    values: dict[str, tuple[str, shell.Word]] = field(default_factory=dict)  # flag -> (literal or "", word)
-    job: shell.Word | None = None
-    user_args: list[shell.Word] | None = None
+    values: dict[str, tuple[shell.Word, int]] = field(default_factory=dict)  # flag -> (its value, its line)
+    job: tuple[shell.Word, int] | None = None
+    user_args: list[tuple[shell.Word, int]] | None = None
 
 
-def _parse_flags(file: str, line: int, words: list[shell.Word]) -> _Flags:
+def _parse_flags(file: str, words: list[tuple[shell.Word, int]]) -> _Flags:
     parsed = _Flags()
     i = 0
     while i < len(words):
-        word = words[i]
+        word, line = words[i]
         text = word.show()
         if text == "--":
             parsed.user_args = words[i + 1 :]
             break
         if text.startswith("-") and text != "-":
-            name, eq, inline = text.partition("=")
+            name, eq, _ = text.partition("=")
             if name not in FLAGS:
                 raise JobError(
                     file,
@@ -265,18 +264,17 @@ def _parse_flags(file: str, line: int, words: list[shell.Word]) -> _Flags:
                 )
             kind = FLAGS[name][0]
             if kind in ("bool", "ignored-bool"):
-                parsed.values[name] = ("true", word)
+                parsed.values[name] = (shell.Word(("true",)), line)
                 i += 1
                 continue
             if eq:
-                value_word = shell.Word(tuple(_after_equals(word)))
+                parsed.values[name] = (shell.Word(tuple(_after_equals(word))), line)
                 i += 1
             elif i + 1 < len(words):
-                value_word = words[i + 1]
+                parsed.values[name] = (words[i + 1][0], line)
                 i += 2
             else:
                 raise JobError(file, name, f"has no value (line {line})", "--flag VALUE or --flag=VALUE")
-            parsed.values[name] = ("", value_word)
             continue
         if parsed.job is not None:
             raise JobError(
@@ -285,7 +283,7 @@ def _parse_flags(file: str, line: int, words: list[shell.Word]) -> _Flags:
                 f"a second positional argument {text!r} (line {line})",
                 "one job name, then flags",
             )
-        parsed.job = word
+        parsed.job = (word, line)
         i += 1
     return parsed
 
@@ -303,22 +301,23 @@ def _after_equals(word: shell.Word) -> list[shell.Part]:
     return out
 
 
-def _merge_command(file: str, command: shell.Command, words: list[shell.Word]) -> LegacyJob:
-    line = command.line
-    flags = _parse_flags(file, line, words)
-    legacy = LegacyJob(file, {TRAINING_INPUT: {}}, script=file)
+def _merge_command(file: str, words: list[tuple[shell.Word, int]]) -> LegacyJob:
+    flags = _parse_flags(file, words)
+    legacy = LegacyJob(file, {TRAINING_INPUT: {}})
     if "--config" in flags.values:
-        config_path = _literal(file, line, "--config", flags.values["--config"][1])
+        word, line = flags.values["--config"]
+        config_path = _literal(file, line, "--config", word)
         # gcloud read it relative to where it ran; a script is run from its own folder in the samples.
         resolved = Path(file).parent / config_path if not os.path.isabs(config_path) else Path(config_path)
         text = read_text_file(resolved, ALLOWED_FILE, missing=f"--config {config_path}: no such file")
         document, wrapped = _config_document(str(resolved), text)
-        legacy = LegacyJob(file, _job_of(document, wrapped), document, wrapped, script=file)
+        legacy = LegacyJob(file, _job_of(document, wrapped), document, wrapped)
     training = legacy.training
     if flags.job is not None:
-        legacy.job["jobId"] = flags.job.show()  # may be dynamic (census_$(date ...)): only ever a label
+        job, line = flags.job
+        legacy.job["jobId"] = job.show()  # may be dynamic (census_$(date ...)): only ever a label
         legacy.origins["jobId"] = Origin(file, "JOB", line)
-    for name, (_, word) in flags.values.items():
+    for name, (word, line) in flags.values.items():
         kind, target = FLAGS[name]
         if name == "--config" or kind.startswith("ignored"):
             continue
@@ -330,14 +329,16 @@ def _merge_command(file: str, command: shell.Command, words: list[shell.Word]) -
         elif target == "jobDir":
             value = word  # a per-run folder only the shell knows is understood by the converter
         else:
-            text = _literal(file, line, name, word)
-            value = _typed(file, line, name, kind, text)
+            value = _typed(file, line, name, kind, _literal(file, line, name, word))
         path = target if target == "labels" else f"{TRAINING_INPUT}.{target}"
         _set(legacy.job, path, value)
         legacy.origins[path] = Origin(file, name, line)
     if flags.user_args is not None:
-        training["args"] = [_literal(file, line, USER_ARGS, w) for w in flags.user_args]
-        legacy.origins[f"{TRAINING_INPUT}.args"] = Origin(file, USER_ARGS, line)
+        training["args"] = [_literal(file, line, USER_ARGS, w) for w, line in flags.user_args]
+        first = flags.user_args[0][1] if flags.user_args else None
+        legacy.origins[f"{TRAINING_INPUT}.args"] = Origin(file, USER_ARGS, first)
+        for i, (_, line) in enumerate(flags.user_args):
+            legacy.origins[f"{TRAINING_INPUT}.args.{i}"] = Origin(file, USER_ARGS, line)
     legacy.ignored_flags = tuple(n for n in flags.values if FLAGS[n][0].startswith("ignored"))
     return legacy
 

@@ -580,6 +580,7 @@ def test_hostile_files_fail_fast(tmp_path):
     assert rc == 2 and "expands to more than" in err
 
 
+@pytest.mark.training  # trains the real model twice: complete runs only, not `make test-fast`
 def test_the_converted_sample_runs_its_two_trial_study_locally(tmp_path):
     """The census sample's tuning config in its smallest form (BASIC tier, 2 trials) trains here."""
     config = (LEGACY / "hptuning_config.yaml").read_text(encoding="utf-8")
