@@ -582,35 +582,52 @@ def test_hostile_files_fail_fast(tmp_path):
 
 @pytest.mark.training  # trains the real model twice: complete runs only, not `make test-fast`
 def test_the_converted_sample_runs_its_two_trial_study_locally(tmp_path):
-    """The census sample's tuning config in its smallest form (BASIC tier, 2 trials) trains here."""
-    config = (LEGACY / "hptuning_config.yaml").read_text(encoding="utf-8")
-    config = config.split("  hyperparameters:")[1]
+    """The census sample's tuning config in its smallest form (BASIC tier, 2 trials, a legacy underscore
+    parameter added) converts and runs its study here with the real trainer, recorded as Vertex AI would."""
+    config = (LEGACY / "hptuning_config.yaml").read_text(encoding="utf-8").split("  hyperparameters:")[1]
+    config = config.replace("maxTrials: 4", "maxTrials: 2\n    maxFailedTrials: 1")
+    underscore = (
+        "      - {parameterName: learning_rate, type: DOUBLE, minValue: 0.001, maxValue: 0.01,"
+        " scaleType: UNIT_LOG_SCALE}\n"
+    )
     (tmp_path / "config.yaml").write_text(
         "trainingInput:\n  scaleTier: BASIC\n  jobDir: gs://demo-project-models/census\n  hyperparameters:"
-        + config.replace("maxTrials: 4", "maxTrials: 2"),
+        + config
+        + underscore,
         encoding="utf-8",
     )
     # A slice of the shipped data in the local data bucket: the study is what is tested, not the model.
     local = tmp_path / "local"
-    for name, rows in (("adult.data", 1000), ("adult.test", 401)):
-        lines = (REPO_ROOT / "data" / "census" / name).read_text(encoding="utf-8").splitlines(keepends=True)
-        (local / "gs/demo-project-data/slice").mkdir(parents=True, exist_ok=True)
-        (local / "gs/demo-project-data/slice" / name).write_text("".join(lines[:rows]), encoding="utf-8")
+    (local / "gs/demo-project-data/slice").mkdir(parents=True)
+    for name, lines in (("adult.data", 2000), ("adult.test", 801)):  # adult.test: a banner line + 800 rows
+        text = (REPO_ROOT / "data" / "census" / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        (local / "gs/demo-project-data/slice" / name).write_text("".join(text[:lines]), encoding="utf-8")
     target = tmp_path / "census_legacy.yaml"
-    slice_args = [
-        "--",
-        f"--train-files={BUCKET}/slice/adult.data",
-        f"--eval-files={BUCKET}/slice/adult.test",
-    ]
-    rc, _, err = convert(tmp_path / "config.yaml", "-o", target, *slice_args, "--num-epochs=1")
+    slice_args = ["--", f"--train-files={BUCKET}/slice/adult.data", f"--eval-files={BUCKET}/slice/adult.test"]
+    rc, _, err = convert(tmp_path / "config.yaml", "-o", target, *slice_args, "--num-epochs=2")
     assert rc == 0, err
     rc, out, err = run_cli([target, "--local", "--local-root", local], outputs=OUTPUTS)
     assert rc == 0, err + out
     assert "Study succeeded: 2 succeeded, 0 failed" in out
-    study = json.loads(next(local.rglob("study.json")).read_text())
-    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
-    # The legacy ranges reached the trainer as Vertex AI writes them.
-    assert all(50 <= t["parameters"]["first-layer-size"] <= 500 for t in study["trials"])
+    (found,) = local.rglob("study.json")
+    base, study = found.parent, json.loads(found.read_text())
+    assert base.parent == local / "gs/demo-project-models/census"  # <jobDir>/<job id>
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"], out
+    for trial in study["trials"]:
+        # The legacy ranges reached the trainer as Vertex AI writes them (the underscore flag included).
+        assert 50 <= trial["parameters"]["first-layer-size"] <= 500
+        assert 0.001 <= trial["parameters"]["learning_rate"] <= 0.01
+        assert len(trial["measurements"]) == 2  # one per epoch, as the trainer reports them
+        # The study's metric is what the trainer measured on the eval slice in its last epoch.
+        run = json.loads((base / trial["id"] / "model" / "metrics.json").read_text())
+        assert trial["metric"] == pytest.approx(run["history"][-1]["val_accuracy"], abs=1e-6)
+        assert run["data"]["eval"]["rows"] == 800 and run["data"]["train"]["rows"] == 2000
+        assert list((base / trial["id"] / "logs").rglob("*tfevents*")), (
+            "TensorBoard logs: <base>/<trial>/logs"
+        )
+    best = study["best"]
+    assert (base / best["id"] / "model" / "saved_model.pb").exists()
+    assert f"SavedModel: {best['model_dir']}" in out
 
 
 def _header(text: str) -> str:

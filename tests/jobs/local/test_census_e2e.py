@@ -1,4 +1,7 @@
-"""End to end: a 2-trial census study with the real trainer (trainer.task) on a slice of the shipped data."""
+"""End to end: a multi-worker census job with the real trainer (trainer.task) on a slice of the shipped data.
+
+The 2-trial census study end to end (per-epoch measurements, the study's metric against the trainer's, the
+trials' logs and the best model) runs from a converted legacy definition: tests/jobs/test_convert.py."""
 
 import json
 
@@ -7,7 +10,7 @@ import pytest
 from jobs.local import run_local
 from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, job_spec, pool
 
-# Both tests run the real trainer (minutes together): complete runs only, not `make test-fast`.
+# Runs the real trainer (a minute): complete runs only, not `make test-fast`.
 pytestmark = pytest.mark.training
 
 CENSUS = REPO_ROOT / "data" / "census"
@@ -17,59 +20,6 @@ def _slice(src, dest, lines):
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(src) as f:
         dest.write_text("".join(line for _, line in zip(range(lines), f, strict=False)))
-
-
-def test_two_trial_census_study_with_the_real_trainer(tmp_path, capsys):
-    data = tmp_path / "gs/demo-data/slice"
-    _slice(CENSUS / "adult.data", data / "adult.data", 2000)
-    _slice(CENSUS / "adult.test", data / "adult.test", 801)  # banner line + 800 rows
-    args = [
-        "--model=wide_deep",
-        "--train-files=gs://demo-data/slice/adult.data",
-        "--eval-files=gs://demo-data/slice/adult.test",
-        "--num-epochs=2",
-        "--hypertune-metric=accuracy",
-    ]
-    body = {
-        "displayName": "census-e2e",
-        "studySpec": {
-            "metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
-            "parameters": [
-                {
-                    "parameterId": "first-layer-size",
-                    "integerValueSpec": {"minValue": "8", "maxValue": "32"},
-                    "scaleType": "UNIT_LOG_SCALE",
-                },
-                {
-                    "parameterId": "learning_rate",
-                    "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.01},
-                    "scaleType": "UNIT_LOG_SCALE",
-                },
-            ],
-        },
-        "maxTrialCount": 2,
-        "parallelTrialCount": 2,
-        "maxFailedTrialCount": 1,
-        "trialJobSpec": job_spec(pool(args, module="trainer.task"), base="gs://demo-models/census-e2e/job-1"),
-    }
-    rc = run_local("HyperparameterTuningJob", body, OUTPUTS, repo_root=REPO_ROOT, local_root=tmp_path)
-    out = capsys.readouterr().out
-    base = tmp_path / "gs/demo-models/census-e2e/job-1"
-    study = json.loads((base / "study.json").read_text())
-    assert rc == 0, out
-    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"], out
-    for trial in study["trials"]:
-        assert len(trial["measurements"]) == 2  # one per epoch, as the trainer reports them
-        # The study's metric is what the trainer measured on the eval slice in its last epoch.
-        run = json.loads((base / trial["id"] / "model" / "metrics.json").read_text())
-        assert trial["metric"] == pytest.approx(run["history"][-1]["val_accuracy"], abs=1e-6)
-        assert run["data"]["eval"]["rows"] == 800 and run["data"]["train"]["rows"] == 2000
-        assert list((base / trial["id"] / "logs").rglob("*tfevents*")), (
-            "TensorBoard logs: <base>/<trial>/logs"
-        )
-    best = study["best"]
-    assert (base / best["id"] / "model" / "saved_model.pb").exists()
-    assert f"SavedModel: {best['model_dir']}" in out
 
 
 def test_multiworker_census_job_with_the_real_trainer(tmp_path, capsys):
