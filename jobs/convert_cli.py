@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -96,7 +97,7 @@ def main(
     own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = build_parser().parse_args(own)
     try:
-        text, conversion, legacy = _convert(args, extra, repo_root, outputs, code_hash, image_hash, now)
+        text, conversion, legacy = _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now)
         if args.output:
             _write(args.output, text, args.force)
         else:
@@ -115,7 +116,7 @@ def main(
     return 0
 
 
-def _convert(args, extra, repo_root, outputs, code_hash, image_hash, now):
+def _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now):
     from jobs.cli import job_accounts, load_outputs
     from jobs.errors import JobError
     from jobs.legacy import render, source
@@ -165,9 +166,7 @@ def _convert(args, extra, repo_root, outputs, code_hash, image_hash, now):
             "remove it from the legacy job, or convert without --strict",
         )
     output = args.output or f"jobs/{Path(file).stem}.yaml"
-    command = " ".join(
-        ["python scripts/run_job.py", COMMAND, file, *(["-o", args.output] if args.output else [])]
-    )
+    command = shlex.join(["python", "scripts/run_job.py", COMMAND, *argv])  # to convert it again
     text = render(conversion, legacy, source=file, output=output, command=command)
     _verify(
         text, Path(output).name, conversion, legacy, args.env, outputs, repo_root, code_hash, image_hash, now
