@@ -193,9 +193,9 @@ def _pools(legacy: LegacyJob, out: Conversion) -> list[Pool]:
         f"{prefix}{suffix}" for _, prefix, _ in ROLES for suffix in ("Type", "Count") if prefix != "master"
     ] + ["masterType"]
     for _, prefix, _ in ROLES:
-        config_path = f"{T}.{prefix}Config"
-        if config_path.split(".")[-1] in training:
-            _check_fields(legacy, config_path, training[f"{prefix}Config"], tables.REPLICA_CONFIG_FIELDS)
+        if f"{prefix}Config" in training:
+            config = training[f"{prefix}Config"]
+            _check_fields(legacy, f"{T}.{prefix}Config", config, tables.REPLICA_CONFIG_FIELDS)
     if tier != tables.CUSTOM:
         for key in custom_fields:
             if training.get(key) not in (None, 0, "0"):
