@@ -276,9 +276,11 @@ def _role_pools(
         if index >= 2:
             why = (
                 "the trainer trains with MultiWorkerMirroredStrategy (all-reduce among the chief and the "
-                "workers), which ignores parameter servers: they would start, idle and bill"
+                "workers), which ignores parameter servers; it refuses the task type ps, so a pool 2 "
+                "running this trainer would fail the job"
                 if index == 2
-                else "the trainer evaluates on the chief after every epoch; an evaluator would idle and bill"
+                else "the trainer evaluates on the chief after every epoch and has no evaluator role; "
+                "a pool 3 would bill for work nobody uses"
             )
             out.lost.append(
                 (

@@ -129,6 +129,7 @@ def test_retired_gpu_and_dropped_pools_are_explained(tmp_path):
     assert "NVIDIA_TESLA_K80 -> NVIDIA_TESLA_T4" in header and "8 x NVIDIA_TESLA_K80 -> 4" in header
     assert "parameterServerCount (line 6): 3 x large_model parameter servers (pool 2)" in header
     assert "MultiWorkerMirroredStrategy" in header and "ignores parameter servers" in header
+    assert "a pool 2 running this trainer would fail the job" in header
     assert "evaluatorCount (line 8): 1 x standard evaluators (pool 3)" in header
     assert "not carried over: trainingInput.parameterServerCount" in err
 
