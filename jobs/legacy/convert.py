@@ -111,6 +111,14 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
     spec["tensorboard"] = "${infra.tensorboard}"
     _scheduling(legacy, out, spec)
     _network(legacy, out, spec)
+    # A value the job validation refuses is named by the legacy field it came from, not by the output's.
+    for field_name, legacy_key in (
+        ("baseOutputDirectory", "jobDir"),
+        ("serviceAccount", "serviceAccount"),
+        ("network", "network"),
+    ):
+        if legacy_key in legacy.training:
+            out.blame.append((f"{_spec_field(out.kind)}.{field_name}", f"{T}.{legacy_key}"))
     _runtime(legacy, out, options, variant)
     _reported(legacy, out)
 
@@ -128,6 +136,7 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
     encryption = _encryption(legacy, out)
     if encryption:
         definition["encryptionSpec"] = {"kmsKeyName": encryption}
+        out.blame.append(("encryptionSpec", f"{T}.encryptionConfig.kmsKeyName"))
     out.definition = definition
     # In the order the legacy file says them, so --strict names the first one a reader meets.
     out.lost.sort(key=lambda item: legacy.where(item[0]).line or 1 << 30)

@@ -333,6 +333,8 @@ def _merge_command(file: str, words: list[tuple[shell.Word, int]]) -> LegacyJob:
         path = target if target == "labels" else f"{TRAINING_INPUT}.{target}"
         _set(legacy.job, path, value)
         legacy.origins[path] = Origin(file, name, line)
+    # As gcloud's RemainderAction: without `--` the user args are None and the config's args stand; a
+    # bare `--` gives [] and clears them.
     if flags.user_args is not None:
         training["args"] = [_literal(file, line, USER_ARGS, w) for w, line in flags.user_args]
         first = flags.user_args[0][1] if flags.user_args else None

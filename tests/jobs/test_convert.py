@@ -297,6 +297,27 @@ def test_command_line_flags_override_the_config_as_gcloud_did(tmp_path):
     assert pools(definition)[0]["containerSpec"]["args"][:2] == ["--model=wide_deep", "--num-epochs=3"]
 
 
+def test_a_bare_double_dash_clears_the_configs_args_as_gcloud_did(tmp_path):
+    (tmp_path / "config.yaml").write_text(
+        "trainingInput:\n"
+        "  scaleTier: BASIC\n"
+        f"  args: [--train-files={DATA}/adult.data, --eval-files={DATA}/adult.test]\n",
+        encoding="utf-8",
+    )
+    script = tmp_path / "submit.sh"
+    command = "gcloud ai-platform jobs submit training j --config config.yaml --job-dir gs://bkt/out"
+    script.write_text(command + "\n", encoding="utf-8")
+    rc, out, err = convert(script)
+    assert rc == 0, err
+    args = pools(yaml.safe_load(out))[0]["containerSpec"]["args"]
+    assert "--train-files=${infra.data_bucket}/census/adult.data" in args
+
+    script.write_text(command + " --\n", encoding="utf-8")
+    rc, out, err = convert(script)
+    assert rc == 2 and out == ""
+    assert "--train-files" in err and "--eval-files" in err and len(err.strip().splitlines()) == 1
+
+
 def test_script_variables_can_come_from_the_command_line(tmp_path):
     script = tmp_path / "submit.sh"
     script.write_text(
@@ -545,6 +566,11 @@ BAD_SCRIPTS = [
     ),
     ("gcloud ai-platform jobs submit training a -- --train-files=$(ls)\n", "$(ls) is a command substitution"),
     ("gcloud ai-platform jobs submit training 'a\n", "unterminated ' quote"),
+    (  # refused by the job validation, and named by the flag it came from
+        "gcloud ai-platform jobs submit training a --job-dir gs://b/out -- "
+        f"--train-files={DATA}/adult.data --eval-files={DATA}/adult.test\n",
+        "submit.sh: --job-dir: 'gs://b/out/",
+    ),
 ]
 
 
