@@ -74,7 +74,8 @@ def build_parser() -> _Parser:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a shell variable the script uses but does not assign (repeatable)",
+        help="the value of a variable the script uses: one from its environment, or one it computes "
+        "(PROJECT_ID=$(gcloud ...)); it wins over the script's own assignments (repeatable)",
     )
     return p
 

@@ -23,7 +23,7 @@ from jobs.compile import CONTAINER, PYTHON_PACKAGE
 from jobs.errors import JobError, one_of
 from jobs.legacy import tables
 from jobs.legacy.shell import Unknown, Word
-from jobs.legacy.source import SHELL_VALUES, TRAINING_INPUT, LegacyJob
+from jobs.legacy.source import TRAINING_INPUT, LegacyJob, shell_values
 from jobs.machines import FAMILY_NAMES, family_of
 from jobs.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
 
@@ -80,6 +80,8 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
     _check_fields(legacy, T, training, tables.TRAINING_INPUT_FIELDS)
     tuning = training.get("hyperparameters") is not None
     out = Conversion(TUNING_JOB if tuning else CUSTOM_JOB, {})
+    if legacy.config_note:
+        out.decisions.append(legacy.config_note)
     pools = _pools(legacy, out)
     variant = (
         "tpu" if pools[0].machine_type == tables.TPU_MACHINE else "gpu" if pools[0].accelerator else "cpu"
@@ -723,7 +725,7 @@ def _output_dir(legacy: LegacyJob, out: Conversion, buckets: _Buckets, tuning: b
     text = word.show()
     if word.parts and isinstance(word.parts[0], Unknown):
         first = word.parts[0]
-        raise legacy.error(path, f"{text}: {first.source} is {first.reason}", SHELL_VALUES)
+        raise legacy.error(path, f"{text}: {first.source} is {first.reason}", shell_values([first]))
     if not text.startswith("gs://"):
         raise legacy.error(path, f"{text!r} is not a gs:// URI", "gs://<bucket>/<path>")
     job_id = legacy.job.get("jobId")
@@ -731,7 +733,7 @@ def _output_dir(legacy: LegacyJob, out: Conversion, buckets: _Buckets, tuning: b
     if segments[0][1]:
         unknown = word.unknowns[0]
         raise legacy.error(
-            path, f"{text}: {unknown.source} (in the bucket) is {unknown.reason}", SHELL_VALUES
+            path, f"{text}: {unknown.source} (in the bucket) is {unknown.reason}", shell_values([unknown])
         )
     # A per-run folder (the job name, or anything only the shell knew, like $(date ...)) becomes ${job.id}:
     # Vertex AI job ids are unique per submission, so each run keeps its own outputs.

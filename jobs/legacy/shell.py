@@ -2,21 +2,28 @@
 training` command and the simple ``VAR=value`` assignments before it.
 
 Lines are joined at backslash continuations, comments dropped, quotes and backslashes honoured, and
-``$VAR``/``${VAR}``/``${VAR:-default}`` expanded from the assignments seen so far. What only a running shell
-knows (``$(...)``, backticks, ``$1``, a variable the script never assigns) is kept as an ``Unknown`` part of
-the word, so the converter can say which line and value it could not evaluate instead of guessing.
+``$VAR``/``${VAR}``/``${VAR:-default}`` expanded from the assignments seen so far; an unquoted expansion is
+split into words at blanks (``$EXTRA_FLAGS``), and one that is empty is no word at all, as in sh. What only a
+running shell knows (``$(...)``, backticks, ``$1``, a variable the script never assigns, or one assigned
+inside ``if``/``case``/a loop/a function, where which branch runs decides the value) is kept as an
+``Unknown`` part of the word, with the variable it came through, so the converter can say which line, value
+and variable it could not evaluate instead of guessing. Variables given by the caller are fixed: the
+script's own assignments to them are skipped, since the caller knows what the running script would have had
+(``PROJECT_ID=$(gcloud config get-value project)``).
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ASSIGNMENT = re.compile(rf"({NAME})=")
 _DECLARE = ("export", "readonly", "declare", "local", "typeset")
 _SEPARATORS = ";&|"
+_BLANKS = re.compile(r"[ \t\n]+")  # the default IFS, which splits unquoted expansions into words
 SCRIPT_FOLDER = "the script's own folder"
 # `$(dirname "$0")`, `$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)`, ...: how scripts find files beside them.
 _ZERO = r'"?\$(?:0|\{0\}|\{BASH_SOURCE(?:\[0\])?\}|BASH_SOURCE)"?'
@@ -31,6 +38,7 @@ class Unknown:
 
     source: str
     reason: str
+    name: str = ""  # the variable it came through, innermost (${PROJECT_ID} inside ${IMAGE_URI}): what to set
 
 
 Part = str | Unknown
@@ -125,37 +133,112 @@ def _in_comment(text: str) -> bool:
 
 def parse(text: str, variables: dict[str, str] | None = None) -> Script:
     """Every simple command of the script, words expanded with the assignments made before it."""
-    env: dict[str, Word] = {k: Word((v,)) for k, v in (variables or {}).items()}
+    state = _State({k: Word((v,)) for k, v in (variables or {}).items()}, frozenset(variables or ()))
     script = Script()
     for line, text_line, breaks in logical_lines(text):
-        for words in _statements(text_line, env, line):
-            words = _assign_prefix(words, env)
+        for words in _statements(text_line, state, line):
+            words = state.command(words, line)
             if words:
                 lines = [line + bisect.bisect_right(breaks, offset) for _, offset in words]
                 script.commands.append(Command([w for w, _ in words], line, lines))
     return script
 
 
-def _assign_prefix(words: list[tuple[Word, str, int]], env: dict[str, Word]) -> list[tuple[Word, int]]:
-    """Apply leading NAME=value words (after export/readonly/...); the command that follows, each word with
-    its offset in the line."""
-    rest = list(words)
-    if rest and rest[0][1] in _DECLARE:
-        rest = rest[1:]
-        declared = True
-    else:
-        declared = False
-    while rest:
-        word, raw, _ = rest[0]
-        found = _ASSIGNMENT.match(raw)
-        if not found:
-            break
-        name = found.group(1)
-        env[name] = _strip_prefix(word, len(name) + 1)
-        rest = rest[1:]
-    if declared:
-        return []  # `export A B`: names only
-    return [(w, offset) for w, _, offset in rest]
+# Reserved words that open a compound command whose branches may or may not run, and the words that close
+# them. `do`/`then`/`else`/`elif`/`!` lead a command inside; `for`/`case`/`select` headers hold none.
+_OPENERS = {"if": "fi", "while": "done", "until": "done", "for": "done", "select": "done", "case": "esac"}
+_LEADERS = ("then", "do", "!")
+_BRANCHES = ("else", "elif")
+_CLOSERS = ("fi", "done", "esac", "}")
+_HEADERS = {"for": "for", "select": "for", "case": "case"}
+
+
+@dataclass
+class _Compound:
+    kind: str  # `if`, `while`, `case`, a function, ...
+    line: int
+    before: dict[str, Word | None] = field(default_factory=dict)  # name -> its value before the compound
+
+
+@dataclass
+class _State:
+    """The variables set so far, and the compound commands (if/case/loops/functions) the parser is in."""
+
+    env: dict[str, Word]
+    fixed: frozenset[str]  # given by the caller: the script's assignments to them are skipped
+    open: list[_Compound] = field(default_factory=list)
+
+    def lead(self, word: tuple[Word, str, int], line: int) -> str:
+        """Track a word at the start of a statement: "" when a simple command starts with it, "word" when it
+        is a reserved word or case pattern (the statement goes on after it), "for"/"case" when a header
+        that holds no command follows (`for x in ...`, `case $x in`)."""
+        keyword = _keyword(word)
+        if keyword in _OPENERS:
+            self.open.append(_Compound(f"`{keyword}`", line))
+            return _HEADERS.get(keyword, "word")
+        if keyword in _BRANCHES and self.open:
+            self._restore(self.open[-1])
+        elif keyword in _CLOSERS and self.open:
+            self._close()
+        elif keyword not in _LEADERS and not self._case_pattern(word):
+            return ""
+        return "word"
+
+    def command(self, words: list[tuple[Word, str, int]], line: int) -> list[tuple[Word, int]]:
+        """Apply a simple command's leading NAME=value words; the command that is left, each word with its
+        offset in the line."""
+        if words and _keyword(words[-1]) == "{":  # name() {  /  function name {
+            self.open.append(_Compound("a function", line))
+            return []
+        return self._assign_prefix(words)
+
+    def _case_pattern(self, word: tuple[Word, str, int]) -> bool:
+        """`pattern)` at the start of a case branch: the branch before it did not run if this one does."""
+        if not self.open or self.open[-1].kind != "`case`" or not word[1].endswith(")"):
+            return False
+        self._restore(self.open[-1])
+        return True
+
+    def _assign_prefix(self, words: list[tuple[Word, str, int]]) -> list[tuple[Word, int]]:
+        rest = list(words)
+        declared = bool(rest) and rest[0][1] in _DECLARE
+        if declared:
+            rest = rest[1:]
+        while rest:
+            word, raw, _ = rest[0]
+            found = _ASSIGNMENT.match(raw)
+            if not found:
+                break
+            self._assign(found.group(1), _strip_prefix(word, len(found.group(1)) + 1))
+            rest = rest[1:]
+        if declared:
+            return []  # `export A B`: names only
+        return [(w, offset) for w, _, offset in rest]
+
+    def _assign(self, name: str, value: Word) -> None:
+        if name in self.fixed:
+            return
+        if self.open and name not in self.open[-1].before:
+            self.open[-1].before[name] = self.env.get(name)
+        self.env[name] = value
+
+    def _restore(self, compound: _Compound) -> None:
+        for name, value in compound.before.items():
+            if value is None:
+                self.env.pop(name, None)
+            else:
+                self.env[name] = value
+
+    def _close(self) -> None:
+        compound = self.open.pop()
+        reason = f"assigned inside {compound.kind} (line {compound.line})"
+        for name in compound.before:
+            self._assign(name, Word((Unknown(f"${name}", reason, name),)))
+
+
+def _keyword(word: tuple[Word, str, int]) -> str:
+    """The word, when it is written plainly (a reserved word is never quoted or expanded)."""
+    return word[1] if word[0].literal == word[1] else ""
 
 
 def _strip_prefix(word: Word, n: int) -> Word:
@@ -170,10 +253,12 @@ def _strip_prefix(word: Word, n: int) -> Word:
     return Word(tuple(parts))
 
 
-def _statements(text: str, env: dict[str, Word], line: int) -> list[list[tuple[Word, str, int]]]:
-    """The statements of one logical line: lists of (expanded word, raw text up to the first expansion, its
-    offset)."""
-    statements: list[list[tuple[Word, str, int]]] = [[]]
+def _statements(text: str, state: _State, line: int) -> Iterator[list[tuple[Word, str, int]]]:
+    """The simple commands of one logical line, one at a time and each word expanded only once the words
+    before it took effect (`A=1; echo $A`, `else echo $A`): lists of (expanded word, raw text up to the first
+    expansion, its offset)."""
+    statement: list[tuple[Word, str, int]] = []
+    mode = "lead"  # lead: reserved words may come; command; for: a header to skip; case: skip up to `in`
     i, n = 0, len(text)
     while i < n:
         c = text[i]
@@ -185,19 +270,43 @@ def _statements(text: str, env: dict[str, Word], line: int) -> list[list[tuple[W
         if c in _SEPARATORS:
             while i < n and text[i] in _SEPARATORS:
                 i += 1
-            statements.append([])
+            if statement:
+                yield statement
+            statement, mode = [], "lead"
             continue
         start = i
-        word, raw, i = _word(text, i, env, line)
-        statements[-1].append((word, raw, start))
-    return [s for s in statements if s]
+        fields, raw, i = _word(text, i, state.env, line)
+        if mode == "for" or (mode == "case" and raw != "in"):
+            continue
+        if mode == "case":
+            mode = "lead"
+            continue
+        if mode == "lead" and len(fields) == 1:
+            led = state.lead((fields[0], raw, start), line)
+            if led:
+                mode = "lead" if led == "word" else led
+                continue
+        mode = "command"
+        # Only the first field can be NAME=...: words that splitting made are never assignments.
+        statement += [(w, raw if k == 0 else "", start) for k, w in enumerate(fields)]
+    if statement:
+        yield statement
 
 
-def _word(text: str, i: int, env: dict[str, Word], line: int) -> tuple[Word, str, int]:
+def _word(
+    text: str, i: int, env: dict[str, Word], line: int, whole: bool = False
+) -> tuple[list[Word], str, int]:
+    """The fields one word of the text expands to (none, one, or several where an unquoted expansion holds
+    blanks), the literal text before its first expansion (to recognise NAME=), and where it ends. ``whole``:
+    the text is one word, blanks included (the default of ``${V:-...}``)."""
+    fields: list[Word] = []
     parts: list[Part] = []
-    raw = ""  # the literal prefix, for recognising NAME= before any expansion
+    quoted = False  # the field has a quoted part: "" is an (empty) word, an empty $EMPTY is none
+    raw = ""
     literal_so_far = True
     n = len(text)
+    # sh does not split the value of an assignment: A=$B keeps B's blanks.
+    split = not whole and not re.match(rf"{NAME}=", text[i:])
 
     def add(part: Part) -> None:
         nonlocal raw, literal_so_far
@@ -207,10 +316,17 @@ def _word(text: str, i: int, env: dict[str, Word], line: int) -> tuple[Word, str
             literal_so_far = False
         parts.append(part)
 
+    def end_field() -> None:
+        nonlocal parts, quoted
+        merged = _merge(parts)
+        if merged or quoted:
+            fields.append(Word(merged))
+        parts, quoted = [], False
+
     quote = ""
     while i < n:
         c = text[i]
-        if not quote and (c.isspace() or c in _SEPARATORS):
+        if not quote and not whole and (c.isspace() or c in _SEPARATORS):
             break
         if quote == "'":
             if c == "'":
@@ -226,21 +342,30 @@ def _word(text: str, i: int, env: dict[str, Word], line: int) -> tuple[Word, str
                 add(nxt)
             i += 2
         elif c in "'\"" and not quote:
-            quote = c
+            quote, quoted = c, True
             i += 1
         elif c == '"' and quote == '"':
             quote = ""
             i += 1
         elif c == "$" or c == "`":
-            part, i = _expansion(text, i, env, line)
-            for p in part.parts:
-                add(p)
+            expanded, i = _expansion(text, i, env, line)
+            for part in expanded.parts:
+                if quote or not split or isinstance(part, Unknown):
+                    add(part)
+                    continue
+                for k, piece in enumerate(_BLANKS.split(part)):
+                    if k:
+                        end_field()
+                        literal_so_far = False
+                    if piece:
+                        add(piece)
         else:
             add(c)
             i += 1
     if quote:
         raise ShellError(line, f"unterminated {quote} quote")
-    return Word(_merge(parts)), raw, i
+    end_field()
+    return fields, raw, i
 
 
 def _expansion(text: str, i: int, env: dict[str, Word], line: int) -> tuple[Word, int]:
@@ -265,29 +390,61 @@ def _expansion(text: str, i: int, env: dict[str, Word], line: int) -> tuple[Word
         reason = SCRIPT_FOLDER if _DIRNAME.fullmatch(text[i + 2 : j]) else "a command substitution"
         return Word((Unknown(text[i : j + 1], reason),)), j + 1
     if text.startswith("${", i):
-        end = text.find("}", i + 2)
+        end = _closing_brace(text, i + 2)
         if end < 0:
             raise ShellError(line, "unterminated ${")
         inner = text[i + 2 : end]
-        found = re.fullmatch(rf"({NAME})(?::?-(.*))?", inner, re.S)
+        found = re.fullmatch(rf"({NAME})(?:(:?)-(.*))?", inner, re.S)
         if not found:
             return Word((Unknown(text[i : end + 1], "a parameter expansion"),)), end + 1
-        name, default = found.group(1), found.group(2)
-        if name in env:
-            return env[name], end + 1
+        name, colon, default = found.groups()
+        value = env.get(name)
+        # ${V-word}: word when V is unset; ${V:-word}: also when it is empty. The word is expanded in turn.
+        if value is not None and not (default is not None and colon and value.parts == ()):
+            return _through(value, name), end + 1
         if default is not None:
-            return Word((default,)), end + 1
-        return Word((Unknown(text[i : end + 1], "not assigned in the script"),)), end + 1
+            fields, _, _ = _word(default, 0, env, line, whole=True)
+            return _through(fields[0] if fields else Word(()), name), end + 1
+        return Word((Unknown(text[i : end + 1], "not assigned in the script", name),)), end + 1
     found = re.match(NAME, text[i + 1 :])
     if found:
         name = found.group(0)
         end = i + 1 + len(name)
         if name in env:
-            return env[name], end
-        return Word((Unknown(text[i:end], "not assigned in the script"),)), end
+            return _through(env[name], name), end
+        return Word((Unknown(text[i:end], "not assigned in the script", name),)), end
     if i + 1 < n and (text[i + 1].isdigit() or text[i + 1] in "@*#?$!-"):
         return Word((Unknown(text[i : i + 2], "a script argument or shell parameter"),)), i + 2
     return Word(("$",)), i + 1
+
+
+def _closing_brace(text: str, i: int) -> int:
+    """Where the ``}`` that closes a ``${`` opened just before ``i`` is (nested ones and quotes skipped)."""
+    depth, quote = 1, ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "\\":
+            i += 1
+        elif text.startswith("${", i):
+            depth += 1
+            i += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _through(value: Word, name: str) -> Word:
+    """A variable's value, its unknown parts marked as coming through it unless an inner variable is named."""
+    if not value.unknowns:
+        return value
+    return Word(tuple(replace(p, name=p.name or name) if isinstance(p, Unknown) else p for p in value.parts))
 
 
 def _merge(parts: list[Part]) -> tuple[Part, ...]:

@@ -49,6 +49,7 @@ class LegacyJob:
     wrapped: bool = True  # the config file has the trainingInput level (else it is a bare TrainingInput)
     origins: dict[str, Origin] = field(default_factory=dict)  # job path -> the command-line flag that set it
     ignored_flags: tuple[str, ...] = ()  # gcloud flags with no bearing on the job (--stream-logs, --project)
+    config_note: str = ""  # where the script's --config was found, when that was not beside the script
 
     @property
     def training(self) -> dict[str, Any]:
@@ -184,6 +185,10 @@ for _flag, _role in _ROLES.items():
     FLAGS[f"--{_flag}-image-uri"] = ("value", f"{_role}Config.imageUri")
 for _flag, _role in (("worker", "worker"), ("parameter-server", "parameterServer")):
     FLAGS[f"--{_flag}-count"] = ("int", f"{_role}Count")
+# Flags whose value is only ever shown, never evaluated: the job dir (the converter understands a per-run
+# folder only the shell knew, and refuses an unknown bucket itself) and container images, which are reported
+# as not carried over (the job runs this repo's trainer image) whatever they were.
+SHOWN_FLAGS = ("--job-dir", *(f"--{flag}-image-uri" for flag in _ROLES))
 _GROUPS = ("ai-platform", "ml-engine")
 _TRACKS = ("alpha", "beta")
 
@@ -224,17 +229,66 @@ def _submit_words(command: shell.Command) -> list[tuple[shell.Word, int]] | None
     return list(zip(words, command.lines, strict=True))[i + 4 :]
 
 
-def _literal(file: str, line: int, flag: str, word: shell.Word) -> str:
-    value = word.in_folder(str(Path(file).resolve().parent)).literal
-    if value is None:
-        unknown = word.unknowns[0]
-        raise JobError(
-            file,
-            flag,
-            f"{unknown.source} is {unknown.reason}, known only when the script runs (line {line})",
-            SHELL_VALUES,
-        )
-    return value
+def shell_values(unknowns: tuple[shell.Unknown, ...] | list[shell.Unknown]) -> str:
+    """What the user can do about values only the running script knew: set each variable behind them."""
+    if not unknowns or any(not u.name for u in unknowns):  # $(...) or $1 in the command itself
+        return SHELL_VALUES
+    given = " ".join(dict.fromkeys(f"--var {u.name}=VALUE" for u in unknowns))
+    return f"run_job.py convert FILE {given} (what the script ran with), or literal values in the script"
+
+
+def _unknown_error(
+    file: str, line: int, flag: str, unknown: shell.Unknown, needed: list[shell.Unknown]
+) -> JobError:
+    others = [u for u in needed if (u.name or u.source) != (unknown.name or unknown.source)]
+    also = ", ".join(dict.fromkeys(f"${u.name}" if u.name else u.source for u in others))
+    return JobError(
+        file,
+        flag,
+        f"{unknown.source} is {unknown.reason}, known only when the script runs (line {line})"
+        + (f"; the command also needs {also}" if also else ""),
+        shell_values([unknown, *others]),
+    )
+
+
+def _literal(file: str, line: int, flag: str, word: shell.Word, needed: list[shell.Unknown]) -> str:
+    word = word.in_folder(str(Path(file).resolve().parent))
+    if word.literal is None:
+        raise _unknown_error(file, line, flag, word.unknowns[0], needed)
+    return word.literal
+
+
+def _needed(file: str, flags: _Flags) -> list[shell.Unknown]:
+    """Everything the conversion needs a value for and only the running script knew, in command order: one
+    refusal names them all, so setting them takes one rerun, not one per variable."""
+    folder = str(Path(file).resolve().parent)
+    words = [
+        word
+        for name, (word, _) in flags.values.items()
+        if not FLAGS[name][0].startswith("ignored") and name not in SHOWN_FLAGS
+    ]
+    words += [word for word, _ in flags.user_args or ()]
+    unknowns = [u for word in words for u in word.in_folder(folder).unknowns]
+    if "--job-dir" in flags.values:  # only its bucket: a per-run folder after it becomes ${job.id}
+        unknowns += _bucket_unknowns(flags.values["--job-dir"][0])
+    found: dict[str, shell.Unknown] = {}
+    for unknown in unknowns:
+        found.setdefault(unknown.name or unknown.source, unknown)
+    return list(found.values())
+
+
+def _bucket_unknowns(word: shell.Word) -> list[shell.Unknown]:
+    """The unknown parts of a gs:// URI up to the end of its bucket name."""
+    seen, out = "", []
+    for part in word.parts:
+        if len(seen) > len("gs://") and "/" in seen[len("gs://") :]:
+            break
+        if isinstance(part, shell.Unknown):
+            out.append(part)
+            seen += "?"
+        else:
+            seen += part
+    return out
 
 
 @dataclass
@@ -276,6 +330,9 @@ def _parse_flags(file: str, words: list[tuple[shell.Word, int]]) -> _Flags:
             else:
                 raise JobError(file, name, f"has no value (line {line})", "--flag VALUE or --flag=VALUE")
             continue
+        if parsed.job is not None and word.unknowns:
+            # `$EXTRA_FLAGS` that the script set in a branch, or never: its words are known only at run time.
+            raise _unknown_error(file, line, "(command)", word.unknowns[0], [])
         if parsed.job is not None:
             raise JobError(
                 file,
@@ -303,15 +360,19 @@ def _after_equals(word: shell.Word) -> list[shell.Part]:
 
 def _merge_command(file: str, words: list[tuple[shell.Word, int]]) -> LegacyJob:
     flags = _parse_flags(file, words)
+    needed = _needed(file, flags)
     legacy = LegacyJob(file, {TRAINING_INPUT: {}})
     if "--config" in flags.values:
         word, line = flags.values["--config"]
-        config_path = _literal(file, line, "--config", word)
-        # gcloud read it relative to where it ran; a script is run from its own folder in the samples.
-        resolved = Path(file).parent / config_path if not os.path.isabs(config_path) else Path(config_path)
-        text = read_text_file(resolved, ALLOWED_FILE, missing=f"--config {config_path}: no such file")
+        resolved = _config_path(file, line, _literal(file, line, "--config", word, needed))
+        text = read_text_file(resolved, ALLOWED_FILE, missing=f"--config {resolved}: no such file")
         document, wrapped = _config_document(str(resolved), text)
         legacy = LegacyJob(file, _job_of(document, wrapped), document, wrapped)
+        if resolved.parent.resolve() != Path(file).parent.resolve():
+            legacy.config_note = (
+                f"--config {word.show()} (line {line}) read from {resolved}: not beside the script, so from "
+                "the folder convert ran in, as gcloud read it from the folder the script ran in"
+            )
     training = legacy.training
     if flags.job is not None:
         job, line = flags.job
@@ -325,24 +386,46 @@ def _merge_command(file: str, words: list[tuple[shell.Word, int]]) -> LegacyJob:
         if kind == "bool":
             value = True
         elif kind == "labels":
-            value = _labels(file, line, _literal(file, line, name, word))
+            value = _labels(file, line, _literal(file, line, name, word, needed))
         elif target == "jobDir":
             value = word  # a per-run folder only the shell knows is understood by the converter
+        elif name in SHOWN_FLAGS:
+            value = word.show()
         else:
-            value = _typed(file, line, name, kind, _literal(file, line, name, word))
+            value = _typed(file, line, name, kind, _literal(file, line, name, word, needed))
         path = target if target == "labels" else f"{TRAINING_INPUT}.{target}"
         _set(legacy.job, path, value)
         legacy.origins[path] = Origin(file, name, line)
     # As gcloud's RemainderAction: without `--` the user args are None and the config's args stand; a
     # bare `--` gives [] and clears them.
     if flags.user_args is not None:
-        training["args"] = [_literal(file, line, USER_ARGS, w) for w, line in flags.user_args]
+        training["args"] = [_literal(file, line, USER_ARGS, w, needed) for w, line in flags.user_args]
         first = flags.user_args[0][1] if flags.user_args else None
         legacy.origins[f"{TRAINING_INPUT}.args"] = Origin(file, USER_ARGS, first)
         for i, (_, line) in enumerate(flags.user_args):
             legacy.origins[f"{TRAINING_INPUT}.args.{i}"] = Origin(file, USER_ARGS, line)
     legacy.ignored_flags = tuple(n for n in flags.values if FLAGS[n][0].startswith("ignored"))
     return legacy
+
+
+def _config_path(file: str, line: int, config: str) -> Path:
+    """The --config file, relative to the script's folder, else to the folder convert runs in: gcloud read it
+    relative to the folder the script was run from, often the script's parent (`./scripts/train-cloud.sh`
+    with `--config ./config.yaml` in Google's samples)."""
+    if os.path.isabs(config):
+        candidates = [Path(config)]
+    else:
+        candidates = [Path(file).parent / config, Path(config)]
+    for candidate in candidates:
+        if candidate.exists() or candidate.is_symlink():
+            return candidate
+    places = " or ".join(dict.fromkeys(str(c.parent.resolve()) for c in candidates))
+    raise JobError(
+        file,
+        "--config",
+        f"{config}: no such file in {places} (line {line})",
+        "run convert in the folder the script ran in, or give the config's path in the script",
+    )
 
 
 def _typed(file: str, line: int, name: str, kind: str, text: str) -> Any:

@@ -330,10 +330,167 @@ def test_script_variables_can_come_from_the_command_line(tmp_path):
         rc == 2
         and "--job-dir: gs://$BUCKET/out: $BUCKET (in the bucket) is not assigned in the script" in err
     )
-    assert "--var NAME=VALUE" in err
+    assert "allowed: run_job.py convert FILE --var BUCKET=VALUE" in err
     rc, out, err = convert(script, "--var", "BUCKET=demo-project-models")
     assert rc == 0, err
     assert "${infra.models_bucket}/out/${job.id}" in out
+
+
+def script_args(tmp_path, text, *argv):
+    """Convert a submit script; (exit status, the trainer args of pool 0 or None, stderr)."""
+    script = tmp_path / "submit.sh"
+    script.write_text(textwrap.dedent(text), encoding="utf-8")
+    rc, out, err = convert(script, *argv)
+    return rc, (pools(yaml.safe_load(out))[0]["containerSpec"]["args"] if rc == 0 else None), err
+
+
+def test_one_refusal_names_every_variable_the_script_expects_from_its_environment(tmp_path):
+    text = f"""\
+        JOB_NAME=census_$(date +%Y%m%d_%H%M%S)
+        gcloud ai-platform jobs submit training $JOB_NAME \\
+            --region ${{REGION}} --runtime-version=$RUNTIME_VERSION --scale-tier BASIC \\
+            -- --train-files=gs://${{BUCKET}}/census/adult.data --eval-files={DATA}/adult.test
+        """
+    rc, _, err = script_args(tmp_path, text)
+    assert rc == 2 and err.count("\n") == 1
+    assert (
+        "--region: ${REGION} is not assigned in the script, known only when the script runs (line 3)" in err
+    )
+    assert "the command also needs $RUNTIME_VERSION, $BUCKET;" in err
+    assert "--var REGION=VALUE --var RUNTIME_VERSION=VALUE --var BUCKET=VALUE" in err
+    given = [
+        "--var",
+        "REGION=europe-west4",
+        "--var",
+        "RUNTIME_VERSION=2.11",
+        "--var",
+        "BUCKET=demo-project-data",
+    ]
+    rc, args, err = script_args(tmp_path, text, *given)
+    assert rc == 0, err
+    assert "--train-files=${infra.data_bucket}/census/adult.data" in args
+
+
+def test_a_given_variable_wins_over_the_scripts_own_assignment(tmp_path):
+    # The samples' PROJECT_ID=$(gcloud config list project ...): only the caller knows what it printed.
+    text = f"""\
+        export PROJECT_ID=$(gcloud config list project --format "value(core.project)")
+        DATA=gs://${{PROJECT_ID}}-data/census
+        gcloud ai-platform jobs submit training j --scale-tier BASIC \\
+            -- --train-files=$DATA/adult.data --eval-files={DATA}/adult.test
+        """
+    rc, _, err = script_args(tmp_path, text)
+    assert rc == 2
+    assert '$(gcloud config list project --format "value(core.project)") is a command substitution' in err
+    assert "--var PROJECT_ID=VALUE" in err  # the variable to set, though the value came through $DATA
+    rc, args, err = script_args(tmp_path, text, "--var", "PROJECT_ID=demo-project")
+    assert rc == 0, err
+    assert "--train-files=${infra.data_bucket}/census/adult.data" in args
+
+
+def test_unquoted_expansions_split_into_words_and_empty_ones_vanish(tmp_path):
+    text = f"""\
+        WORKERS="--worker-count 2   --worker-machine-type n1-standard-8"
+        NONE=
+        gcloud ai-platform jobs submit training j --scale-tier CUSTOM --master-machine-type n1-standard-4 \\
+            $WORKERS $NONE ${{NONE}} -- --train-files={DATA}/adult.data "--eval-files={DATA}/adult.test" $NONE
+        """
+    rc, out, err = convert(_write(tmp_path / "submit.sh", text))
+    assert rc == 0, err
+    assert machines(yaml.safe_load(out)) == [
+        (1, "n1-standard-4", None, None),
+        (2, "n1-standard-8", None, None),
+    ]
+    # Quoted, the expansion stays one word: no flag of gcloud's.
+    rc, _, err = convert(_write(tmp_path / "submit.sh", text.replace("$WORKERS", '"$WORKERS"')))
+    assert rc == 2 and ": --worker-count 2 --worker-machine-type n1-standard-8: not a flag of" in err
+    # An assignment's value is not split: A=$WORKERS keeps every word.
+    text = text.replace("NONE=\n", "NONE=\n        A=$WORKERS\n").replace(" $WORKERS ", " $A ")
+    rc, out, err = convert(_write(tmp_path / "submit.sh", text))
+    assert rc == 0, err
+    assert machines(yaml.safe_load(out))[1] == (2, "n1-standard-8", None, None)
+
+
+def test_a_value_set_in_a_branch_is_known_only_inside_it(tmp_path):
+    # The horovod sample: flags held in a variable that an if/else sets, expanded unquoted.
+    text = f"""\
+        MACHINE_TYPE=n1-standard-8
+        if [ "${{MACHINE_COUNT}}" -gt "1" ]; then
+            WORKER_CONFIG="--worker-count $((MACHINE_COUNT - 1)) --worker-machine-type ${{MACHINE_TYPE}}"
+        else
+            WORKER_CONFIG=""
+        fi
+        case "$GPU" in
+          yes) TIER=BASIC_GPU; gcloud ai-platform jobs submit training j --scale-tier $TIER \\
+                 ${{WORKER_CONFIG}} -- --train-files={DATA}/adult.data --eval-files={DATA}/adult.test ;;
+          *) TIER=BASIC ;;
+        esac
+        """
+    rc, _, err = script_args(tmp_path, text)
+    assert rc == 2 and err.count("\n") == 1
+    assert (
+        "(command): $WORKER_CONFIG is assigned inside `if` (line 2), known only when the script runs" in err
+    )
+    assert "--var WORKER_CONFIG=VALUE" in err
+    # Given (empty here, one machine), the rest converts: TIER is the value its own branch set.
+    rc, out, err = convert(tmp_path / "submit.sh", "--var", "WORKER_CONFIG=")
+    assert rc == 0, err
+    assert machines(yaml.safe_load(out)) == [(1, "n1-standard-4", "NVIDIA_TESLA_T4", 1)]
+    # Outside the case, TIER depends on the branch taken; assigned again after it, it is known.
+    after = (
+        "gcloud ai-platform jobs submit training j --scale-tier $TIER -- " + ARGS[1] + " " + ARGS[2] + "\n"
+    )
+    body = text.split("case")[0]
+    rc, _, err = convert(_write(tmp_path / "submit.sh", body + "if true; then TIER=BASIC_GPU; fi\n" + after))
+    assert rc == 2 and "$TIER is assigned inside `if` (line 7), known only when the script runs" in err
+    rc, out, err = convert(
+        _write(tmp_path / "submit.sh", body + "if true; then TIER=X; fi\nTIER=BASIC\n" + after)
+    )
+    assert rc == 0, err
+    assert machines(yaml.safe_load(out)) == [(1, "n1-standard-4", None, None)]
+
+
+def test_a_script_finds_its_config_where_gcloud_read_it(tmp_path, monkeypatch):
+    # The samples keep config.yaml beside their scripts/ folder and run `./scripts/train-cloud.sh`.
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "config.yaml").write_text("trainingInput: {scaleTier: BASIC_GPU}\n", encoding="utf-8")
+    script = _write(
+        tmp_path / "scripts" / "train-cloud.sh",
+        "gcloud ai-platform jobs submit training j --config ./config.yaml -- " + " ".join(ARGS[1:]) + "\n",
+    )
+    monkeypatch.chdir(tmp_path / "scripts")
+    rc, _, err = convert(script)
+    assert rc == 2 and err.count("\n") == 1
+    assert f"--config: ./config.yaml: no such file in {tmp_path / 'scripts'} (line 1)" in err
+    assert "run convert in the folder the script ran in" in err
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = convert(script)
+    assert rc == 0, err
+    assert machines(yaml.safe_load(out)) == [(1, "n1-standard-4", "NVIDIA_TESLA_T4", 1)]
+    assert "read from config.yaml: not beside the script, so from the folder convert ran in" in _header(out)
+
+
+def test_an_image_only_the_script_could_name_is_reported_not_refused(tmp_path):
+    rc, out, err = convert(
+        _write(
+            tmp_path / "submit.sh",
+            f"""\
+        PROJECT_ID=$(gcloud config get-value project)
+        gcloud ai-platform jobs submit training j --scale-tier BASIC \\
+          --master-image-uri gcr.io/$PROJECT_ID/trainer:latest -- {" ".join(ARGS[1:])}
+        """,
+        )
+    )
+    assert rc == 0, err
+    assert (
+        "gcr.io/$(gcloud config get-value project)/trainer:latest (Container Registry, gcr.io, is shut down)"
+        in _header(out)
+    )
+
+
+def _write(path, text):
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
 
 
 def test_strict_refuses_what_cannot_be_carried_over(tmp_path):
@@ -562,7 +719,7 @@ BAD_SCRIPTS = [
     ),
     (
         "gcloud ai-platform jobs submit training a --config missing.yaml\n",
-        "--config missing.yaml: no such file",
+        "--config: missing.yaml: no such file in",
     ),
     ("gcloud ai-platform jobs submit training a -- --train-files=$(ls)\n", "$(ls) is a command substitution"),
     ("gcloud ai-platform jobs submit training 'a\n", "unterminated ' quote"),
