@@ -483,6 +483,11 @@ def _args(
     for group in groups:
         at, start = f"{path}.{start}", start + len(group)  # the group's first arg, for its line
         name = _flag_name(group[0])
+        alias = _flag_alias(name, flags)
+        if alias:
+            out.decisions.append(f"args {name} -> {alias}: this trainer's name for it")
+            group = [alias + group[0][len(name) :], *group[1:]]
+            name = alias
         if name in ("--model", "--job-dir", "--job_dir") or name in extra_flags:
             if name in ("--job-dir", "--job_dir"):
                 out.decisions.append(
@@ -558,6 +563,14 @@ def _study(
             f"hyperparameterMetricTag unset -> {tag}, what the {model} model reports by default "
             f"(legacy read the tag {tables.LEGACY_DEFAULT_METRIC})"
         )
+    elif tag not in model_contract.metric_goals and _keras_metric(tag) in model_contract.metric_goals:
+        name = _keras_metric(tag)
+        both = " (written for the training and the validation data alike)" if tag.startswith("epoch_") else ""
+        out.decisions.append(
+            f"hyperparameterMetricTag {tag}, Keras' name for {name}{both} -> {name}: the held-out {name} the "
+            f"trainer reports each epoch (train_{name} is the training data's)"
+        )
+        tag = name
     elif tag not in model_contract.metric_goals:
         raise legacy.error(
             f"{path}.hyperparameterMetricTag",
@@ -639,6 +652,10 @@ def _parameter(
     _check_fields(legacy, path, raw, tables.PARAMETER_FIELDS)
     name = _text(legacy, f"{path}.parameterName", raw.get("parameterName"), "a flag of the trainer")
     flags = contract.model(model).flags  # type: ignore[union-attr]
+    alias = _flag_alias(f"--{name}", flags)
+    if alias:
+        out.decisions.append(f"params.{index} {name} -> {alias[2:]}: this trainer's name for it")
+        name = alias[2:]
     if f"--{name}" not in flags:
         raise legacy.error(
             f"{path}.parameterName",
@@ -692,6 +709,19 @@ def _parameter(
     if scale != "NONE":
         spec["scaleType"] = scale
     return spec
+
+
+def _keras_metric(tag: str) -> str:
+    """The metric a Keras tag names: epoch_accuracy, val_acc -> accuracy."""
+    for prefix in tables.KERAS_TAG_PREFIXES:
+        tag = tag.removeprefix(prefix)
+    return tables.KERAS_METRIC_NAMES.get(tag, tag)
+
+
+def _flag_alias(flag: str, flags: frozenset[str]) -> str | None:
+    """This trainer's flag for a legacy sample's flag it lacks (--batch-size -> --train-batch-size)."""
+    alias = tables.FLAG_ALIASES.get(flag.removeprefix("--").replace("_", "-"))
+    return f"--{alias}" if alias and flag not in flags and f"--{alias}" in flags else None
 
 
 def _integer_flag(contract: TrainerContract, args: list[str], name: str, numbers: list[float]) -> bool:

@@ -144,9 +144,9 @@ def parse(text: str, variables: dict[str, str] | None = None) -> Script:
     return script
 
 
-# Reserved words that open a compound command whose branches may or may not run, and the words that close
-# them. `do`/`then`/`else`/`elif`/`!` lead a command inside; `for`/`case`/`select` headers hold none.
-_OPENERS = {"if": "fi", "while": "done", "until": "done", "for": "done", "select": "done", "case": "esac"}
+# Reserved words that open a compound command whose branches may or may not run, and those that close one.
+# `then`/`do`/`!` lead a command inside; `for`/`select`/`case` headers hold none (case: up to its `in`).
+_OPENERS = ("if", "while", "until", "for", "select", "case")
 _LEADERS = ("then", "do", "!")
 _BRANCHES = ("else", "elif")
 _CLOSERS = ("fi", "done", "esac", "}")
@@ -387,7 +387,12 @@ def _expansion(text: str, i: int, env: dict[str, Word], line: int) -> tuple[Word
             j += 1
         if j >= n:
             raise ShellError(line, "unterminated $( command substitution")
-        reason = SCRIPT_FOLDER if _DIRNAME.fullmatch(text[i + 2 : j]) else "a command substitution"
+        if text.startswith("$((", i):
+            reason = "an arithmetic expansion"
+        elif _DIRNAME.fullmatch(text[i + 2 : j]):
+            reason = SCRIPT_FOLDER
+        else:
+            reason = "a command substitution"
         return Word((Unknown(text[i : j + 1], reason),)), j + 1
     if text.startswith("${", i):
         end = _closing_brace(text, i + 2)

@@ -174,6 +174,13 @@ GOALS = ("MAXIMIZE", "MINIMIZE")
 ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
 # Legacy's default metric tag when hyperparameterMetricTag was unset.
 LEGACY_DEFAULT_METRIC = "training/hptuning/metric"
+# Keras' names for a metric, as legacy trainers reported them: the TensorBoard callback's `epoch_` tags
+# (written for the training and the validation data alike), History's `val_` keys, and TF < 2.2's `acc`.
+KERAS_TAG_PREFIXES = ("epoch_", "val_")
+KERAS_METRIC_NAMES = {"acc": "accuracy"}
+# The Google samples' trainers' flags -> this trainer's flag for the same thing (used only where the model has
+# the latter and not the former): tf-keras census and the structured samples tuned --batch-size.
+FLAG_ALIASES = {"batch-size": "train-batch-size", "epochs": "num-epochs"}
 # The legacy type -> the Vertex ParameterSpec value field.
 VALUE_SPECS = {
     "INTEGER": "integerValueSpec",

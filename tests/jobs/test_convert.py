@@ -192,6 +192,16 @@ PARAM_CASES = [
         "{parameterName: distribution, type: CATEGORICAL, categoricalValues: [auto, default]}",
         {"parameterId": "distribution", "categoricalValueSpec": {"values": ["auto", "default"]}},
     ),
+    # The tf-keras census sample's name for the training batch.
+    (
+        "{parameterName: batch-size, type: INTEGER, minValue: 8, maxValue: 256,"
+        " scaleType: UNIT_LINEAR_SCALE}",
+        {
+            "parameterId": "train-batch-size",
+            "integerValueSpec": {"minValue": 8, "maxValue": 256},
+            "scaleType": "UNIT_LINEAR_SCALE",
+        },
+    ),
 ]
 
 
@@ -225,6 +235,42 @@ def test_algorithms_carry_over(tmp_path, algorithm):
     # No tag: the legacy default tag meant nothing to this trainer; its default metric is used, and said so.
     assert definition["studySpec"]["metrics"] == [{"metricId": "accuracy", "goal": "MAXIMIZE"}]
     assert "hyperparameterMetricTag unset -> accuracy" in _header(out)
+
+
+@pytest.mark.parametrize(
+    "tag, goal, metric",
+    [
+        ("epoch_accuracy", "MAXIMIZE", "accuracy"),  # the tf-keras census sample's TensorBoard tag
+        ("epoch_acc", "MAXIMIZE", "accuracy"),  # the same, TF < 2.2
+        ("val_accuracy", "MAXIMIZE", "accuracy"),
+        ("val_acc", "MAXIMIZE", "accuracy"),
+        ("epoch_loss", "MINIMIZE", "loss"),
+        ("val_auc", "MAXIMIZE", "auc"),
+        ("train_auc", "MAXIMIZE", "train_auc"),  # the trainer's own name: as it is
+    ],
+)
+def test_keras_metric_tags_become_the_trainers_metric(tmp_path, tag, goal, metric):
+    param = "{parameterName: num-layers, type: INTEGER, minValue: 1, maxValue: 3}"
+    text = STUDY.format(goal=goal, extra=f"hyperparameterMetricTag: {tag}", param=param)
+    rc, definition, out, err = convert_text(tmp_path, text, *ARGS)
+    assert rc == 0, err
+    assert definition["studySpec"]["metrics"] == [{"metricId": metric, "goal": goal}]
+    assert f"--hypertune-metric={metric}" in pools(definition)[0]["containerSpec"]["args"]
+    assert (f"hyperparameterMetricTag {tag}, Keras' name for {metric}" in _header(out)) == (tag != metric)
+
+
+def test_a_legacy_samples_flag_becomes_the_trainers_name_for_it(tmp_path):
+    text = f"trainingInput:\n  args: [--batch-size=128, --epochs, '3', --train-files={DATA}/adult.data]\n"
+    rc, definition, out, err = convert_text(tmp_path, text, "--", f"--eval-files={DATA}/adult.test")
+    assert rc == 0, err
+    args = pools(definition)[0]["containerSpec"]["args"]
+    assert "--train-batch-size=128" in args and args[args.index("--num-epochs") + 1] == "3"
+    assert "args --batch-size -> --train-batch-size: this trainer's name for it" in _header(out)
+    # Only where the trainer lacks the legacy name: an unknown one stays reported, not renamed.
+    text = text.replace("--epochs", "--train-steps")
+    rc, definition, out, err = convert_text(tmp_path, text, "--", f"--eval-files={DATA}/adult.test")
+    assert rc == 0, err
+    assert "--train-steps 3: not a flag of the trainer's wide_deep model" in _header(out)
 
 
 def test_the_legacy_census_script_converts_to_its_golden_file(tmp_path):
@@ -663,10 +709,10 @@ BAD_INPUT = [
     (
         STUDY.format(
             goal="MAXIMIZE",
-            extra="hyperparameterMetricTag: acc",
+            extra="hyperparameterMetricTag: epoch_precision",
             param="{parameterName: num-layers, type: INTEGER, minValue: 1, maxValue: 3}",
         ),
-        ["hyperparameterMetricTag: the wide_deep model reports no metric 'acc'", "auc"],
+        ["hyperparameterMetricTag: the wide_deep model reports no metric 'epoch_precision'", "auc"],
     ),
     (
         STUDY.format(

@@ -43,6 +43,7 @@ CASES = [
     ),
     ("D=$(date +%s)\nX=run_$D\necho $X", ["echo", "run_?a command substitution[D]"]),
     ("echo `date` $1", ["echo", "?a command substitution[]", "?a script argument or shell parameter[]"]),
+    ("N=2\necho $((N - 1))", ["echo", "?an arithmetic expansion[]"]),
     # branches: a value is known inside its own branch only
     ('if [ -n "$G" ]; then T=gpu; echo $T; fi', ["echo", "gpu"]),
     ('T=cpu\nif [ -n "$G" ]; then T=gpu\nelse echo $T\nfi', ["echo", "cpu"]),
