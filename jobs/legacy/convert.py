@@ -793,18 +793,10 @@ def _output_dir(legacy: LegacyJob, out: Conversion, buckets: _Buckets, tuning: b
 
 def _segments(word: Word) -> list[tuple[str, bool]]:
     """The segments after gs:// (bucket first), each with whether it holds a part only the shell knew."""
-    segments: list[list] = [["", False]]
-    for part in word.parts:
-        if isinstance(part, Unknown):
-            segments[-1][0] += part.source
-            segments[-1][1] = True
-            continue
-        first, *rest = part.split("/")
-        segments[-1][0] += first
-        segments.extend([piece, False] for piece in rest)
-    while len(segments) > 3 and not segments[-1][0]:  # a trailing slash
+    segments = word.segments()
+    while len(segments) > 3 and not segments[-1].parts:  # a trailing slash
         segments.pop()
-    return [(text, dynamic) for text, dynamic in segments[2:]]  # "gs:", "" before the bucket
+    return [(s.show(), bool(s.unknowns)) for s in segments[2:]]  # "gs:", "" before the bucket
 
 
 def _service_account(legacy: LegacyJob, options: Options, out: Conversion) -> str:

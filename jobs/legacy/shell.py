@@ -60,6 +60,18 @@ class Word:
     def show(self) -> str:
         return "".join(p.source if isinstance(p, Unknown) else p for p in self.parts)
 
+    def segments(self) -> list[Word]:
+        """The word split at its literal ``/``: ``gs://$B/x`` -> ``gs:``, ``""``, ``$B``, ``x``."""
+        out: list[list[Part]] = [[]]
+        for part in self.parts:
+            if isinstance(part, Unknown):
+                out[-1].append(part)
+                continue
+            first, *rest = part.split("/")
+            out[-1].append(first)
+            out.extend([piece] for piece in rest)
+        return [Word(_merge(parts)) for parts in out]
+
     def in_folder(self, folder: str) -> Word:
         """This word with the script's own folder (``$(dirname "$0")`` and the like) filled in."""
         return Word(

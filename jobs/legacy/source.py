@@ -252,43 +252,27 @@ def _unknown_error(
 
 
 def _literal(file: str, line: int, flag: str, word: shell.Word, needed: list[shell.Unknown]) -> str:
-    word = word.in_folder(str(Path(file).resolve().parent))
     if word.literal is None:
         raise _unknown_error(file, line, flag, word.unknowns[0], needed)
     return word.literal
 
 
-def _needed(file: str, flags: _Flags) -> list[shell.Unknown]:
+def _needed(flags: _Flags) -> list[shell.Unknown]:
     """Everything the conversion needs a value for and only the running script knew, in command order: one
     refusal names them all, so setting them takes one rerun, not one per variable."""
-    folder = str(Path(file).resolve().parent)
     words = [
         word
         for name, (word, _) in flags.values.items()
         if not FLAGS[name][0].startswith("ignored") and name not in SHOWN_FLAGS
     ]
     words += [word for word, _ in flags.user_args or ()]
-    unknowns = [u for word in words for u in word.in_folder(folder).unknowns]
-    if "--job-dir" in flags.values:  # only its bucket: a per-run folder after it becomes ${job.id}
-        unknowns += _bucket_unknowns(flags.values["--job-dir"][0])
+    if "--job-dir" in flags.values:  # only up to its bucket: a per-run folder after it becomes ${job.id}
+        words += flags.values["--job-dir"][0].segments()[:3]
+    unknowns = [u for word in words for u in word.unknowns]
     found: dict[str, shell.Unknown] = {}
     for unknown in unknowns:
         found.setdefault(unknown.name or unknown.source, unknown)
     return list(found.values())
-
-
-def _bucket_unknowns(word: shell.Word) -> list[shell.Unknown]:
-    """The unknown parts of a gs:// URI up to the end of its bucket name."""
-    seen, out = "", []
-    for part in word.parts:
-        if len(seen) > len("gs://") and "/" in seen[len("gs://") :]:
-            break
-        if isinstance(part, shell.Unknown):
-            out.append(part)
-            seen += "?"
-        else:
-            seen += part
-    return out
 
 
 @dataclass
@@ -359,8 +343,9 @@ def _after_equals(word: shell.Word) -> list[shell.Part]:
 
 
 def _merge_command(file: str, words: list[tuple[shell.Word, int]]) -> LegacyJob:
-    flags = _parse_flags(file, words)
-    needed = _needed(file, flags)
+    folder = str(Path(file).resolve().parent)  # `$(dirname "$0")` and the like, filled in once
+    flags = _parse_flags(file, [(word.in_folder(folder), line) for word, line in words])
+    needed = _needed(flags)
     legacy = LegacyJob(file, {TRAINING_INPUT: {}})
     if "--config" in flags.values:
         word, line = flags.values["--config"]
