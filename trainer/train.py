@@ -50,11 +50,18 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     from trainer.compat import fix_distributed_symbolic_build, fix_multi_worker_metric_reduction
     from trainer.export import export_saved_model, write_json, write_text
     from trainer.registry import load_task
+    from trainer.sharding import shard_for
 
     keras.utils.set_random_seed(cfg.seed)
     replicas = strategy.num_replicas_in_sync
     task = load_task(cfg.model)
-    data = task.make_data(cfg, cfg.train_batch_size * replicas, cfg.eval_batch_size * replicas)
+    shard = shard_for(strategy, kind)
+    data = task.make_data(cfg, cfg.train_batch_size * replicas, cfg.eval_batch_size * replicas, shard)
+    steps_per_epoch = cfg.steps_per_epoch
+    if shard.sharded and steps_per_epoch is None:
+        # Workers' shares differ by up to a file: each repeats its own and all run one epoch's global steps
+        # (trainer.sharding), so none runs out while the others still wait on it in a collective.
+        data.train, steps_per_epoch = data.train.repeat(), data.train_steps
     if kind == "tpu":
         # TPUs compile for static shapes: every batch full (the census pipeline's batches vary slightly
         # where comment lines, blank lines or skipped rows were removed).
@@ -99,7 +106,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     started = time.perf_counter()
     try:
         model.fit(data.train, validation_data=data.eval, epochs=cfg.num_epochs,
-                  steps_per_epoch=cfg.steps_per_epoch, validation_steps=cfg.eval_steps,
+                  steps_per_epoch=steps_per_epoch, validation_steps=cfg.eval_steps,
                   callbacks=callbacks, verbose=0, shuffle=False)
     finally:
         preemption.on_train_end()  # a callback that raised (Diverged) skips it: give SIGTERM back anyway

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.trainer.helpers import REPO_ROOT, TINY_MODEL, TINY_MODULE, subprocess_env, tiny_task_registered
+from trainer.sharding import UNSHARDED, Shard
 from trainer.tasks.base import (
     MINIMIZE,
     ConfigError,
@@ -40,7 +41,8 @@ class TinyConfig(TaskConfig):
         check(1 <= self.tiny_units <= 64, "tiny_units", "in 1..64", self.tiny_units)
 
 
-def _make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
+def _make_data(cfg, global_train_batch: int, global_eval_batch: int,
+               shard: Shard = UNSHARDED) -> TaskData:
     import keras
     import numpy as np
     import tensorflow as tf

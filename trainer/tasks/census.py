@@ -26,6 +26,7 @@ from trainer.data import (
     scan_csv,
     text_dataset,
 )
+from trainer.sharding import UNSHARDED, Shard
 from trainer.tasks.base import (
     MAXIMIZE,
     MINIMIZE,
@@ -270,7 +271,8 @@ def _id_inputs() -> dict[str, int]:
     return sizes
 
 
-def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
+def make_data(cfg, global_train_batch: int, global_eval_batch: int,
+              shard: Shard = UNSHARDED) -> TaskData:
     train_files = expand_files(cfg.train_files, "--train-files")
     eval_files = expand_files(cfg.eval_files, "--eval-files")
     train_scan = scan_csv(train_files, SCHEMA, max_bad_rows=cfg.task.max_bad_rows, flag="--train-files")

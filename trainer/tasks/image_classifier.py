@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainer.sharding import UNSHARDED, Shard
 from trainer.tasks.base import (
     MAXIMIZE,
     MINIMIZE,
@@ -107,7 +108,8 @@ SPEC = TaskSpec(
 )
 
 
-def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
+def make_data(cfg, global_train_batch: int, global_eval_batch: int,
+              shard: Shard = UNSHARDED) -> TaskData:
 
     from trainer.data import DataError
     from trainer.image_data import expand_globs, image_dataset, scan_images

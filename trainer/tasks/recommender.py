@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainer.sharding import UNSHARDED, Shard
 from trainer.tasks.base import MINIMIZE, Task, TaskConfig, TaskData, TaskSpec, check, integral, option
 
 SPLITS = ("random", "time")
@@ -81,7 +82,8 @@ SPEC = TaskSpec(
 )
 
 
-def make_data(cfg, global_train_batch: int, global_eval_batch: int) -> TaskData:
+def make_data(cfg, global_train_batch: int, global_eval_batch: int,
+              shard: Shard = UNSHARDED) -> TaskData:
     import numpy as np
     import tensorflow as tf
 

@@ -1,0 +1,118 @@
+"""Which share of the input this process reads, and how workers agree on what they learnt from their shares.
+
+Under ``MultiWorkerMirroredStrategy`` every worker runs its own input pipeline. tf.data's automatic sharding
+policy DATA makes each of them read, parse and decode *all* the data and throw away the other workers'
+share, so adding workers adds no input throughput. Tasks shard explicitly instead (auto-sharding is turned
+off with :func:`dataset_options`):
+
+- **by file** when there are at least as many files as workers: worker ``i`` of ``n`` reads files ``i, i+n,
+  i+2n, ...`` and nothing else (bytes read, parsed and decoded: about ``1/n``);
+- **by record** otherwise (the documented fallback): every worker reads the files' bytes but keeps only
+  every ``n``-th record *before* parsing or decoding it, and a one-line warning says how many files the data
+  needs to shard by file.
+
+One epoch is one pass over the data across all workers: a task's ``train_steps`` counts global batches of
+all workers' records together, and under sharding the training loop repeats each worker's shard and runs
+exactly that many steps, so workers with unequal shares never wait for each other at the end of an epoch.
+
+What a task must know before training (row counts, statistics, vocabularies, classes) is computed by each
+worker over its own shard only, then combined with :meth:`Shard.exchange`, an all-gather over the
+cluster's collectives: every worker ends up with the same preprocessing and counts, and the pre-training
+work per worker falls with the number of workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger("trainer")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's input pipeline: ``index`` of ``count`` (one per training worker)."""
+
+    index: int = 0
+    count: int = 1
+    # bytes -> every worker's bytes in index order (a collective all-gather); None in a one-worker run.
+    gather: Callable[[bytes], list[bytes]] | None = None
+
+    def __post_init__(self):
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard index {self.index} outside 0..{self.count - 1}")
+
+    @property
+    def sharded(self) -> bool:
+        return self.count > 1
+
+    def exchange(self, value) -> list:
+        """``value`` (JSON-serialisable) from every worker, in worker order; ``[value]`` when unsharded.
+        Every worker must call it the same number of times, in the same order (it is a collective)."""
+        if not self.sharded:
+            return [value]
+        payload = json.dumps(value, separators=(",", ":"), allow_nan=True).encode()
+        return [json.loads(raw) for raw in self.gather(payload)]
+
+    def files(self, files: Sequence[str], flag: str) -> tuple[tuple[str, ...], bool]:
+        """(the files this worker reads, whether it must also keep only every ``count``-th record).
+
+        Sorted file lists are dealt round-robin, so similar-sized shards of one export spread evenly."""
+        files = tuple(files)
+        if not self.sharded:
+            return files, False
+        if len(files) >= self.count:
+            if len(files) % self.count:
+                log.warning("%s: %d files for %d workers: some workers read one file more than others (a "
+                            "multiple of %d files balances them)", flag, len(files), self.count, self.count)
+            return files[self.index::self.count], False
+        log.warning("%s: %d file(s) for %d workers: every worker reads all the bytes and keeps every %dth "
+                    "record; split the data into at least %d files (a multiple of %d) so each worker reads "
+                    "only its own files", flag, len(files), self.count, self.count, self.count, self.count)
+        return files, True
+
+
+UNSHARDED = Shard()
+
+
+def shard_for(strategy, kind: str) -> Shard:
+    """The Shard of this process under ``strategy`` (created by trainer.env.make_strategy as ``kind``)."""
+    if kind != "multi_worker":
+        return Shard()
+    resolver = strategy.cluster_resolver
+    count = strategy.extended._num_workers  # noqa: SLF001 - the strategy's own count of input pipelines
+    # The strategy numbers its workers chief first, then the workers (the order of its collectives).
+    chief = "chief" in resolver.cluster_spec().jobs
+    index = 0 if resolver.task_type == "chief" else resolver.task_id + chief
+    return Shard(index=index, count=count, gather=lambda payload: _all_gather(strategy, payload))
+
+
+def _all_gather(strategy, payload: bytes) -> list[bytes]:
+    """Every worker's ``payload``, in worker order, over the strategy's collectives (int64 words: the
+    collective ops take no uint8)."""
+    import numpy as np
+    import tensorflow as tf
+
+    local = len(strategy.extended.worker_devices)  # each worker's replicas all contribute the same row
+
+    def gathered(value):
+        per_replica = strategy.experimental_distribute_values_from_function(lambda _: value)
+        return strategy.gather(per_replica, axis=0).numpy()[::local]
+
+    lengths = gathered(tf.constant([len(payload)], tf.int64))
+    width = -(-int(lengths.max()) // 8) * 8
+    words = np.frombuffer(payload.ljust(width, b"\0"), dtype=np.int64)
+    rows = gathered(tf.constant(words[None, :]))
+    return [row.tobytes()[:length] for row, length in zip(rows, lengths.tolist(), strict=True)]
+
+
+def dataset_options(shuffle: bool):
+    """tf.data options for a task's pipeline: sharding is the task's own (see the module docstring)."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    options.deterministic = not shuffle
+    return options
