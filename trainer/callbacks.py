@@ -87,6 +87,44 @@ class EpochLogger(keras.callbacks.Callback):
                  time.perf_counter() - self.started)
 
 
+class PhaseTimer(keras.callbacks.Callback):
+    """Wall time of the run's phases, for metrics.json and the scale benchmark: the first training step
+    (pipeline start-up, tracing, and any work a cache does before it can yield), then the steady training
+    rate (every later step, validation excluded)."""
+
+    def __init__(self, global_batch: int):
+        super().__init__()
+        self.global_batch = global_batch
+        self.first_step_s: float | None = None
+        self.steps = 0
+        self.train_s = 0.0
+        self.eval_s = 0.0
+        self._started = self._eval_started = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if self.first_step_s is None:
+            self.first_step_s = now - self._started
+        else:
+            self.steps += 1
+            self.train_s += now - self._started
+        self._started = now
+
+    def on_test_begin(self, logs=None):
+        self._eval_started = time.perf_counter()
+
+    def on_test_end(self, logs=None):
+        self.eval_s += time.perf_counter() - self._eval_started
+
+    def figures(self) -> dict[str, float]:
+        rate = self.steps * self.global_batch / self.train_s if self.train_s else 0.0
+        return {"first_step_s": round(self.first_step_s or 0.0, 3), "validation_s": round(self.eval_s, 3),
+                "steady_examples_per_s": round(rate, 1)}
+
+
 class Preempted(Exception):
     """Raised between training steps after SIGTERM, so the process can exit cleanly."""
 

@@ -12,6 +12,8 @@ from trainer.config import TrainerConfig
 from trainer.env import Cluster, OutputDirs, trial_id
 
 log = logging.getLogger("trainer")
+# When the trainer's modules were first imported: the "imports" phase runs from here to the first data work.
+STARTED = time.perf_counter()
 
 CONFIG_FILE = "trainer_config.json"  # written beside saved_model.pb
 METRICS_FILE = "metrics.json"
@@ -26,6 +28,15 @@ class RunResult:
     replicas: int = 1
     train_seconds: float = 0.0
     exported_to: str | None = None
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
 
 
 def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
@@ -43,6 +54,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
         EpochLogger,
         HParamsWriter,
         HypertuneReporter,
+        PhaseTimer,
         PreemptionGuard,
         check_trained,
         read_backup_epoch,
@@ -56,6 +68,8 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     replicas = strategy.num_replicas_in_sync
     task = load_task(cfg.model)
     shard = shard_for(strategy, kind)
+    timings = {"imports_s": time.perf_counter() - STARTED}
+    mark = time.perf_counter()
     data = task.make_data(cfg, cfg.train_batch_size * replicas, cfg.eval_batch_size * replicas, shard)
     steps_per_epoch = cfg.steps_per_epoch
     if shard.sharded and steps_per_epoch is None:
@@ -67,6 +81,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
         # where comment lines, blank lines or skipped rows were removed).
         data.train = data.train.rebatch(cfg.train_batch_size * replicas, drop_remainder=True)
         data.eval = data.eval.rebatch(cfg.eval_batch_size * replicas, drop_remainder=True)
+    timings["pre_training_s"] = time.perf_counter() - mark
     log.info("data: %s", data.report.get("summary", ""))
     log.info("strategy: %s, %d replica(s), global batch %d; %s", kind, replicas,
              cfg.train_batch_size * replicas, "chief" if cluster.is_chief else cluster.name)
@@ -100,6 +115,8 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     if chief:
         callbacks.append(HParamsWriter(dirs.logs, cfg.hparams(), trial_id()))
         callbacks.append(HypertuneReporter(cfg.hypertune_metric))
+    phases = PhaseTimer(cfg.train_batch_size * replicas)
+    callbacks.append(phases)
     preemption = PreemptionGuard()
     callbacks.append(preemption)  # last: the epoch's backup and report happen before it stops
 
@@ -111,8 +128,10 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     finally:
         preemption.on_train_end()  # a callback that raised (Diverged) skips it: give SIGTERM back anyway
     train_seconds = time.perf_counter() - started
+    mark = time.perf_counter()
     metrics = {k: float(v) for k, v in
                model.evaluate(data.eval, steps=cfg.eval_steps, return_dict=True, verbose=0).items()}
+    timings["eval_s"] = time.perf_counter() - mark
     log.info("evaluation: %s", " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
     for name, figures in data.report.get("baselines", {}).items():  # what the model has to beat
         log.info("baseline %s on the same data: %s", name,
@@ -121,12 +140,18 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
 
     # Every replica saves (saving may run collectives), only the chief's copy is kept.
     target = dirs.model if chief else f"{scratch}/model"
+    mark = time.perf_counter()
     export_saved_model(model, data, task, cfg.export_format, target)
+    timings["export_s"] = time.perf_counter() - mark
+    timings = {**{k: round(v, 3) for k, v in timings.items()}, **phases.figures(),
+               "peak_rss_mb": round(peak_rss_mb(), 1)}
+    log.info("phases: %s", " ".join(f"{k}={v}" for k, v in timings.items()))
     if chief:
         write_text(f"{target}/{CONFIG_FILE}", cfg.to_json())
         write_json(f"{target}/{METRICS_FILE}", {
             "eval": metrics, "history": epoch_logger.history, "data": data.report,
             "distribution": kind, "replicas": replicas, "train_seconds": round(train_seconds, 3),
+            "phases": timings,
         })
     else:
         shutil.rmtree(scratch, ignore_errors=True)
