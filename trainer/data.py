@@ -3,7 +3,8 @@
 Every file access goes through ``tf.io.gfile``, so local paths, globs, several files and ``gs://`` URIs all
 work the same way.
 
-Bad rows are found by :func:`scan_csv`, one fast pass in Python over the raw lines before training starts:
+Bad rows are found by :func:`scan_csv`, one pass over the raw lines before training starts (vectorised in
+NumPy a block of lines at a time, on several cores, with the per-line validator wording every bad row):
 malformed rows (what ``decode_csv`` could not parse, or would parse into something else) and implausible
 ones (a numeric value outside its column's declared plausible range, or not finite, e.g. an age of -9e18:
 it would parse, train silently and skew the normalisation statistics into a useless model). It names the
@@ -20,16 +21,19 @@ from __future__ import annotations
 import glob
 import math
 import os
-import random
 import re
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 # A scan reads files in blocks of this size, so memory stays flat on large inputs.
-_BLOCK_BYTES = 16 << 20
+_BLOCK_BYTES = 4 << 20
+# Blocks whose vectorised checks run at once (see _blocks).
+_SCAN_THREADS = 4
 # Batches the training pipeline shuffles among (it reorders whole batches; see text_dataset).
 SHUFFLE_BATCHES = 16
 _INT = re.compile(rb"-?[0-9]+")
@@ -237,39 +241,34 @@ class _Validator:
              _TRANSFORMS[c.transform], *map(float, c.plausible or _ANY_FINITE))
             for i, c in enumerate(schema.columns) if c.numeric
         ]
-        self.sums = {c.name: [0.0, 0.0] for c in schema.columns if c.numeric}
-        # A uniform sample of each numeric column (reservoir, fixed seed: the same files give the same
-        # sample) for quantiles, bounded whatever the data size.
-        self.samples: dict[str, list[float]] = {c.name: [] for c in schema.columns if c.numeric}
-        self.seen = 0
-        self.rng = random.Random(0)
 
     def is_data(self, line: bytes) -> bool:
         stripped = line.strip()
         return bool(stripped) and not stripped.startswith(self.comment)
 
-    def check(self, line: bytes) -> tuple[str | None, int]:
-        """(reason, label): reason is None for a good row, else it starts with MALFORMED or IMPLAUSIBLE."""
+    def check(self, line: bytes) -> str | tuple[int, list[float]]:
+        """A bad row's reason (starting with MALFORMED or IMPLAUSIBLE), or a good row's (label, transformed
+        numeric values in column order)."""
         if b'"' in line:
-            return MALFORMED + "unexpected quote character", 0
+            return MALFORMED + "unexpected quote character"
         fields = line.split(self.delim)
         if len(fields) != self.n:
-            return MALFORMED + f"expected {self.n} fields, got {len(fields)}", 0
+            return MALFORMED + f"expected {self.n} fields, got {len(fields)}"
         values = []
         for i, name, pattern, expected, transform, low, high in self.numeric:
             text = fields[i].strip()
             if not pattern.fullmatch(text):
-                return MALFORMED + f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}", 0
+                return MALFORMED + f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}"
             # Up to 18 digits always fit; only longer texts pay for the int() on this per-row path.
             if pattern is _INT and len(text) > 18 and not _INT64_MIN <= int(text) <= _INT64_MAX:
-                return MALFORMED + f"field {name!r}: {text.decode()} is outside the int64 range", 0
+                return MALFORMED + f"field {name!r}: {text.decode()} is outside the int64 range"
             value = float(text)
             if not low <= value <= high:  # nan and +-inf are outside any range, _ANY_FINITE included
-                return IMPLAUSIBLE + _implausible(name, text.decode(), value, low, high), 0
-            values.append((name, transform(value)))
+                return IMPLAUSIBLE + _implausible(name, text.decode(), value, low, high)
+            values.append(transform(value))
         for i, text in enumerate(fields):
             if not text.strip():
-                return MALFORMED + f"field {self.schema.columns[i].name!r} is empty", 0
+                return MALFORMED + f"field {self.schema.columns[i].name!r} is empty"
         label = fields[self.label_index].strip()
         if self.suffix and label.endswith(self.suffix):
             label = label[: -len(self.suffix)]
@@ -280,21 +279,8 @@ class _Validator:
         else:
             allowed = ", ".join(self.schema.negative + self.schema.positive)
             text = label.decode(errors="replace")
-            return MALFORMED + f"field {self.schema.label!r}: {text!r} is not one of {allowed}", 0
-        for name, v in values:
-            acc = self.sums[name]
-            acc[0] += v
-            acc[1] += v * v
-        self.seen += 1
-        if self.seen <= QUANTILE_SAMPLE:
-            for name, v in values:
-                self.samples[name].append(v)
-        else:
-            slot = self.rng.randrange(self.seen)
-            if slot < QUANTILE_SAMPLE:
-                for name, v in values:
-                    self.samples[name][slot] = v
-        return None, y
+            return MALFORMED + f"field {self.schema.label!r}: {text!r} is not one of {allowed}"
+        return y, values
 
 
 def _bound(value: float) -> str:
@@ -310,17 +296,224 @@ def _implausible(name: str, text: str, value: float, low: float, high: float) ->
     return f"field {name!r}: {text} is not a finite number ({allowed})"
 
 
-def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0,
-             flag: str = "") -> ScanResult:
-    """Validate every line of ``files``; raise DataError at the first bad row beyond ``max_bad_rows``.
+class TooManyBadRows(DataError):
+    """More bad rows than ``--max-bad-rows`` allows; ``bad_rows`` holds those found, the last one over."""
+
+    def __init__(self, message: str, bad_rows: Sequence[BadRow]):
+        super().__init__(message)
+        self.bad_rows = tuple(bad_rows)
+
+
+def too_many(bad: Sequence[BadRow], max_bad_rows: int) -> TooManyBadRows:
+    hint = (f"more than --max-bad-rows {max_bad_rows} malformed or implausible rows" if max_bad_rows else
+            "use --max-bad-rows N to skip up to N malformed or implausible rows")
+    return TooManyBadRows(f"{bad[max_bad_rows]} ({hint})", bad[:max_bad_rows + 1])
+
+
+def _complete_lines(path: str, flag: str):
+    """Blocks of ``path`` cut after their last newline, each a run of whole lines ending in b"\n" (a last
+    line without one gets it), so the lines are exactly TextLineDataset's plus their newlines."""
+    import tensorflow as tf
+
+    tail = b""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            while True:
+                block = f.read(_BLOCK_BYTES)
+                if not block:
+                    break
+                cut = block.rfind(b"\n") + 1
+                if not cut:
+                    tail += block  # a line longer than a block: keep reading
+                    continue
+                yield tail + block[:cut]
+                tail = block[cut:]
+    except tf.errors.OpError as exc:
+        raise _unreadable(path, exc, flag) from None
+    if tail:
+        yield tail + b"\n"
+
+
+class _FastPath:
+    """The validator's verdict on whole blocks of lines at once, in NumPy: a row it accepts is one the
+    per-line :class:`_Validator` would accept with the same label and values; every other line (comments,
+    blank lines, quotes, tabs, float columns, anything unusual) is left to the per-line validator, which
+    also words every bad row's reason. On census rows it is about 10x faster than the per-line check."""
+
+    _WIDTH = 24  # longest numeric field (with its spaces) the vectorised parse takes; 18 digits fit in int64
+    _LABEL_WIDTH = 16
+
+    def __init__(self, schema: CsvSchema):
+        self.n = len(schema.columns)
+        self.usable = (len(schema.delimiter) == 1 and ord(schema.delimiter) < 128 and schema.comment_prefix
+                       and not any(c.kind == "float" for c in schema.columns) and self.n > 1)
+        self.delim = ord(schema.delimiter[0]) if schema.delimiter else 0
+        self.comment = ord(schema.comment_prefix[0]) if schema.comment_prefix else 0
+        self.ints = [(i, *map(float, c.plausible or _ANY_FINITE), c.transform)
+                     for i, c in enumerate(schema.columns) if c.kind == "int"]
+        self.label_index = schema.names.index(schema.label)
+        suffix = schema.label_suffix.encode()
+        # The stripped label texts the validator accepts: each value, and each value with the suffix.
+        self.labels: list[tuple[bytes, int]] = []
+        for values, y in ((schema.positive, 1), (schema.negative, 0)):
+            for v in (v.encode() for v in values):
+                if not (suffix and v.endswith(suffix)):
+                    self.labels.append((v, y))
+                if suffix:
+                    self.labels.append((v + suffix, y))
+        self.usable = self.usable and all(len(v) <= self._LABEL_WIDTH for v, _ in self.labels)
+
+    def rows(self, block: bytes, starts, ends):
+        """(accepted mask, labels, numeric values [lines, columns]) for the lines of ``block``."""
+        a = np.frombuffer(block, dtype=np.uint8)
+        count = len(starts)
+        ok = (ends > starts) & (a[starts] != self.comment) & (a[starts] > 32)
+        # Whitespace other than spaces (and the stripped \r), and quotes, go to the per-line check.
+        for special in (b'"', b"\t", b"\x0b", b"\x0c", b"\r"):
+            if special in block:
+                hits = np.flatnonzero(a == special[0])
+                ok &= np.searchsorted(hits, ends) == np.searchsorted(hits, starts)
+        delims = np.flatnonzero(a == self.delim).astype(np.int32)
+        first_delim = np.searchsorted(delims, starts)
+        ok &= np.searchsorted(delims, ends) - first_delim == self.n - 1
+        labels = np.zeros(count, dtype=np.int64)
+        values = np.zeros((count, len(self.ints)), dtype=np.float64)
+        rows = np.flatnonzero(ok)
+        if not rows.size:
+            return ok, labels, values
+        where = delims[first_delim[rows][:, None] + np.arange(self.n - 1)]
+        field_starts = np.concatenate((starts[rows, None].astype(np.int32), where + 1), axis=1)
+        field_ends = np.concatenate((where, ends[rows, None].astype(np.int32)), axis=1)
+        # Not empty once stripped: a non-space byte first or second (anything else: the per-line check).
+        second = a[np.minimum(field_starts + 1, len(a) - 1)]
+        good = ((field_ends > field_starts)
+                & ((a[field_starts] > 32) | ((field_ends - field_starts >= 2) & (second > 32)))).all(axis=1)
+        if self.ints:
+            columns = [i for i, *_ in self.ints]
+            parsed, value = self._integers(a, field_starts[:, columns], field_ends[:, columns])
+            low = np.array([low for _, low, _, _ in self.ints])
+            high = np.array([high for _, _, high, _ in self.ints])
+            good &= (parsed & (value >= low) & (value <= high)).all(axis=1)
+            for k, (_, _, _, transform) in enumerate(self.ints):
+                column = value[:, k]
+                values[rows, k] = np.log1p(np.maximum(column, 0.0)) if transform == "log1p" else column
+        label_ok, y = self._labels(a, field_starts[:, self.label_index], field_ends[:, self.label_index])
+        good &= label_ok
+        labels[rows] = y
+        ok[rows] = good
+        return ok, labels, values
+
+    @staticmethod
+    def _chars(a, starts, ends, width: int):
+        """Each field's bytes in a [..., width] uint8 array padded with spaces."""
+        index = starts[..., None] + np.arange(width, dtype=starts.dtype)
+        return np.where(index < ends[..., None], a[np.minimum(index, len(a) - 1)], np.uint8(32))
+
+    def _integers(self, a, starts, ends):
+        """(parsed, value) [rows, columns]: a field is spaces, an optional minus, 1 to 18 digits, spaces."""
+        lengths = ends - starts
+        width = int(min(lengths.max(), self._WIDTH))
+        chars = self._chars(a, starts, ends, width)
+        digits = chars - np.uint8(48)  # wraps below "0": one comparison finds the digits
+        digit = digits <= 9
+        minus = chars == 45
+        solid = chars != 32
+        first = solid.argmax(axis=-1)
+        last = width - 1 - solid[..., ::-1].argmax(axis=-1)
+        run = last - first + 1
+        signs = minus.sum(axis=-1)
+        lead = np.take_along_axis(chars, first[..., None], axis=-1)[..., 0]
+        parsed = ((lengths <= width) & (digit | minus | ~solid).all(axis=-1) & (solid.sum(axis=-1) == run)
+                  & ((signs == 0) | ((signs == 1) & (lead == 45))) & (run - signs >= 1) & (run - signs <= 18))
+        magnitude = np.zeros(chars.shape[:-1], dtype=np.int64)
+        for j in range(width):  # Horner's rule, one character position at a time
+            magnitude = np.where(digit[..., j], magnitude * 10 + digits[..., j], magnitude)
+        return parsed, np.where(signs == 1, -magnitude, magnitude).astype(np.float64)
+
+    def _labels(self, a, starts, ends):
+        chars = self._chars(a, starts, ends, self._LABEL_WIDTH)
+        fits = ends - starts <= self._LABEL_WIDTH
+        solid = chars != 32
+        first = solid.argmax(axis=1)
+        run = self._LABEL_WIDTH - solid[:, ::-1].argmax(axis=1) - first
+        text = np.take_along_axis(chars, np.minimum(first[:, None] + np.arange(self._LABEL_WIDTH),
+                                                    self._LABEL_WIDTH - 1), axis=1)
+        ok = np.zeros(len(chars), dtype=bool)
+        y = np.zeros(len(chars), dtype=np.int64)
+        for value, label in self.labels:
+            same = (text[:, :len(value)] == np.frombuffer(value, np.uint8)).all(axis=1)
+            match = fits & (run == len(value)) & same
+            ok |= match
+            y[match] = label
+        return ok, y
+
+
+class _Sample:
+    """A uniform sample without replacement of at most ``size`` rows (the rows with the smallest random
+    keys from a seeded generator: the same rows in the same files give the same sample), kept in memory
+    whatever the data size."""
+
+    def __init__(self, size: int, columns: int):
+        self.size = size
+        self.rng = np.random.default_rng(0)
+        self.keys = np.empty(0)
+        self.values = np.empty((0, columns))
+
+    def add(self, values: np.ndarray) -> None:
+        keys = np.concatenate((self.keys, self.rng.random(len(values))))
+        values = np.concatenate((self.values, values))
+        if len(keys) > self.size:
+            keep = np.argpartition(keys, self.size)[:self.size]
+            keys, values = keys[keep], values[keep]
+        self.keys, self.values = keys, values
+
+
+def _blocks(path: str, flag: str, fast: _FastPath, columns: int):
+    """(block, line starts, line ends, fast-path verdict) for each block of ``path``, in order. The
+    vectorised checks of the next blocks run on other cores (NumPy releases the GIL) while the caller
+    handles this one; at most a few blocks are held at once."""
+
+    def lines(block: bytes):
+        a = np.frombuffer(block, dtype=np.uint8)
+        ends = np.flatnonzero(a == 10)
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        ends = ends - ((ends > starts) & (a[ends - 1] == 13))  # TextLineDataset drops a \r before \n
+        if fast.usable:
+            return block, starts, ends, fast.rows(block, starts, ends)
+        empty = np.zeros(len(ends), dtype=bool), np.zeros(len(ends), dtype=np.int64)
+        return block, starts, ends, (*empty, np.zeros((len(ends), columns)))
+
+    threads = max(1, min(_SCAN_THREADS, os.cpu_count() or 1))
+    with ThreadPoolExecutor(threads) as pool:
+        pending = deque()
+        for block in _complete_lines(path, flag):
+            pending.append(pool.submit(lines, block))
+            if len(pending) > threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, flag: str = "",
+             keep: tuple[int, int] = (0, 1), require_rows: bool = True,
+             sample_size: int | None = None) -> ScanResult:
+    """Validate every line of ``files``; raise TooManyBadRows (a DataError) at the first bad row beyond
+    ``max_bad_rows``.
 
     Malformed and implausible rows share the ``max_bad_rows`` budget: both are left out of the pipeline, the
-    statistics and the row count, and listed in ``bad_rows``.
+    statistics and the row count, and listed in ``bad_rows``. ``keep=(i, n)``: only the lines whose index
+    (counted over all ``files``) is ``i`` modulo ``n`` are this scan's; the others are neither checked nor
+    counted (a worker's share when sharding by record, see trainer.sharding). Rows are checked a block at a
+    time by :class:`_FastPath`, and line by line only where it declines.
     """
     import tensorflow as tf
 
-    v = _Validator(schema)
-    excluded: list[int] = []
+    v, fast = _Validator(schema), _FastPath(schema)
+    index_of, count_of = keep
+    numeric = [c.name for c in schema.columns if c.numeric]
+    sample = _Sample(QUANTILE_SAMPLE if sample_size is None else sample_size, len(numeric))
+    sums, squares = np.zeros(len(numeric)), np.zeros(len(numeric))
+    excluded: list[np.ndarray] = []
     bad: list[BadRow] = []
     index = rows = positives = total_bytes = 0
     for path in files:
@@ -328,33 +521,42 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0,
             total_bytes += tf.io.gfile.stat(path).length
         except tf.errors.OpError as exc:
             raise _unreadable(path, exc, flag) from None
-        for number, line in enumerate(read_lines(path, flag), start=1):
-            if not v.is_data(line):
-                excluded.append(index)
-            else:
-                reason, y = v.check(line)
-                if reason is None:
-                    rows += 1
-                    positives += y
-                else:
-                    excluded.append(index)
-                    bad.append(BadRow(path, number, reason))
+        number = 0  # lines of this file before the block
+        for block, starts, ends, verdict in _blocks(path, flag, fast, len(numeric)):
+            good, labels, values = verdict
+            mine = (index + np.arange(len(ends))) % count_of == index_of
+            good &= mine
+            for i in np.flatnonzero(mine & ~good).tolist():
+                line = block[starts[i]:ends[i]]
+                if not v.is_data(line):
+                    continue
+                result = v.check(line)
+                if isinstance(result, str):
+                    bad.append(BadRow(path, number + i + 1, result))
                     if len(bad) > max_bad_rows:
-                        hint = (f"more than --max-bad-rows {max_bad_rows} malformed or implausible rows"
-                                if max_bad_rows else
-                                "use --max-bad-rows N to skip up to N malformed or implausible rows")
-                        raise DataError(f"{bad[-1]} ({hint})")
-            index += 1
-    if rows == 0:
+                        raise too_many(bad, max_bad_rows)
+                else:
+                    good[i] = True
+                    labels[i], values[i] = result
+            rows += int(good.sum())
+            positives += int(labels[good].sum())
+            kept = values[good]
+            sums += kept.sum(axis=0)
+            squares += (kept * kept).sum(axis=0)
+            sample.add(kept)
+            excluded.append(index + np.flatnonzero(mine & ~good))
+            index += len(ends)
+            number += len(ends)
+    if rows == 0 and require_rows:
         raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
     stats = {}
-    for name, (s, ss) in v.sums.items():
-        mean = s / rows
-        stats[name] = (mean, max(ss / rows - mean * mean, 0.0))
+    for k, name in enumerate(numeric):
+        mean = sums[k] / rows if rows else 0.0
+        stats[name] = (float(mean), max(float(squares[k] / rows - mean * mean), 0.0) if rows else 0.0)
     return ScanResult(
         files=tuple(files), total_lines=index, rows=rows, positives=positives, total_bytes=total_bytes,
-        excluded=np.asarray(excluded, dtype=np.int64), bad_rows=tuple(bad), stats=stats,
-        samples={name: np.asarray(values, dtype=np.float64) for name, values in v.samples.items()},
+        excluded=np.concatenate(excluded or [np.empty(0, np.int64)]).astype(np.int64), bad_rows=tuple(bad),
+        stats=stats, samples={name: sample.values[:, k].copy() for k, name in enumerate(numeric)},
     )
 
 

@@ -249,3 +249,61 @@ def test_implausible_rows_share_the_skip_policy_and_never_reach_the_pipeline(tmp
     np.testing.assert_array_equal(features["age"], clean_features["age"])
     with pytest.raises(DataError, match=r":700: implausible value: .*more than --max-bad-rows 2 malformed"):
         scan_csv([str(bad)], SCHEMA, max_bad_rows=2)
+
+
+def _variants() -> list[bytes]:
+    """Census lines good and bad in every way the block-at-a-time checks look at."""
+    fields = GOOD_LINE.split(b",")
+    lines = [GOOD_LINE, GOOD_LINE + b".", b"", b"   ", b"|a comment", b"  |indented", b"\t" + GOOD_LINE]
+    for value in (b" -5", b"-5", b"+5", b" 05", b" 5 ", b" 5\t", b"5-", b"--5", b" - 5", b"", b" ", b" 1" * 3,
+                  b" " + b"9" * 18, b" " + b"9" * 19, b" -" + b"9" * 18, b" 1e3", b" nan", b" 4\xc3\xa9",
+                  b" 200", b" 0"):
+        for column in (0, 10, 12):  # age (0..150), capital_gain (log1p), hours_per_week (0..168)
+            lines.append(b",".join(fields[:column] + [value] + fields[column + 1:]))
+    for label in (b" >50K", b" >50K.", b">50K", b" <=50K. ", b" >50K..", b" 50K", b" >50k", b" ", b' ">50K"',
+                  b" >50K\r", b" " * 20 + b">50K"):
+        lines.append(b",".join(fields[:-1] + [label]))
+    lines += [GOOD_LINE.replace(b"State-gov", b" "), GOOD_LINE.replace(b"State-gov", b""),
+              GOOD_LINE.replace(b"State-gov", b"\xff\xfe"), GOOD_LINE.replace(b", ", b","), GOOD_LINE + b",",
+              GOOD_LINE.replace(b"State-gov", b"a\x0bb"), GOOD_LINE + b"\r", b",".join(fields[:-1])]
+    return lines
+
+
+def test_block_checks_agree_with_the_line_by_line_validator(tmp_path, monkeypatch):
+    """Every line the vectorised checks accept is one the per-line validator accepts with the same label and
+    values, and every other verdict (and reason) is the per-line validator's own."""
+    import trainer.data
+
+    lines = _variants()
+    path = tmp_path / "variants.data"
+    path.write_bytes(b"\n".join(lines * 3) + b"\n")
+    fast = scan_csv([str(path)], SCHEMA, max_bad_rows=10_000)
+
+    class LineByLine(trainer.data._FastPath):
+        def __init__(self, schema):
+            super().__init__(schema)
+            self.usable = False
+
+    monkeypatch.setattr(trainer.data, "_FastPath", LineByLine)
+    slow = scan_csv([str(path)], SCHEMA, max_bad_rows=10_000)
+    assert 0 < fast.rows < len(lines) * 3 and fast.bad_rows
+    assert (fast.rows, fast.positives, fast.total_lines) == (slow.rows, slow.positives, slow.total_lines)
+    assert fast.excluded.tolist() == slow.excluded.tolist()
+    assert fast.bad_rows == slow.bad_rows
+    for name, stats in slow.stats.items():
+        np.testing.assert_allclose(fast.stats[name], stats, rtol=1e-12)
+        np.testing.assert_array_equal(np.sort(fast.samples[name]), np.sort(slow.samples[name]))
+
+
+def test_a_scan_by_record_checks_and_counts_only_its_own_lines(tmp_path, census_slice):
+    """keep=(i, n) is one worker's share when sharding by record: its lines are checked, the others are
+    neither checked nor excluded (the pipeline drops them by position)."""
+    bad = insert_line(census_slice["train"], tmp_path / "bad.data", 6, BAD_LINE)  # line index 5: odd
+    whole = scan_csv([str(bad)], SCHEMA, max_bad_rows=1)
+    even = scan_csv([str(bad)], SCHEMA, keep=(0, 2))
+    odd = scan_csv([str(bad)], SCHEMA, keep=(1, 2), max_bad_rows=1)
+    assert even.rows + odd.rows == whole.rows and even.bad_rows == () and len(odd.bad_rows) == 1
+    assert set(even.excluded.tolist()) | set(odd.excluded.tolist()) == set(whole.excluded.tolist())
+    assert all(i % 2 == 0 for i in even.excluded.tolist()) and all(i % 2 for i in odd.excluded.tolist())
+    with pytest.raises(DataError, match=f"{bad}:6: malformed"):
+        scan_csv([str(bad)], SCHEMA, keep=(1, 2))
