@@ -560,6 +560,98 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
     )
 
 
+def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: int = 0,
+               flag: str = "") -> tuple[ScanResult, ScanResult, tuple[int, int]]:
+    """(this worker's scan, the whole data's, ``keep``) under ``shard`` (a trainer.sharding.Shard).
+
+    Each worker scans only its share (its files, or with fewer files than workers its lines by position:
+    ``keep``); the counts, statistics, quantile samples and bad rows are then combined over the cluster, so
+    every worker builds the same preprocessing, refuses the same bad data with the same line, and the
+    scan's time per worker falls with the number of workers. The whole data's ScanResult has no
+    ``excluded`` lines (those are per share). Unsharded, both scans are the same one.
+    """
+    if not shard.sharded:
+        scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag)
+        return scan, scan, (0, 1)
+    mine, by_record = shard.files(files, flag)
+    keep = (shard.index, shard.count) if by_record else (0, 1)
+    part: dict = {"error": None, "bad": []}
+    local = None
+    try:
+        local = scan_csv(mine, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep, require_rows=False,
+                         sample_size=QUANTILE_SAMPLE // shard.count)
+        part.update(rows=local.rows, positives=local.positives, bytes=local.total_bytes,
+                    bad=[[b.file, b.line, b.reason] for b in local.bad_rows],
+                    stats={k: list(v) for k, v in local.stats.items()},
+                    samples={k: v.tolist() for k, v in local.samples.items()})
+    except TooManyBadRows as exc:
+        part["bad"] = [[b.file, b.line, b.reason] for b in exc.bad_rows]
+    except DataError as exc:
+        part["error"] = str(exc)
+    parts = shard.exchange(part)  # every worker, also one whose share failed: the others wait for it
+    for other in parts:
+        if other["error"]:
+            raise DataError(other["error"])
+    order = {path: i for i, path in enumerate(files)}
+    bad = sorted((BadRow(*b) for other in parts for b in other["bad"]), key=lambda b: (order[b.file], b.line))
+    if len(bad) > max_bad_rows:  # each share stops at its first row over the budget: the union holds ours
+        raise too_many(bad, max_bad_rows)
+    rows = sum(other["rows"] for other in parts)
+    if rows == 0:
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+    names = [c.name for c in schema.columns if c.numeric]
+    stats = {}
+    for name in names:  # per share (mean, variance) back to sums, added up
+        total = sum(p["stats"][name][0] * p["rows"] for p in parts)
+        squares = sum((p["stats"][name][1] + p["stats"][name][0] ** 2) * p["rows"] for p in parts)
+        stats[name] = (total / rows, max(squares / rows - (total / rows) ** 2, 0.0))
+    whole = ScanResult(files=tuple(files), total_lines=0, rows=rows,
+                       positives=sum(other["positives"] for other in parts),
+                       total_bytes=sum(other["bytes"] for other in parts), excluded=np.empty(0, np.int64),
+                       bad_rows=tuple(bad), stats=stats, samples=_merge_samples(parts, names))
+    return local, whole, keep
+
+
+def _merge_samples(parts: list[dict], names: list[str]) -> dict[str, np.ndarray]:
+    """One uniform sample of the whole data from each share's: from every share the same fraction of its
+    rows (the largest that all shares' samples can give), chosen at random with a fixed seed."""
+    rng = np.random.default_rng(0)
+    shares = [p for p in parts if p["rows"]]
+    fraction = min(len(p["samples"][names[0]]) / p["rows"] for p in shares) if names else 0.0
+    merged: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    for p in shares:
+        size = len(p["samples"][names[0]]) if names else 0
+        pick = rng.choice(size, size=min(size, round(fraction * p["rows"])), replace=False)
+        for name in names:
+            merged[name].append(np.asarray(p["samples"][name], dtype=np.float64)[pick])
+    return {name: np.concatenate(values) for name, values in merged.items()}
+
+
+def cache_budget(limit_mb: int) -> int:
+    """Bytes a pipeline may cache in memory: ``--cache-limit-mb``, and at most a quarter of the memory
+    available now (another trainer, trial or worker process may share the machine)."""
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):  # not Linux: the page counts, where the OS has them
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            available = limit_mb << 20
+    return min(limit_mb << 20, available // 4)
+
+
+def bytes_per_row(element_spec) -> int:
+    """Memory one row of a batched dataset's elements takes (strings counted at 64 bytes)."""
+    import tensorflow as tf
+
+    total = 0
+    for spec in tf.nest.flatten(element_spec):
+        size = 64 if spec.dtype == tf.string else spec.dtype.size
+        total += size * int(np.prod([d or 1 for d in spec.shape[1:]]))
+    return total
+
+
 def decode_csv_batch(lines, schema: CsvSchema):
     """Decode a batch of raw lines into (features dict, float label) tensors; strings are stripped."""
     import tensorflow as tf
@@ -579,33 +671,49 @@ def decode_csv_batch(lines, schema: CsvSchema):
     return features, label
 
 
-def count_batches(scan: ScanResult, batch_size: int) -> int:
+def _kept_per_batch(scan: ScanResult, batch_lines: int, keep: tuple[int, int]) -> np.ndarray:
+    """Data rows each batch of ``batch_lines`` lines delivers: its lines of this share (every line, or with
+    ``keep=(i, n)`` those at positions i modulo n), less the excluded ones."""
+    index_of, count_of = keep
+    n = -(-scan.total_lines // batch_lines)
+    edges = np.minimum(np.arange(n + 1, dtype=np.int64) * batch_lines, scan.total_lines)
+    below = (edges - index_of + count_of - 1) // count_of  # lines before each edge at i modulo n
+    return np.diff(below) - np.bincount(scan.excluded // batch_lines, minlength=n)
+
+
+def count_batches(scan: ScanResult, batch_size: int, keep: tuple[int, int] = (0, 1)) -> int:
     """Batches text_dataset yields per pass: line batches that keep at least one data row."""
-    n = -(-scan.total_lines // batch_size)
-    sizes = np.full(n, batch_size, dtype=np.int64)
-    sizes[-1] = scan.total_lines - (n - 1) * batch_size
-    dropped = np.bincount(scan.excluded // batch_size, minlength=n)
-    return int(np.count_nonzero(dropped < sizes))
+    return int(np.count_nonzero(_kept_per_batch(scan, batch_size * keep[1], keep) > 0))
 
 
 def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
-                 transform: Callable | None = None, cache: bool = False, shuffle: bool = False,
-                 seed: int = 0, repeat: bool = False):
+                 transform: Callable | None = None, cache: bool | int = False, shuffle: bool = False,
+                 seed: int = 0, repeat: bool = False, keep: tuple[int, int] = (0, 1)):
     """The streaming pipeline: TextLineDataset -> batch -> (drop excluded lines, decode, transform) -> cache.
 
     ``transform(features, label)`` runs inside the parallel map (the task's preprocessing), so with
-    ``cache`` both parsing and preprocessing happen once and later epochs read ready tensors. Shuffling
+    ``cache`` both parsing and preprocessing happen once and later epochs read ready tensors (``cache`` as a
+    number of bytes: only when the preprocessed rows take at most that much memory). Shuffling
     reorders whole batches: per-example shuffling would cost per-element tf.data work on every epoch.
+    ``keep=(i, n)``: this worker's share by record (trainer.sharding): batches of ``n * batch_size`` lines of
+    which only those at positions i modulo n are decoded, so batches stay about ``batch_size`` rows.
     """
     import tensorflow as tf
 
+    from trainer.sharding import dataset_options
+
+    index_of, count_of = keep
+    lines_per_batch = batch_size * count_of
     excluded = tf.constant(scan.excluded, dtype=tf.int64)
     has_excluded = bool(scan.excluded.size)
+    delivers = _kept_per_batch(scan, lines_per_batch, keep) > 0
 
     def parse(batch_index, lines):
+        start = batch_index * lines_per_batch
+        index = start + tf.range(tf.size(lines, out_type=tf.int64), dtype=tf.int64)
+        if count_of > 1:
+            lines, index = (tf.boolean_mask(t, tf.equal(index % count_of, index_of)) for t in (lines, index))
         if has_excluded:
-            start = batch_index * batch_size
-            index = start + tf.range(tf.size(lines, out_type=tf.int64), dtype=tf.int64)
             pos = tf.searchsorted(excluded, index, out_type=tf.int64)
             hit = tf.gather(excluded, tf.minimum(pos, tf.size(excluded, out_type=tf.int64) - 1))
             lines = tf.boolean_mask(lines, tf.not_equal(hit, index))
@@ -614,11 +722,16 @@ def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
             return transform(features, label)
         return features, label
 
-    ds = tf.data.TextLineDataset(list(scan.files)).batch(batch_size).enumerate()
+    ds = tf.data.TextLineDataset(list(scan.files)).batch(lines_per_batch).enumerate()
+    if not delivers.all():
+        # A batch of only excluded lines (a banner and a blank line, or comments) is dropped before it is
+        # decoded: the preprocessing's layers refuse empty batches.
+        table = tf.constant(delivers)
+        ds = ds.filter(lambda batch_index, _: table[batch_index])
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    # A batch that held only excluded lines (the banner + a blank line of a tiny file) would be empty.
-    ds = ds.filter(lambda _, label: tf.size(label) > 0) if has_excluded else ds
-    ds = ds.apply(tf.data.experimental.assert_cardinality(count_batches(scan, batch_size)))
+    ds = ds.apply(tf.data.experimental.assert_cardinality(int(delivers.sum())))
+    if cache is not True and cache is not False:
+        cache = scan.rows * bytes_per_row(ds.element_spec) <= cache
     if cache:
         ds = ds.cache()
     if shuffle:
@@ -627,8 +740,4 @@ def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
         ds = ds.shuffle(SHUFFLE_BATCHES, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
-    options = tf.data.Options()
-    # Every worker reads the files and keeps its share of batches: census has fewer files than workers.
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    options.deterministic = not shuffle
-    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(dataset_options(shuffle)).prefetch(tf.data.AUTOTUNE)

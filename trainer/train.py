@@ -83,6 +83,11 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
         data.eval = data.eval.rebatch(cfg.eval_batch_size * replicas, drop_remainder=True)
     timings["pre_training_s"] = time.perf_counter() - mark
     log.info("data: %s", data.report.get("summary", ""))
+    if "shard" in data.report:  # trainer.sharding: what this worker reads of the whole
+        share = data.report["shard"]
+        log.info("input: worker %d of %d reads %d of %d training records per epoch (%s)", share["index"],
+                 share["count"], share["train_records"], data.train_rows,
+                 "by record" if share["by_record"] else "by file")
     log.info("strategy: %s, %d replica(s), global batch %d; %s", kind, replicas,
              cfg.train_batch_size * replicas, "chief" if cluster.is_chief else cluster.name)
 

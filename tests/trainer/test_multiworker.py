@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.trainer.helpers import REPO_ROOT, subprocess_env, trainer_args
+from tests.trainer.helpers import EVAL_ROWS, REPO_ROOT, TRAIN_ROWS, subprocess_env, trainer_args
 from tests.trainer.image_helpers import FLOWERS_EVAL, FLOWERS_TRAIN, serve_records
 
 pytestmark = pytest.mark.training
@@ -48,15 +50,50 @@ def run_cluster(tmp_path, args: list[str]) -> tuple[dict[str, subprocess.Popen],
     return procs, outputs
 
 
+def split_lines(src: Path, parts: int, root: Path) -> list[Path]:
+    """``src``'s lines dealt into ``parts`` files of unequal sizes (the first gets a third more)."""
+    lines = src.read_bytes().splitlines(keepends=True)
+    cut = len(lines) * 2 // 3
+    chunks = [lines[:cut], lines[cut:]] if parts == 2 else [lines]
+    paths = []
+    for i, chunk in enumerate(chunks):
+        paths.append(root / f"{src.name}-{i}")
+        paths[-1].write_bytes(b"".join(chunk))
+    return paths
+
+
+def shares(output: str) -> tuple[int, int, str]:
+    """(records this worker read per epoch, of how many, how) from the trainer's input line."""
+    line = next(line for line in output.splitlines() if "trainer: input: worker " in line)
+    read, total, how = re.search(r"reads (\d+) of (\d+) training records per epoch \((.*)\)", line).groups()
+    return int(read), int(total), how
+
+
 @pytest.mark.timeout(300)
-def test_chief_and_worker_train_and_only_the_chief_exports(tmp_path, census_slice):
+def test_chief_and_worker_train_on_their_own_shares_and_only_the_chief_exports(tmp_path, census_slice):
+    # Two training files of unequal sizes: each worker reads one of them (by file); the one evaluation file
+    # is shared by record, with a warning that says how many files sharding by file needs.
+    train = split_lines(census_slice["train"], 2, tmp_path)
     job = tmp_path / "job"
-    procs, outputs = run_cluster(tmp_path, trainer_args(census_slice, job, "--num-epochs", "2",
-                                                        "--steps-per-epoch", "4", "--train-batch-size", "16"))
+    args = trainer_args({"train": train[0], "eval": census_slice["eval"]}, job, "--num-epochs", "2",
+                        "--train-batch-size", "64")
+    args[args.index(str(train[0])) + 1:args.index(str(train[0])) + 1] = [str(train[1])]
+    procs, outputs = run_cluster(tmp_path, args)
     for task_type, proc in procs.items():
         assert proc.returncode == 0, f"{task_type}:\n{outputs[task_type][-3000:]}"
-        assert "strategy: multi_worker, 2 replica(s), global batch 32" in outputs[task_type]
+        assert "strategy: multi_worker, 2 replica(s), global batch 128" in outputs[task_type]
+        assert ("--eval-files: 1 file(s) for 2 workers: every worker reads all the bytes and keeps every 2th "
+                "record; split the data into at least 2 files") in outputs[task_type]
     assert "; chief" in outputs["chief"] and "; worker_0" in outputs["worker"]
+    chief, worker = shares(outputs["chief"]), shares(outputs["worker"])
+    assert chief[1] == worker[1] == TRAIN_ROWS and chief[0] + worker[0] == TRAIN_ROWS
+    assert chief[2] == worker[2] == "by file" and max(chief[0], worker[0]) <= 0.7 * TRAIN_ROWS
+    # One epoch is one pass over the data across both workers: 2000 rows / global batch 128 = 16 steps.
+    assert all("epoch 1/2" in out for out in outputs.values())
+    report = json.loads((job / "model" / "metrics.json").read_text())
+    assert report["data"]["train"]["rows"] == TRAIN_ROWS
+    assert report["data"]["shard"] == {"index": 0, "count": 2, "by_record": False,
+                                       "train_records": chief[0], "eval_records": EVAL_ROWS // 2}
 
     # The chief's SavedModel is the only one; the worker's scratch copy was deleted.
     assert (job / "model" / "saved_model.pb").is_file()
@@ -124,3 +161,28 @@ def test_divergence_stops_every_worker_without_a_hang(tmp_path, census_slice):
     assert errors["chief"][0].startswith(
         "trainer.task: error: training diverged: the training loss is nan at epoch 1/2, step ")
     assert not (job / "model").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_bad_row_in_the_second_workers_share_stops_both_with_its_line(tmp_path, census_slice):
+    """The worker alone reads the second file; both workers refuse the run with the same one line naming
+    that file and line, before anything is written (the chief waits for the worker's verdict)."""
+    train = split_lines(census_slice["train"], 2, tmp_path)
+    lines = train[1].read_bytes().split(b"\n")
+    fields = lines[4].split(b",")
+    lines[4] = b",".join(fields[:12] + [b" 400"] + fields[13:])  # hours_per_week 400: implausible
+    train[1].write_bytes(b"\n".join(lines))
+    job = tmp_path / "job"
+    args = trainer_args({"train": train[0], "eval": census_slice["eval"]}, job)
+    args[args.index(str(train[0])) + 1:args.index(str(train[0])) + 1] = [str(train[1])]
+    procs, outputs = run_cluster(tmp_path, args)
+    errors = {}
+    for task_type, proc in procs.items():
+        assert proc.returncode == 2, f"{task_type}:\n{outputs[task_type][-3000:]}"
+        assert "Traceback" not in outputs[task_type]
+        errors[task_type] = [line for line in outputs[task_type].splitlines()
+                             if line.startswith("trainer.task")]
+    assert errors["chief"] == errors["worker"] == [
+        f"trainer.task: error: {train[1]}:5: implausible value: field 'hours_per_week': 400 is outside the "
+        "plausible range 0..168 (use --max-bad-rows N to skip up to N malformed or implausible rows)"]
+    assert not job.exists()
