@@ -170,7 +170,7 @@ def expand_files(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
 
     Local paths are expanded without TensorFlow, so a missing local file is reported before it is imported.
     """
-    files: list[str] = []
+    files: dict[str, None] = {}  # insertion-ordered and de-duplicated in linear time
     for pattern in patterns:
         if _is_uri(pattern):
             matches = _glob_uri(pattern, flag)
@@ -178,7 +178,7 @@ def expand_files(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
             matches = [m for m in sorted(glob.glob(pattern)) if os.path.isfile(m)]
         if not matches:
             raise DataError(f"{flag}: no such file: {pattern}")
-        files.extend(m for m in matches if m not in files)
+        files.update(dict.fromkeys(matches))
     return tuple(files)
 
 
