@@ -352,6 +352,7 @@ class _FastPath:
         self.ints = [(i, *map(float, c.plausible or _ANY_FINITE), c.transform)
                      for i, c in enumerate(schema.columns) if c.kind == "int"]
         self.label_index = schema.names.index(schema.label)
+        self.texts = [i for i, c in enumerate(schema.columns) if c.kind == "str" and i != self.label_index]
         suffix = schema.label_suffix.encode()
         # The stripped label texts the validator accepts: each value, and each value with the suffix.
         self.labels: list[tuple[bytes, int]] = []
@@ -384,10 +385,12 @@ class _FastPath:
         where = delims[first_delim[rows][:, None] + np.arange(self.n - 1)]
         field_starts = np.concatenate((starts[rows, None].astype(np.int32), where + 1), axis=1)
         field_ends = np.concatenate((where, ends[rows, None].astype(np.int32)), axis=1)
-        # Not empty once stripped: a non-space byte first or second (anything else: the per-line check).
-        second = a[np.minimum(field_starts + 1, len(a) - 1)]
-        good = ((field_ends > field_starts)
-                & ((a[field_starts] > 32) | ((field_ends - field_starts >= 2) & (second > 32)))).all(axis=1)
+        # A text field is not empty once stripped: a non-space byte first or second (anything else: the
+        # per-line check). Integers and the label are checked whole below.
+        text_starts, text_ends = field_starts[:, self.texts], field_ends[:, self.texts]
+        second = a[np.minimum(text_starts + 1, len(a) - 1)]
+        good = ((text_ends > text_starts)
+                & ((a[text_starts] > 32) | ((text_ends - text_starts >= 2) & (second > 32)))).all(axis=1)
         if self.ints:
             columns = [i for i, *_ in self.ints]
             parsed, value = self._integers(a, field_starts[:, columns], field_ends[:, columns])
@@ -431,16 +434,18 @@ class _FastPath:
         return parsed, np.where(signs == 1, -magnitude, magnitude).astype(np.float64)
 
     def _labels(self, a, starts, ends):
-        chars = self._chars(a, starts, ends, self._LABEL_WIDTH)
-        fits = ends - starts <= self._LABEL_WIDTH
+        width = int(min((ends - starts).max(), self._LABEL_WIDTH))
+        chars = self._chars(a, starts, ends, width)
+        fits = ends - starts <= width
         solid = chars != 32
         first = solid.argmax(axis=1)
-        run = self._LABEL_WIDTH - solid[:, ::-1].argmax(axis=1) - first
-        text = np.take_along_axis(chars, np.minimum(first[:, None] + np.arange(self._LABEL_WIDTH),
-                                                    self._LABEL_WIDTH - 1), axis=1)
+        run = width - solid[:, ::-1].argmax(axis=1) - first
+        text = np.take_along_axis(chars, np.minimum(first[:, None] + np.arange(width), width - 1), axis=1)
         ok = np.zeros(len(chars), dtype=bool)
         y = np.zeros(len(chars), dtype=np.int64)
         for value, label in self.labels:
+            if len(value) > width:
+                continue
             same = (text[:, :len(value)] == np.frombuffer(value, np.uint8)).all(axis=1)
             match = fits & (run == len(value)) & same
             ok |= match
