@@ -19,6 +19,8 @@ number, a vectorised lookup, so no per-line Python or per-element tf.data work i
 from __future__ import annotations
 
 import glob
+import json
+import logging
 import math
 import os
 import re
@@ -500,17 +502,115 @@ def _blocks(path: str, flag: str, fast: _FastPath, columns: int):
 
 
 def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, flag: str = "",
-             keep: tuple[int, int] = (0, 1), require_rows: bool = True,
-             sample_size: int | None = None) -> ScanResult:
+             keep: tuple[int, int] = (0, 1), require_rows: bool = True, sample_size: int | None = None,
+             cache_dir: str | None = None) -> ScanResult:
     """Validate every line of ``files``; raise TooManyBadRows (a DataError) at the first bad row beyond
     ``max_bad_rows``.
 
     Malformed and implausible rows share the ``max_bad_rows`` budget: both are left out of the pipeline, the
     statistics and the row count, and listed in ``bad_rows``. ``keep=(i, n)``: only the lines whose index
     (counted over all ``files``) is ``i`` modulo ``n`` are this scan's; the others are neither checked nor
-    counted (a worker's share when sharding by record, see trainer.sharding). Rows are checked a block at a
-    time by :class:`_FastPath`, and line by line only where it declines.
+    counted (a worker's share when sharding by record, see trainer.sharding).
+
+    With ``cache_dir``, a completed scan is kept there, keyed by the files' identity (path, size,
+    modification time), the schema and the share; the job's later trials and restarts read it instead of the
+    data, and refuse or skip the same bad rows with the same lines (a scan that stopped at a bad row is not
+    kept).
     """
+    if cache_dir is None:
+        return _scan_files(files, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep,
+                           require_rows=require_rows, sample_size=sample_size)
+    size = QUANTILE_SAMPLE if sample_size is None else sample_size
+    path = f"{cache_dir}/{_scan_key(files, schema, keep, size, flag)}.npz"
+    scan = _load_scan(path, files)
+    if scan is None:
+        scan = _scan_files(files, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep,
+                           require_rows=require_rows, sample_size=size)
+        _save_scan(path, scan)
+        return scan
+    logging.getLogger("trainer").info("%s: read the scan of %d file(s) from %s", flag or "data", len(files),
+                                      path)
+    if len(scan.bad_rows) > max_bad_rows:
+        raise too_many(scan.bad_rows, max_bad_rows)
+    if scan.rows == 0 and require_rows:
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+    return scan
+
+
+_SCAN_FORMAT = 1  # bump when what a scan checks or keeps changes: older kept scans are then not read
+
+
+def _scan_key(files: Sequence[str], schema: CsvSchema, keep: tuple[int, int], sample_size: int,
+              flag: str) -> str:
+    import hashlib
+
+    import tensorflow as tf
+
+    identity = []
+    for path in files:
+        try:
+            stat = tf.io.gfile.stat(path)
+        except tf.errors.OpError as exc:
+            raise _unreadable(path, exc, flag) from None
+        identity.append([path, stat.length, stat.mtime_nsec])
+    text = json.dumps([_SCAN_FORMAT, repr(schema), list(keep), sample_size, identity])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _load_scan(path: str, files: Sequence[str]) -> ScanResult | None:
+    """A kept scan, or None when there is none or it cannot be read (then the data is scanned again)."""
+    import io
+
+    import tensorflow as tf
+
+    try:
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path, "rb") as f:
+            kept = np.load(io.BytesIO(f.read()), allow_pickle=False)
+            meta = json.loads(kept["meta"].tobytes())
+            samples = kept["samples"]
+            return ScanResult(
+                files=tuple(files), total_lines=meta["total_lines"], rows=meta["rows"],
+                positives=meta["positives"], total_bytes=meta["total_bytes"], excluded=kept["excluded"],
+                bad_rows=tuple(BadRow(*b) for b in meta["bad_rows"]),
+                stats={k: tuple(v) for k, v in meta["stats"].items()},
+                samples={name: samples[:, k].copy() for k, name in enumerate(meta["names"])})
+    except (tf.errors.OpError, OSError, ValueError, KeyError, TypeError) as exc:
+        logging.getLogger("trainer").warning("not reading the kept scan %s (%s): scanning the data", path,
+                                             exc)
+        return None
+
+
+def _save_scan(path: str, scan: ScanResult) -> None:
+    """Keep ``scan`` at ``path`` (written whole, then renamed: a reader never sees half a file); a place
+    the job cannot write to only costs the later runs a scan."""
+    import io
+
+    import tensorflow as tf
+
+    names = list(scan.samples)
+    meta = {"rows": scan.rows, "positives": scan.positives, "total_lines": scan.total_lines,
+            "total_bytes": scan.total_bytes, "stats": scan.stats, "names": names,
+            "bad_rows": [[b.file, b.line, b.reason] for b in scan.bad_rows]}
+    samples = np.stack([scan.samples[n] for n in names], axis=1) if names else np.empty((0, 0))
+    buffer = io.BytesIO()
+    np.savez(buffer, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+             excluded=scan.excluded, samples=samples)
+    partial = f"{path}.partial-{os.getpid()}"
+    try:
+        tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
+        with tf.io.gfile.GFile(partial, "wb") as f:
+            f.write(buffer.getvalue())
+        tf.io.gfile.rename(partial, path, overwrite=True)
+    except tf.errors.OpError as exc:
+        logging.getLogger("trainer").warning("could not keep the data scan at %s: %s", path, op_reason(exc))
+
+
+def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, flag: str,
+                keep: tuple[int, int], require_rows: bool, sample_size: int | None) -> ScanResult:
+    """scan_csv without the kept scans: rows are checked a block at a time by :class:`_FastPath`, and line by
+    line only where it declines."""
     import tensorflow as tf
 
     v, fast = _Validator(schema), _FastPath(schema)
@@ -576,7 +676,7 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     ``excluded`` lines (those are per share). Unsharded, both scans are the same one.
     """
     if not shard.sharded:
-        scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag)
+        scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag, cache_dir=shard.cache_dir)
         return scan, scan, (0, 1)
     mine, by_record = shard.files(files, flag)
     keep = (shard.index, shard.count) if by_record else (0, 1)
@@ -584,7 +684,7 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     local = None
     try:
         local = scan_csv(mine, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep, require_rows=False,
-                         sample_size=QUANTILE_SAMPLE // shard.count)
+                         sample_size=QUANTILE_SAMPLE // shard.count, cache_dir=shard.cache_dir)
         part.update(rows=local.rows, positives=local.positives, bytes=local.total_bytes,
                     bad=[[b.file, b.line, b.reason] for b in local.bad_rows],
                     stats={k: list(v) for k, v in local.stats.items()},

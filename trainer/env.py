@@ -22,6 +22,7 @@ from trainer.contract import (
     CPU_FALLBACK_ENV,
     CPU_REPLICAS_ENV,
     MAX_CPU_REPLICAS,
+    MODEL_DIR,
     OUTPUT_DIRS,
     TF_CONFIG,
     TRAINER_MODULE,
@@ -138,6 +139,17 @@ def cluster_from_env(environ: Mapping[str, str] = os.environ) -> Cluster:
 def trial_id(environ: Mapping[str, str] = os.environ) -> str | None:
     """The tuning trial this run is (Vertex AI sets CLOUD_ML_TRIAL_ID), or None outside a study."""
     return environ.get(TRIAL_ID) or None
+
+
+def data_cache_dir(dirs: OutputDirs, environ: Mapping[str, str] = os.environ) -> str:
+    """Where what the trainer learnt from its input (trainer.data's scans) is kept for the job's other
+    trials and for a restart: beside the run's model folder, ``<base>/data-scans``, with ``<base>`` the
+    job's baseOutputDirectory (Vertex AI writes a trial's outputs to ``<base>/<trial id>/model``) or the
+    ``--job-dir``."""
+    base = dirs.model.rstrip("/").rsplit("/", 1)[0]
+    if trial_id(environ) and environ.get(MODEL_DIR, "").strip():
+        base = base.rsplit("/", 1)[0]
+    return f"{base}/data-scans"
 
 
 def _has_tpu(environ: Mapping[str, str]) -> bool:

@@ -39,6 +39,9 @@ class Shard:
     count: int = 1
     # bytes -> every worker's bytes in index order (a collective all-gather); None in a one-worker run.
     gather: Callable[[bytes], list[bytes]] | None = None
+    # Where a task may keep what it learnt from its share (e.g. trainer.data's scans) for the job's other
+    # trials and for a restart; None: nowhere.
+    cache_dir: str | None = None
 
     def __post_init__(self):
         if not 0 <= self.index < self.count:
@@ -77,16 +80,17 @@ class Shard:
 UNSHARDED = Shard()
 
 
-def shard_for(strategy, kind: str) -> Shard:
+def shard_for(strategy, kind: str, cache_dir: str | None = None) -> Shard:
     """The Shard of this process under ``strategy`` (created by trainer.env.make_strategy as ``kind``)."""
     if kind != "multi_worker":
-        return Shard()
+        return Shard(cache_dir=cache_dir)
     resolver = strategy.cluster_resolver
     count = strategy.extended._num_workers  # noqa: SLF001 - the strategy's own count of input pipelines
     # The strategy numbers its workers chief first, then the workers (the order of its collectives).
     chief = "chief" in resolver.cluster_spec().jobs
     index = 0 if resolver.task_type == "chief" else resolver.task_id + chief
-    return Shard(index=index, count=count, gather=lambda payload: _all_gather(strategy, payload))
+    return Shard(index=index, count=count, gather=lambda payload: _all_gather(strategy, payload),
+                 cache_dir=cache_dir)
 
 
 def _all_gather(strategy, payload: bytes) -> list[bytes]:

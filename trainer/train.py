@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from trainer.config import TrainerConfig
-from trainer.env import Cluster, OutputDirs, trial_id
+from trainer.env import Cluster, OutputDirs, data_cache_dir, trial_id
 
 log = logging.getLogger("trainer")
 # When the trainer's modules were first imported: the "imports" phase runs from here to the first data work.
@@ -67,7 +67,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     keras.utils.set_random_seed(cfg.seed)
     replicas = strategy.num_replicas_in_sync
     task = load_task(cfg.model)
-    shard = shard_for(strategy, kind)
+    shard = shard_for(strategy, kind, data_cache_dir(dirs))
     timings = {"imports_s": time.perf_counter() - STARTED}
     mark = time.perf_counter()
     data = task.make_data(cfg, cfg.train_batch_size * replicas, cfg.eval_batch_size * replicas, shard)

@@ -307,3 +307,51 @@ def test_a_scan_by_record_checks_and_counts_only_its_own_lines(tmp_path, census_
     assert all(i % 2 == 0 for i in even.excluded.tolist()) and all(i % 2 for i in odd.excluded.tolist())
     with pytest.raises(DataError, match=f"{bad}:6: malformed"):
         scan_csv([str(bad)], SCHEMA, keep=(1, 2))
+
+
+def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, census_slice, monkeypatch):
+    import trainer.data
+
+    data = tmp_path / "adult.data"
+    data.write_bytes(census_slice["train"].read_bytes())
+    kept = tmp_path / "scans"
+    first = scan_csv([str(data)], SCHEMA, cache_dir=str(kept))
+    (path,) = kept.iterdir()
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("scanned the data again")
+
+    with monkeypatch.context() as m:
+        m.setattr(trainer.data, "_scan_files", no_scan)
+        again = scan_csv([str(data)], SCHEMA, cache_dir=str(kept))
+    counts = ("rows", "positives", "total_lines")
+    assert [getattr(again, k) for k in counts] == [getattr(first, k) for k in counts]
+    assert again.stats == first.stats and again.excluded.tolist() == first.excluded.tolist()
+    assert all(np.array_equal(again.samples[k], v) for k, v in first.samples.items())
+    # Another share of the same files, or changed files, are scanned (and kept) anew.
+    scan_csv([str(data)], SCHEMA, cache_dir=str(kept), keep=(1, 2))
+    data.write_bytes(data.read_bytes() + GOOD_LINE + b"\n")
+    assert scan_csv([str(data)], SCHEMA, cache_dir=str(kept)).rows == first.rows + 1
+    assert len(list(kept.iterdir())) == 3
+    # A damaged kept scan is scanned again, with a warning, never trusted.
+    path.write_bytes(b"not a scan")
+    data.write_bytes(census_slice["train"].read_bytes())
+    assert scan_csv([str(data)], SCHEMA, cache_dir=str(kept)).rows == first.rows
+
+
+def test_a_kept_scan_refuses_and_skips_the_same_bad_rows(tmp_path, census_slice):
+    bad = insert_line(census_slice["train"], tmp_path / "bad.data", 300, BAD_LINE)
+    kept = str(tmp_path / "scans")
+    with pytest.raises(DataError) as fresh:
+        scan_csv([str(bad)], SCHEMA)
+    assert scan_csv([str(bad)], SCHEMA, max_bad_rows=1, cache_dir=kept).bad_rows  # kept, with its bad row
+    with pytest.raises(DataError) as reused:
+        scan_csv([str(bad)], SCHEMA, cache_dir=kept)
+    assert str(reused.value) == str(fresh.value)
+    assert len(scan_csv([str(bad)], SCHEMA, max_bad_rows=5, cache_dir=kept).bad_rows) == 1
+
+
+def test_a_place_the_job_cannot_write_costs_only_the_reuse(tmp_path, census_slice):
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the scans' folder would go")
+    assert scan_csv([str(census_slice["train"])], SCHEMA, cache_dir=str(blocked / "scans")).rows == 2000

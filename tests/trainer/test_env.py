@@ -7,7 +7,15 @@ import json
 import pytest
 
 from trainer.config import ConfigError
-from trainer.env import Cluster, choose_distribution, cluster_from_env, cpu_replicas, output_dirs, trial_id
+from trainer.env import (
+    Cluster,
+    choose_distribution,
+    cluster_from_env,
+    cpu_replicas,
+    data_cache_dir,
+    output_dirs,
+    trial_id,
+)
 
 
 def test_output_dirs_default_to_job_dir():
@@ -23,6 +31,22 @@ def test_output_dirs_follow_aip_variables():
     assert (dirs.model, dirs.checkpoints, dirs.logs) == ("gs://m/3/model", "gs://m/3/checkpoints", "gs://m/3/logs")
     # Partly set: the rest falls back to --job-dir.
     assert output_dirs("/j", {"AIP_MODEL_DIR": "/m"}).checkpoints == "/j/checkpoints"
+
+
+@pytest.mark.parametrize(("job_dir", "environ", "expected"), [
+    ("/runs/job", {}, "/runs/job/data-scans"),
+    ("gs://b/job/", {}, "gs://b/job/data-scans"),
+    # A CustomJob on Vertex AI: <base>/model; a trial: <base>/<trial id>/model, all trials share <base>.
+    (None, {"AIP_MODEL_DIR": "gs://m/census/123/model/"}, "gs://m/census/123/data-scans"),
+    (None, {"AIP_MODEL_DIR": "gs://m/study/7/model/", "CLOUD_ML_TRIAL_ID": "7"}, "gs://m/study/data-scans"),
+    ("/runs/job", {"CLOUD_ML_TRIAL_ID": "7"}, "/runs/job/data-scans"),  # a trial run by hand: its job dir
+])
+def test_scans_are_kept_where_the_jobs_trials_and_restarts_find_them(job_dir, environ, expected):
+    if "AIP_MODEL_DIR" in environ:  # Vertex AI sets the three together
+        base = environ["AIP_MODEL_DIR"].removesuffix("model/")
+        environ = {**environ, "AIP_CHECKPOINT_DIR": base + "checkpoints/",
+                   "AIP_TENSORBOARD_LOG_DIR": base + "logs/"}
+    assert data_cache_dir(output_dirs(job_dir, environ), environ) == expected
 
 
 def test_output_dirs_need_job_dir_or_aip():
