@@ -34,6 +34,8 @@ import numpy as np
 
 # A scan reads files in blocks of this size, so memory stays flat on large inputs.
 _BLOCK_BYTES = 4 << 20
+# The longest line a scan reads (a file without line breaks would otherwise be read into memory whole).
+MAX_LINE_BYTES = 8 << 20
 # Blocks whose vectorised checks run at once (see _blocks).
 _SCAN_THREADS = 4
 # Batches the training pipeline shuffles among (it reorders whole batches; see text_dataset).
@@ -318,6 +320,7 @@ def _complete_lines(path: str, flag: str):
     import tensorflow as tf
 
     tail = b""
+    lines = 0  # complete lines before ``tail``, for an error naming the line
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
             while True:
@@ -326,9 +329,14 @@ def _complete_lines(path: str, flag: str):
                     break
                 cut = block.rfind(b"\n") + 1
                 if not cut:
-                    tail += block  # a line longer than a block: keep reading
+                    tail += block  # a line longer than a block: keep reading, within a bound
+                    if len(tail) > MAX_LINE_BYTES:
+                        raise DataError(f"{path}:{lines + 1}: malformed row: longer than {MAX_LINE_BYTES} "
+                                        "bytes (a row of this data is a line of text)")
                     continue
-                yield tail + block[:cut]
+                chunk = tail + block[:cut]
+                lines += chunk.count(b"\n")
+                yield chunk
                 tail = block[cut:]
     except tf.errors.OpError as exc:
         raise _unreadable(path, exc, flag) from None
@@ -537,6 +545,7 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
     return scan
 
 
+_MAX_KEPT_SCAN_BYTES = 1 << 30  # a kept scan holds a bounded sample and the excluded lines' positions
 _SCAN_FORMAT = 1  # bump when what a scan checks or keeps changes: older kept scans are then not read
 
 
@@ -566,6 +575,8 @@ def _load_scan(path: str, files: Sequence[str]) -> ScanResult | None:
     try:
         if not tf.io.gfile.exists(path):
             return None
+        if tf.io.gfile.stat(path).length > _MAX_KEPT_SCAN_BYTES:
+            raise ValueError(f"larger than {_MAX_KEPT_SCAN_BYTES} bytes")
         with tf.io.gfile.GFile(path, "rb") as f:
             kept = np.load(io.BytesIO(f.read()), allow_pickle=False)
             meta = json.loads(kept["meta"].tobytes())

@@ -355,3 +355,14 @@ def test_a_place_the_job_cannot_write_costs_only_the_reuse(tmp_path, census_slic
     blocked = tmp_path / "file"
     blocked.write_text("a file where the scans' folder would go")
     assert scan_csv([str(census_slice["train"])], SCHEMA, cache_dir=str(blocked / "scans")).rows == 2000
+
+
+def test_a_file_without_line_breaks_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    import trainer.data
+
+    monkeypatch.setattr(trainer.data, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(trainer.data, "_BLOCK_BYTES", 1 << 16)
+    path = tmp_path / "one.line"
+    path.write_bytes(GOOD_LINE + b"\n" + b"9" * (3 << 20))
+    with pytest.raises(DataError, match=rf"^{path}:2: malformed row: longer than 1048576 bytes"):
+        scan_csv([str(path)], SCHEMA)
