@@ -676,15 +676,16 @@ def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, f
     )
 
 
-def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: int = 0,
-               flag: str = "") -> tuple[ScanResult, ScanResult, tuple[int, int]]:
+def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: int = 0, flag: str = "",
+               every_share: bool = False) -> tuple[ScanResult, ScanResult, tuple[int, int]]:
     """(this worker's scan, the whole data's, ``keep``) under ``shard`` (a trainer.sharding.Shard).
 
     Each worker scans only its share (its files, or with fewer files than workers its lines by position:
     ``keep``); the counts, statistics, quantile samples and bad rows are then combined over the cluster, so
     every worker builds the same preprocessing, refuses the same bad data with the same line, and the
     scan's time per worker falls with the number of workers. The whole data's ScanResult has no
-    ``excluded`` lines (those are per share). Unsharded, both scans are the same one.
+    ``excluded`` lines (those are per share). Unsharded, both scans are the same one. ``every_share``: each
+    worker's share must hold data rows (training repeats each share; an empty one never yields a batch).
     """
     if not shard.sharded:
         scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag, cache_dir=shard.cache_dir)
@@ -715,6 +716,12 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     rows = sum(other["rows"] for other in parts)
     if rows == 0:
         raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+    empty = [i for i, other in enumerate(parts) if not other["rows"]]
+    if empty and every_share:
+        where = f"{flag}: " if flag else ""
+        raise DataError(f"{where}worker {empty[0]} of {shard.count}'s share of the files holds no data rows; "
+                        f"give every worker at least one file with data (a multiple of {shard.count} files "
+                        "of similar sizes)")
     names = [c.name for c in schema.columns if c.numeric]
     stats = {}
     for name in names:  # per share (mean, variance) back to sums, added up
@@ -804,7 +811,7 @@ def count_batches(scan: ScanResult, batch_size: int, keep: tuple[int, int] = (0,
 
 def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
                  transform: Callable | None = None, cache: bool | int = False, shuffle: bool = False,
-                 seed: int = 0, repeat: bool = False, keep: tuple[int, int] = (0, 1)):
+                 seed: int = 0, repeat: bool = False, keep: tuple[int, int] = (0, 1), sharded: bool = False):
     """The streaming pipeline: TextLineDataset -> batch -> (drop excluded lines, decode, transform) -> cache.
 
     ``transform(features, label)`` runs inside the parallel map (the task's preprocessing), so with
@@ -813,6 +820,9 @@ def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
     reorders whole batches: per-example shuffling would cost per-element tf.data work on every epoch.
     ``keep=(i, n)``: this worker's share by record (trainer.sharding): batches of ``n * batch_size`` lines of
     which only those at positions i modulo n are decoded, so batches stay about ``batch_size`` rows.
+    ``sharded``: one of several workers' shares, whose length the pipeline does not claim: tf.distribute
+    splits each batch among the workers, so a worker takes more steps than its share has batches, and Keras
+    would stop evaluating after the claimed number.
     """
     import tensorflow as tf
 
@@ -845,7 +855,8 @@ def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
         table = tf.constant(delivers)
         ds = ds.filter(lambda batch_index, _: table[batch_index])
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    ds = ds.apply(tf.data.experimental.assert_cardinality(int(delivers.sum())))
+    if not sharded:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(int(delivers.sum())))
     if cache is not True and cache is not False:
         cache = scan.rows * bytes_per_row(ds.element_spec) <= cache
     if cache:

@@ -280,7 +280,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     # trainer.sharding).
     bad = cfg.task.max_bad_rows
     train_share, train_scan, train_keep = scan_share(train_files, SCHEMA, shard, max_bad_rows=bad,
-                                                     flag="--train-files")
+                                                     flag="--train-files", every_share=True)
     eval_share, eval_scan, eval_keep = scan_share(eval_files, SCHEMA, shard, max_bad_rows=bad,
                                                   flag="--eval-files")
     # Every statistic of the preprocessing (means, variances, bin edges) comes from the training split only.
@@ -295,9 +295,9 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     budget = cache_budget(cfg.cache_limit_mb)
     train = text_dataset(train_share, SCHEMA, batch_size=global_train_batch, transform=transform,
                          cache=budget, shuffle=True, seed=cfg.seed, repeat=cfg.steps_per_epoch is not None,
-                         keep=train_keep)
+                         keep=train_keep, sharded=shard.sharded)
     evaluation = text_dataset(eval_share, SCHEMA, batch_size=global_eval_batch, transform=transform,
-                              cache=budget, keep=eval_keep)
+                              cache=budget, keep=eval_keep, sharded=shard.sharded)
     report = {
         split: {"files": list(scan.files), "rows": scan.rows, "positives": scan.positives,
                 "skipped_rows": [str(b) for b in scan.bad_rows], "skipped": scan.bad_counts()}
