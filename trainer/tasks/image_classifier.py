@@ -164,8 +164,9 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     shares = []
     for split, entry in report.items():
         share = entry["share"]
-        shares.append(f"{split} {share['records']} records from {share['files']} file(s)"
-                      f"{' (by record)' if share['by_record'] else ''}, "
+        shares.append(f"{split} {share['records']} of {share['of_records']} records ({share['records_read']} "
+                      f"read) from {share['files']} of {share['of_files']} file(s)"
+                      f"{', by record' if share['by_record'] else ''}, "
                       f"{'cached' if share['cached'] else 'streamed'}")
     shares = "; ".join(shares)
     report.update(classes=list(train_scan.class_names), image_size=size, channels=task.channels,
