@@ -116,10 +116,6 @@ class ImageScan:
         same = self.min_size == self.max_size == (image_size, image_size)
         return self.share_records * image_size * image_size * channels * (1 if same else 4)
 
-    def decoded_bytes(self, image_size: int, channels: int) -> int:
-        """Memory the preprocessed float32 images of this worker's share take."""
-        return self.share_records * image_size * image_size * channels * 4
-
     def bad_counts(self) -> dict[str, int]:
         counts = {"malformed": 0, "label": 0, "undecodable": 0}
         for bad in self.bad_records:

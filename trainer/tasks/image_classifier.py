@@ -3,6 +3,10 @@
 Input: shards in the flowers schema (``image/encoded`` JPEG or PNG, ``image/class/label``,
 ``image/class/text``; see :mod:`trainer.image_data`), matched by globs, local or ``gs://``. The classes and
 their names come from the training data (or ``--num-classes``); evaluation uses the training data's classes.
+Every record is checked before training (:mod:`trainer.image_data`: records and image headers first, then
+one decode that also fills the in-memory cache when the images fit ``--cache-limit-mb`` and the machine's
+memory). Under multi-worker training each worker reads, checks and decodes only its share of the training
+and evaluation files (:mod:`trainer.sharding`), and the log's ``data:`` line says which share.
 
 Models (:mod:`trainer.image_models`): ``--backbone cnn``, a small CNN in the shape of Google's Keras
 codelabs (conv blocks, a dense layer of ``--num-units``, ``--dropout``), or a keras.applications backbone
