@@ -2,6 +2,8 @@
 
     python scripts/bench_image_pipeline.py [--steps 300] [--repeats 3] [--batch-size 128]
     python scripts/bench_image_pipeline.py --mnist-accuracy [--epochs 6] [--seeds 1 2 3]
+    python scripts/bench_image_pipeline.py --scale [--mnist 1 10 100] [--flowers 2000 20000] [--workers 1 2]
+        [--repo DIR] [--steps 100] [--keep DIR]
 
 Default mode: trains trainer.image_models.build_cnn for a fixed number of steps on MNIST-like data
 (data/mnist/*.tfrecord if present, else a synthetic 10,000-record PNG shard in a temporary directory), once
@@ -15,6 +17,16 @@ model building or the train-function trace.
 2,000 (idx files from ../shared/data/mnist, written to PNG TFRecord shards first and read through
 image_dataset); prints eval accuracy and ``model.fit`` seconds per seed. Target: >= 0.97 within 120 s on
 2 CPU cores.
+
+``--scale``: the data layer at scale. :func:`scale_datasets` writes, under a temporary directory (nothing
+large is committed), the shipped MNIST training shards replicated 1x/10x/100x (2 files per 1x: 8,000
+records, 800,000 at 100x) and flowers-sized JPEG records (the shipped flowers photos, ~500x375, repeated
+to 2,000 / 20,000 records in files of 1,000); then :func:`run_trainer` trains each once through
+``python -m trainer.task`` from ``--repo`` (default this checkout; another checkout, e.g. an older commit
+in a temporary worktree, gives the "before" figures) for one epoch of ``--steps`` steps, and prints the
+phases of its metrics.json: pre-training (scan, checks, cache fill), first step, steady examples/s and peak
+RSS. With ``--workers 2`` each dataset also runs as a chief and a worker over loopback (TF_CONFIG), and
+each process's share and phases come from its log. The lead's scale benchmark can import both functions.
 """
 
 from __future__ import annotations
@@ -174,6 +186,112 @@ def mnist_accuracy(args) -> int:
     return 0 if acc >= 0.97 and secs <= 120 else 1
 
 
+def scale_datasets(root: str, mnist=(1, 10, 100), flowers=(2000, 20000)) -> dict[str, dict]:
+    """Write the scaled datasets under ``root``: {name: {"train": glob, "eval": glob, "flags": [...],
+    "records": n}}. MNIST copies the shipped shards' bytes (a TFRecord file concatenates); flowers writes
+    the shipped photos' records round-robin (re-serialised, so each file is a valid TFRecord file)."""
+    import tensorflow as tf
+
+    out = {}
+    shards = sorted(glob.glob(str(REPO / "data" / "mnist" / "mnist-train.tfrecord-*")))
+    raw = [Path(f).read_bytes() for f in shards]
+    for scale in mnist:
+        folder = Path(root, f"mnist-x{scale}")
+        folder.mkdir(parents=True, exist_ok=True)
+        for copy in range(scale):
+            for i, data in enumerate(raw):
+                path = Path(folder, f"train-{copy:04d}-{i}.tfrecord")
+                if not path.exists():  # --keep: written by an earlier run
+                    path.write_bytes(data)
+        out[f"mnist-x{scale}"] = {"train": str(folder / "train-*.tfrecord"),
+                                  "eval": str(REPO / "data" / "mnist" / "mnist-eval.tfrecord-*"),
+                                  "flags": ["--channels", "1"], "records": 8000 * scale}
+    photos = [r for f in sorted(glob.glob(str(REPO / "data" / "flowers" / "*.tfrecord-*")))
+              for r in tf.data.TFRecordDataset(f).as_numpy_iterator()]
+    for n in flowers:
+        folder = Path(root, f"flowers-{n}")
+        folder.mkdir(parents=True, exist_ok=True)
+        per_file = 1000
+        for start in range(0, n, per_file):
+            path = folder / f"train-{start // per_file:04d}.tfrecord"
+            if path.exists():
+                continue
+            with tf.io.TFRecordWriter(str(path)) as writer:
+                for i in range(start, min(n, start + per_file)):
+                    writer.write(photos[i % len(photos)])
+        out[f"flowers-{n}"] = {"train": str(folder / "train-*.tfrecord"),
+                               "eval": str(REPO / "data" / "flowers" /
+                                           "image_classification_builder-test.tfrecord-*"),
+                               "flags": ["--image-size", "96"], "records": n}
+    return out
+
+
+def run_trainer(repo: str, data: dict, job_dir: str, steps: int, workers: int = 1) -> list[dict]:
+    """One run of ``python -m trainer.task`` from ``repo`` on ``data`` (a :func:`scale_datasets` entry):
+    [{"phases": ..., "share": the log's share line, "wall": s}] per process (chief first)."""
+    import json
+    import re
+    import socket
+    import subprocess
+
+    args = [sys.executable, "-m", "trainer.task", "--model", "image_classifier",
+            "--train-files", data["train"], "--eval-files", data["eval"], "--num-epochs", "1",
+            "--steps-per-epoch", str(steps), "--job-dir", job_dir, "--verbosity", "INFO", *data["flags"]]
+    env = {**os.environ, "PYTHONPATH": repo, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    envs = [env]
+    if workers > 1:
+        socks = [socket.socket() for _ in range(workers)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        ports = [sock.getsockname()[1] for sock in socks]
+        for sock in socks:
+            sock.close()
+        cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
+        envs = [{**env, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": t, "index": i}})}
+                for t, i in [("chief", 0)] + [("worker", i) for i in range(workers - 1)]]
+    start = time.perf_counter()
+    procs = [subprocess.Popen(args, cwd=repo, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for e in envs]
+    outputs = [p.communicate()[0] for p in procs]
+    wall = time.perf_counter() - start
+    results = []
+    for proc, output in zip(procs, outputs, strict=True):
+        if proc.returncode != 0:
+            raise RuntimeError(f"trainer failed ({proc.returncode}):\n{output[-3000:]}")
+        phases = re.search(r"trainer: phases: (.*)", output)
+        share = re.search(r"this worker's share \((.*)", output)
+        results.append({"phases": dict(kv.split("=") for kv in phases.group(1).split()) if phases else {},
+                        "share": share.group(1) if share else "", "wall": wall})
+    return results
+
+
+def scale(args) -> int:
+    import shutil
+
+    root = args.keep or tempfile.mkdtemp(prefix="img-bench-", dir="/tmp")
+    try:
+        start = time.perf_counter()
+        datasets = scale_datasets(root, args.mnist, args.flowers)
+        print(f"data written under {root} in {time.perf_counter() - start:.0f} s", flush=True)
+        for name, data in datasets.items():
+            for workers in args.workers:
+                with tempfile.TemporaryDirectory(prefix="img-bench-job-", dir="/tmp") as job:
+                    load = os.getloadavg()[0]
+                    runs = run_trainer(args.repo, data, job, args.steps, workers)
+                for i, run in enumerate(runs):
+                    ph = run["phases"]
+                    print(f"{name:>14} x{workers} {'chief' if i == 0 else f'worker{i - 1}':>7}: pre-training "
+                          f"{float(ph.get('pre_training_s', 0)):7.2f} s  first step "
+                          f"{float(ph.get('first_step_s', 0)):6.2f} s  steady "
+                          f"{float(ph.get('steady_examples_per_s', 0)):7.0f} ex/s  peak RSS "
+                          f"{float(ph.get('peak_rss_mb', 0)):6.0f} MB  (load {load:.1f})"
+                          f"{'  share ' + run['share'] if run['share'] else ''}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mnist-accuracy", action="store_true")
@@ -185,7 +303,16 @@ def main(argv=None) -> int:
     p.add_argument("--optimizer", default="adam")
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--constant-rate", action="store_true", help="no cosine learning-rate decay")
+    p.add_argument("--scale", action="store_true", help="the data layer at scale (see the docstring)")
+    p.add_argument("--mnist", type=int, nargs="*", default=[1, 10, 100], help="MNIST replication factors")
+    p.add_argument("--flowers", type=int, nargs="*", default=[2000, 20000], help="flowers-sized JPEG records")
+    p.add_argument("--workers", type=int, nargs="+", default=[1], help="processes per run (loopback cluster)")
+    p.add_argument("--repo", default=str(REPO), help="checkout whose trainer runs (default: this one)")
+    p.add_argument("--keep", help="write the data here and keep it (default: a temporary directory)")
     args = p.parse_args(argv)
+    if args.scale:
+        args.steps = args.steps if "--steps" in (argv or sys.argv) else 100
+        return scale(args)
     return mnist_accuracy(args) if args.mnist_accuracy else bench(args)
 
 

@@ -6,24 +6,39 @@ The schema (TF-Slim / TFDS ``image_classification_builder``, also used for MNIST
 optional ``image/filename``, ``image/format``, ``image/height``, ``image/width``, ``image/channels`` and
 ``image/colorspace`` are ignored (the decoded image is the truth).
 
-Like the census CSV reader (trainer/data.py), :func:`scan_images` runs once before training: it reads every
-record, checks the features, the label and that the image decodes (with the op and arguments the pipeline
-uses, so what the model sees is exactly what the scan counted), derives the classes, and raises a one-line
-:class:`~trainer.data.DataError` naming the file and record of the first bad record, or skips and reports up
-to ``max_bad_records`` of them. Skipped records are left out of the pipeline by (file, record) key. A file
-that is not a TFRecord file (or has a corrupt/truncated record) always fails: nothing after the damage can
-be read reliably.
+Validation runs before training, in two passes over this worker's share of the files (see
+:mod:`trainer.sharding`; every worker checks only its own records and the workers combine what they found
+with ``Shard.exchange``):
+
+1. :func:`scan_images` parses every record a read batch at a time in parallel tf.data (no Python per
+   record): the features, the label (range, one text per label), and the image's format and size from its
+   header (PNG/GIF/BMP header fields, ``tf.io.extract_jpeg_shape``), which fixes the image size and what a
+   cache would hold before anything is decoded. A file whose batch fails to parse is re-read record by
+   record in Python to name the exact record and reason.
+2. :func:`load_images` decodes every record once, with the op and arguments the pipeline uses (so what the
+   model sees is exactly what was counted). When the preprocessed images fit the cache budget this decode
+   IS the cache fill: the training pipeline then starts from memory, with no second decode before its
+   first step. ``scan_images(decode=True)`` runs both passes.
+
+A bad record is a one-line :class:`~trainer.data.DataError` naming the file and record, or is skipped and
+reported while at most ``max_bad_records`` are bad (across all workers). Malformed and mislabelled records
+are found by the first pass, undecodable images by the second: with several bad records and no budget the
+one named is the first of the earliest pass that found any. Skipped records are left out of the pipeline
+by (file, record) key. A file that is not a TFRecord file (or has a corrupt/truncated record) always fails:
+nothing after the damage can be read reliably.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from trainer.data import DataError, op_reason
+from trainer.sharding import UNSHARDED, Shard, dataset_options
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
 REQUIRED = ((ENCODED, "bytes_list"), (LABEL, "int64_list"), (TEXT, "bytes_list"))
@@ -32,11 +47,20 @@ BAD_LABEL = "bad label: "
 UNDECODABLE = "undecodable image: "
 SCALES = ("unit", "symmetric", "raw")  # pixels to [0, 1], to [-1, 1], or kept in [0, 255]
 AUGMENTATIONS = ("flip", "crop")
-# Records whose images are decoded together by the scan (bounds its memory on large shards).
-_CHUNK = 4096
-# Record keys are file_index << _KEY_BITS | record_index (a shard holds far fewer than 2**40 records).
+# Record keys are file_index << _KEY_BITS | record_index (a shard holds far fewer than 2**40 records); the
+# file index is the file's position in the whole split's list, the same on every worker.
 _KEY_BITS = 40
-_READ_BATCH = 256  # records parsed together by the pipeline
+_READ_BATCH = 256  # records the training pipeline reads and parses together
+# Records larger than this on average are photos, decoded one per tf.data element (see _decoded).
+_PHOTO_BYTES = 8 << 10
+_CHECK_BATCH = 1024  # records the two checking passes read, parse and check together (~15% less CPU than 256)
+# A share of at most this many bytes is checked record by record in Python: building and starting the
+# parallel pipelines costs ~0.5 s of tracing each, more than checking a few hundred small records.
+_SMALL_BYTES = 256 << 10
+# The memory cache takes at most this share of the memory available to the processes on this machine.
+_MEMORY_SHARE = 0.5
+# Magic bytes tf.io.decode_image recognises (tensorflow/core/kernels/image/decode_image_op.cc).
+_JPEG, _PNG, _GIF, _BMP = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"BM"
 
 
 @dataclass(frozen=True)
@@ -51,24 +75,48 @@ class BadRecord:
 
 @dataclass(frozen=True)
 class ImageScan:
-    files: tuple[str, ...]
-    records: int  # good records: what the pipeline delivers per epoch
+    files: tuple[str, ...]  # the whole split's files (every worker's)
+    records: int  # good records of all workers: what one epoch delivers across the cluster
     total_records: int  # every record in the files, bad ones included
     total_bytes: int
     class_names: tuple[str, ...]
     class_counts: tuple[int, ...]  # good records per class
-    excluded: np.ndarray  # sorted int64 keys (file_index << 40 | record) of the skipped records
-    bad_records: tuple[BadRecord, ...] = ()
-    min_size: tuple[int, int] = (0, 0)  # smallest decoded (height, width) seen
+    excluded: np.ndarray  # sorted int64 keys (file_index << 40 | record) of this worker's skipped records
+    bad_records: tuple[BadRecord, ...] = ()  # every worker's, in file order
+    min_size: tuple[int, int] = (0, 0)  # smallest (height, width) seen
     max_size: tuple[int, int] = (0, 0)
+    # This worker's share: the files it reads (indices into ``files``), and in by-record sharding the
+    # records it keeps (record % stride == offset, decided before parsing).
+    file_indices: tuple[int, ...] | None = None  # None: all
+    stride: int = 1
+    offset: int = 0
+    file_records: tuple[int, ...] = ()  # records in each of this worker's files
+    local_records: int | None = None  # good records in this worker's share (None: all of them)
+    records_read: int = 0  # records this worker parsed and checked (its share)
+    decoded: bool = False  # every good record's image decoded (load_images ran)
+    # Between the passes: this worker's good keys, and its text conflicts still to be reported.
+    good_keys: np.ndarray | None = field(default=None, repr=False, compare=False)
+    pending: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def decoded_bytes(self, image_size: int, channels: int) -> int:
-        """Memory the preprocessed float32 images take, e.g. to decide whether to cache them."""
-        return self.records * image_size * image_size * channels * 4
+    @property
+    def share_records(self) -> int:
+        return self.records if self.local_records is None else self.local_records
+
+    @property
+    def local_files(self) -> tuple[tuple[int, str], ...]:
+        indices = range(len(self.files)) if self.file_indices is None else self.file_indices
+        return tuple((i, self.files[i]) for i in indices)
+
+    def held_bytes(self, image_size: int, channels: int) -> int:
+        """Memory this worker's cache of preprocessed images takes: uint8 pixels when every image already
+        has the model's size (nothing to resize: the cache keeps the decoded bytes and scales per batch),
+        else the resized float32 images."""
+        same = self.min_size == self.max_size == (image_size, image_size)
+        return self.share_records * image_size * image_size * channels * (1 if same else 4)
 
     def bad_counts(self) -> dict[str, int]:
         counts = {"malformed": 0, "label": 0, "undecodable": 0}
@@ -77,6 +125,12 @@ class ImageScan:
                    "undecodable" if bad.reason.startswith(UNDECODABLE) else "malformed")
             counts[key] += 1
         return counts
+
+    def share(self) -> dict:
+        """This worker's share, for the report and the log."""
+        return {"files": len(self.local_files), "of_files": len(self.files), "records": self.share_records,
+                "of_records": self.records, "records_read": self.records_read,
+                "by_record": self.stride > 1}
 
     def summary(self) -> str:
         text = f"{self.records} images in {self.num_classes} classes from {len(self.files)} file(s)"
@@ -145,6 +199,55 @@ def preprocess_image(encoded, image_size: int, channels: int, scale: str = "unit
     return finish(decode(encoded, channels), image_size, scale)
 
 
+def cache_budget(limit_mb: int, environ: Mapping[str, str] = os.environ) -> int:
+    """Bytes one process may cache: ``limit_mb`` (the --cache-limit-mb flag), and at most a share of the
+    memory available on this machine divided among the cluster's processes that run on it (a local
+    multi-worker run, or several trials of a local study, would otherwise each take the whole)."""
+    budget = limit_mb << 20
+    available = _available_memory()
+    if available is not None:
+        budget = min(budget, int(available * _MEMORY_SHARE / _local_processes(environ)))
+    return budget
+
+
+def _available_memory() -> int | None:
+    """MemAvailable, lowered to the cgroup's remaining allowance in a container; None where unknown."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            found.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _local_processes(environ: Mapping[str, str]) -> int:
+    """Processes of this cluster on this machine (1 outside a cluster): those sharing this task's host."""
+    from trainer.env import cluster_from_env
+
+    try:
+        cluster = cluster_from_env(environ)
+    except ValueError:  # a bad TF_CONFIG is reported where the strategy is made
+        return 1
+    addresses = [a for role in ("chief", "master", "worker") for a in cluster.spec.get(role, [])]
+    mine = cluster.spec.get(cluster.task_type, [])
+    if not addresses or cluster.task_index >= len(mine):
+        return 1
+    host = mine[cluster.task_index].rsplit(":", 1)[0]
+    return max(1, sum(a.rsplit(":", 1)[0] == host for a in addresses))
+
+
 def _check_example(raw: bytes, classes: int | None) -> tuple[str | None, int, bytes, bytes]:
     """(reason or None, label, encoded, text) for one serialized record, checked in Python (fast, precise)."""
     import tensorflow as tf
@@ -169,25 +272,78 @@ def _check_example(raw: bytes, classes: int | None) -> tuple[str | None, int, by
         values.append(value[0])
     encoded, label, text = values
     if label < 0 or (classes is not None and label >= classes):
-        allowed = f"0..{classes - 1}" if classes is not None else "0 or more"
-        return BAD_LABEL + f"label {label} is outside {allowed}", 0, b"", b""
+        return _label_reason(label, classes), 0, b"", b""
     return None, label, encoded, text
 
 
-def _decode_sizes(encoded: list[bytes], channels: int) -> dict[int, tuple[int, int]]:
-    """{position: (height, width)} of the images that decode; the others are missing. Parallel, in tf.data."""
+def _label_reason(label: int, classes: int | None) -> str:
+    allowed = f"0..{classes - 1}" if classes is not None else "0 or more"
+    return BAD_LABEL + f"label {label} is outside {allowed}"
+
+
+def _undecodable(channels: int) -> str:
+    return UNDECODABLE + f"not a {channels}-channel JPEG/PNG/GIF/BMP image that decodes"
+
+
+def _header_size(encoded: bytes) -> tuple[int, int]:
+    """(height, width) from an image's header, as :func:`_header_sizes` reads it; (0, 0) when the bytes are
+    no JPEG/PNG/GIF/BMP image or its header is damaged."""
     import tensorflow as tf
 
-    def size(i, data):
-        shape = tf.shape(decode(data, channels))
-        # An empty image would decode but fail to resize: make it fail here like an undecodable one.
-        tf.debugging.assert_positive(shape[0] * shape[1], message="empty image")
-        return i, shape[0], shape[1]
+    data = encoded + b"\0" * 26
+    if encoded.startswith(_PNG):
+        return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+    if encoded.startswith(_GIF):
+        return int.from_bytes(data[8:10], "little"), int.from_bytes(data[6:8], "little")
+    if encoded.startswith(_BMP):
+        height = int.from_bytes(data[22:26], "little", signed=True)
+        return abs(height), int.from_bytes(data[18:22], "little", signed=True)
+    if encoded.startswith(_JPEG):
+        try:
+            height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy().tolist()
+            return height, width
+        except tf.errors.OpError:
+            return 0, 0
+    return 0, 0
 
-    ds = tf.data.Dataset.from_tensor_slices(tf.constant(encoded, tf.string)).enumerate()
-    ds = ds.map(size, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False).ignore_errors()
-    return {int(i): (int(h), int(w)) for i, h, w in ds.batch(1024).as_numpy_iterator()
-            for i, h, w in zip(i, h, w, strict=True)}
+
+def _header_sizes(encoded):
+    """int64 [N, 2] (height, width) of a batch of encoded images from their headers, vectorised; (0, 0) for
+    bytes that are no JPEG/PNG/GIF/BMP image. A damaged JPEG header fails the whole batch (its file is then
+    checked record by record with :func:`_header_size`)."""
+    import tensorflow as tf
+
+    head = tf.cast(tf.io.decode_raw(tf.strings.substr(tf.strings.join([encoded, b"\0" * 26]), 0, 26),
+                                    tf.uint8), tf.int64)  # [N, 26]: the first bytes, zero-padded
+
+    def number(offset, length, big_endian):
+        weights = 256 ** tf.range(length, dtype=tf.int64)
+        return tf.reduce_sum(head[:, offset:offset + length] * (weights[::-1] if big_endian else weights), 1)
+
+    def signed32(value):
+        return tf.where(value >= 2**31, value - 2**32, value)
+
+    def starts(magic):
+        return tf.equal(tf.strings.substr(encoded, 0, len(magic)), magic)
+
+    png, gif, bmp = starts(_PNG), starts(_GIF), starts(_BMP)
+    zero = tf.zeros_like(png, tf.int64)
+    height = tf.where(png, number(20, 4, True), tf.where(gif, number(8, 2, False), tf.where(
+        bmp, tf.abs(signed32(number(22, 4, False))), zero)))
+    width = tf.where(png, number(16, 4, True), tf.where(gif, number(6, 2, False), tf.where(
+        bmp, signed32(number(18, 4, False)), zero)))
+    where = tf.where(starts(_JPEG))
+    shapes = tf.map_fn(lambda e: tf.io.extract_jpeg_shape(e, tf.int64)[:2], tf.gather_nd(encoded, where),
+                       fn_output_signature=tf.TensorSpec([2], tf.int64))
+    return tf.tensor_scatter_nd_update(tf.stack([height, width], axis=1), where, shapes)
+
+
+def _plain(fn):
+    """``fn`` for tf.data without AutoGraph: its Python control flow is all decided while tracing, and
+    converting it costs more than the tracing itself (a second per pipeline on small data)."""
+    import tensorflow as tf
+
+    return tf.autograph.experimental.do_not_convert(fn)
 
 
 def _op_reason(exc) -> str:
@@ -223,80 +379,259 @@ def _records(path: str, size: int, flag: str):
                         f"({size - offset} stray bytes at the end)")
 
 
-def scan_images(files: Sequence[str], *, channels: int = 3, num_classes: int | None = None,
-                class_names: Sequence[str] | None = None, max_bad_records: int = 0,
-                flag: str = "") -> ImageScan:
-    """Validate every record of ``files``; raise DataError at the first bad record beyond ``max_bad_records``.
+def _budget_error(bad: list, n_bad: int, max_bad_records: int) -> DataError | None:
+    """The error for ``n_bad`` bad records (``bad``: the first ones in file order) beyond the budget."""
+    if n_bad <= max_bad_records:
+        return None
+    hint = (f"more than max_bad_records={max_bad_records} bad records" if max_bad_records
+            else "set max_bad_records to skip bad records")
+    return DataError(f"{bad[max_bad_records]} ({hint})")
 
-    The classes come from ``class_names`` (their number fixes the label range), else ``num_classes`` (names
-    from the records' text), else the data: labels must then cover 0..max without gaps. One label with two
-    different texts is a bad label (the first text seen wins). ``channels`` is the decode the pipeline will
-    use (1 or 3).
-    """
+
+def _exchange(shard: Shard, value: dict) -> list[dict]:
+    """``shard.exchange`` of ``value``, then the first worker's error (if any worker had one) raised on every
+    worker alike, so that none is left waiting in a later collective."""
+    values = shard.exchange(value)
+    errors = [v["error"] for v in values if v.get("error")]
+    if errors:
+        raise DataError(errors[0])
+    return values
+
+
+@dataclass
+class _Found:
+    """What one worker's first pass found in its share."""
+
+    keys: list = field(default_factory=list)  # int64 arrays of good records
+    labels: list = field(default_factory=list)
+    hashes: list = field(default_factory=list)
+    heights: list = field(default_factory=list)
+    widths: list = field(default_factory=list)
+    bad: list = field(default_factory=list)  # (key, reason)
+    candidates: dict = field(default_factory=dict)  # (label, text hash) -> (first key, text)
+    total: int = 0
+    read: int = 0
+
+    def add(self, file_index: int, path: str, records, labels, hashes, texts, sizes, classes, channels):
+        """One file's (or batch's) parsed records: label range and header checks, vectorised."""
+        keys = (np.int64(file_index) << _KEY_BITS) + records
+        self.read += len(keys)
+        bad_label = (labels < 0) | (labels >= classes if classes is not None else False)
+        empty = ~bad_label & (sizes[:, 0] * sizes[:, 1] <= 0)
+        for i in np.flatnonzero(bad_label):
+            self.bad.append((int(keys[i]), _label_reason(int(labels[i]), classes)))
+        for i in np.flatnonzero(empty):
+            self.bad.append((int(keys[i]), _undecodable(channels)))
+        good = ~(bad_label | empty)
+        keys, labels, hashes, sizes = keys[good], labels[good], hashes[good], sizes[good]
+        texts = np.asarray(texts, dtype=object)[good]
+        self.keys.append(keys)
+        self.labels.append(labels)
+        self.hashes.append(hashes)
+        self.heights.append(sizes[:, 0])
+        self.widths.append(sizes[:, 1])
+        if len(keys):
+            _, first = np.unique(np.stack([labels, hashes], axis=1), axis=0, return_index=True)
+            for i in first:
+                pair = (int(labels[i]), int(hashes[i]))
+                if pair not in self.candidates or self.candidates[pair][0] > keys[i]:
+                    self.candidates[pair] = (int(keys[i]), bytes(texts[i]))
+
+    def arrays(self):
+        def cat(parts, dtype=np.int64):
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+        order = np.argsort(cat(self.keys), kind="stable")
+        return tuple(cat(p)[order] for p in (self.keys, self.labels, self.hashes, self.heights, self.widths))
+
+
+def _text_hashes(texts):
     import tensorflow as tf
 
+    return tf.strings.to_hash_bucket_fast(texts, 2**62)
+
+
+def _scan_files(files: Sequence[str], local: Sequence[tuple[int, str]], stride: int, offset: int,
+                classes: int | None, channels: int, flag: str) -> tuple[_Found, list[int], int]:
+    """First pass over this worker's files: (what it found, records per file, bytes read)."""
+    import tensorflow as tf
+
+    if not local:
+        return _Found(), [], 0
+    sizes = {}
+    for index, path in local:
+        try:
+            sizes[index] = tf.io.gfile.stat(path).length
+        except tf.errors.OpError as exc:
+            raise DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {op_reason(exc)}") from None
+    if sum(sizes.values()) <= _SMALL_BYTES:
+        found, counts = _Found(), []
+        for index, path in local:
+            counts.append(_scan_file_slowly(found, index, path, sizes[index], stride, offset, classes,
+                                            channels, flag))
+            found.total += counts[-1] if stride == 1 else len(range(offset, counts[-1], stride))
+        return found, counts, sum(sizes.values())
+    spec = {ENCODED: tf.io.FixedLenFeature([], tf.string), LABEL: tf.io.FixedLenFeature([], tf.int64),
+            TEXT: tf.io.FixedLenFeature([], tf.string)}
+
+    def read(path, index):
+        return tf.data.TFRecordDataset(path).batch(_CHECK_BATCH).enumerate().map(
+            lambda b, raw: (index, b, raw))
+
+    def check(index, batch, raw):
+        count = tf.size(raw, out_type=tf.int64)
+        nbytes = tf.reduce_sum(tf.cast(tf.strings.length(raw), tf.int64)) + 16 * count
+        records = batch * _CHECK_BATCH + tf.range(count, dtype=tf.int64)
+        if stride > 1:  # by-record sharding: keep this worker's records before parsing them
+            mine = tf.equal(records % stride, offset)
+            raw, records = tf.boolean_mask(raw, mine), tf.boolean_mask(records, mine)
+        parsed = tf.io.parse_example(raw, spec)
+        return (index, batch, count, nbytes, records, parsed[LABEL], _text_hashes(parsed[TEXT]), parsed[TEXT],
+                _header_sizes(parsed[ENCODED]))
+
+    read, check = _plain(read), _plain(check)
+    # Any failure (a damaged file, a record that does not parse) drops its batch: the bookkeeping below
+    # finds the file, which is then checked record by record in Python for the exact record and reason.
+    ds = tf.data.Dataset.from_tensor_slices(([p for _, p in local], [i for i, _ in local]))
+    ds = ds.interleave(read, cycle_length=max(1, min(len(local), 8)), num_parallel_calls=tf.data.AUTOTUNE,
+                       deterministic=False)
+    ds = ds.map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False).ignore_errors()
+    parts: dict[int, list] = {i: [] for i, _ in local}
+    for item in ds.prefetch(8).as_numpy_iterator():
+        parts[int(item[0])].append(item[1:])
+    found = _Found()
+    counts, read_bytes = [], 0
+    for index, path in local:
+        batches = sorted(parts[index], key=lambda p: p[0])
+        complete = ([int(p[0]) for p in batches] == list(range(len(batches)))
+                    and sum(int(p[2]) for p in batches) == sizes[index])
+        if complete:
+            records = 0
+            for _, count, _, recs, labels, hashes, texts, shape in batches:
+                found.add(index, path, recs, labels, hashes, texts, shape.reshape(-1, 2), classes, channels)
+                records += int(count)
+        else:
+            records = _scan_file_slowly(found, index, path, sizes[index], stride, offset, classes, channels,
+                                        flag)
+        counts.append(records)
+        found.total += records if stride == 1 else len(range(offset, records, stride))
+        read_bytes += sizes[index]
+    return found, counts, read_bytes
+
+
+def _scan_file_slowly(found: _Found, index: int, path: str, size: int, stride: int, offset: int,
+                      classes: int | None, channels: int, flag: str) -> int:
+    """The first pass over one file in Python, a record at a time: exact reasons (and the damage of a file
+    that is not a TFRecord file, as a DataError). Returns the file's record count."""
+    rows = []
+    count = 0
+    for record, raw in enumerate(_records(path, size, flag)):
+        count += 1
+        if record % stride != offset:
+            continue
+        reason, label, encoded, text = _check_example(raw, classes)
+        if reason is not None:
+            found.bad.append(((index << _KEY_BITS) + record, reason))
+            found.read += 1
+            continue
+        rows.append((record, label, text, _header_size(encoded)))
+    if rows:
+        records = np.array([r[0] for r in rows], np.int64)
+        labels = np.array([r[1] for r in rows], np.int64)
+        texts = [r[2] for r in rows]
+        hashes = _text_hashes(texts).numpy()
+        sizes = np.array([r[3] for r in rows], np.int64)
+        found.add(index, path, records, labels, hashes, texts, sizes, classes, channels)
+    return count
+
+
+def _where(files: Sequence[str], key: int) -> tuple[str, int]:
+    return files[key >> _KEY_BITS], key & ((1 << _KEY_BITS) - 1)
+
+
+def _bad(files: Sequence[str], key: int, reason: str) -> BadRecord:
+    path, record = _where(files, key)
+    return BadRecord(path, record, reason)
+
+
+def _merged_bad(files: Sequence[str], values: list[dict]) -> tuple[list[tuple[int, str]], int]:
+    entries = sorted((int(k), r) for v in values for k, r in v["bad"])
+    return entries, sum(v["n_bad"] for v in values)
+
+
+def scan_images(files: Sequence[str], *, channels: int = 3, num_classes: int | None = None,
+                class_names: Sequence[str] | None = None, max_bad_records: int = 0,
+                flag: str = "", shard: Shard = UNSHARDED, decode: bool = True) -> ImageScan:
+    """Check every record of this worker's share of ``files``; raise DataError at the first bad record
+    beyond ``max_bad_records`` (counted over all workers).
+
+    ``files`` is the whole split; this worker reads the files ``shard.files`` deals it (or, with fewer
+    files than workers, all files, keeping every ``shard.count``-th record before parsing it). The classes
+    come from ``class_names`` (their number fixes the label range), else ``num_classes`` (names from the
+    records' text), else the data: labels must then cover 0..max without gaps. One label with two different
+    texts is a bad label (the text of the label's first record in file order wins). ``channels`` is the
+    decode the pipeline will use (1 or 3). ``decode=False`` stops after the first pass (headers only);
+    :func:`load_images` must then decode before training.
+    """
     if channels not in (1, 3):
         raise ValueError(f"channels must be 1 or 3, not {channels}")
     if class_names is not None:
         if num_classes is not None and num_classes != len(class_names):
             raise ValueError(f"num_classes {num_classes} != {len(class_names)} class names")
         num_classes = len(class_names)
-    texts: dict[int, tuple[bytes, str]] = {}  # label -> (text, where it was first seen)
+    files = tuple(files)
+    mine, by_record = shard.files(files, flag)
+    local = [(i, f) for i, f in enumerate(files) if f in set(mine)]
+    stride, offset = (shard.count, shard.index) if by_record else (1, 0)
+
+    value: dict = {"error": None}
+    try:
+        found, file_records, read_bytes = _scan_files(files, local, stride, offset, num_classes, channels,
+                                                      flag)
+    except DataError as exc:
+        found, file_records, read_bytes = _Found(), [0] * len(local), 0
+        value["error"] = str(exc)
+    keys, labels, hashes, heights, widths = found.arrays()
+    found.bad.sort()
+    value.update(
+        bad=found.bad[:max_bad_records + 1], n_bad=len(found.bad), total=found.total,
+        bytes=read_bytes if stride == 1 or offset == 0 else 0,
+        counts={str(k): int(v) for k, v in zip(*np.unique(labels, return_counts=True), strict=True)},
+        sizes=[int(heights.min()), int(widths.min()), int(heights.max()), int(widths.max())] if len(keys)
+        else None,
+        candidates=[[label, str(h), key, text.decode("latin-1")]
+                    for (label, h), (key, text) in found.candidates.items()])
+    values = _exchange(shard, value)
+    bad, n_bad = _merged_bad(files, values)
+    error = _budget_error([_bad(files, k, r) for k, r in bad], n_bad, max_bad_records)
+    if error:
+        raise error
+
+    # The text of each label is its first record's, in file order over all workers.
+    canonical: dict[int, tuple[int, int, bytes]] = {}  # label -> (key, hash, text)
+    for v in values:
+        for label, h, key, text in v["candidates"]:
+            if label not in canonical or key < canonical[label][0]:
+                canonical[label] = (key, int(h), text.encode("latin-1"))
     counts: dict[int, int] = {}
-    bad: list[BadRecord] = []
-    excluded: list[int] = []
-    total = total_bytes = 0
-    lo, hi = [2**31, 2**31], [0, 0]
-
-    def budget_check():
-        if len(bad) > max_bad_records:
-            hint = (f"more than max_bad_records={max_bad_records} bad records" if max_bad_records
-                    else "set max_bad_records to skip bad records")
-            raise DataError(f"{bad[max_bad_records]} ({hint})")
-
-    for file_index, path in enumerate(files):
-        try:
-            size = tf.io.gfile.stat(path).length
-        except tf.errors.OpError as exc:
-            raise DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {op_reason(exc)}") from None
-        total_bytes += size
-        stream = _records(path, size, flag)
-        index = 0
-        while True:
-            chunk = []  # (record index, label, encoded) of records that passed the feature checks
-            chunk_bad: list[BadRecord] = []
-            for raw in stream:
-                reason, label, encoded, text = _check_example(raw, num_classes)
-                if reason is None:
-                    first = texts.setdefault(label, (text, f"{path}: record {index}"))
-                    if first[0] != text:
-                        reason = (BAD_LABEL + f"text {text.decode(errors='replace')!r} for label {label}, "
-                                  f"but {first[0].decode(errors='replace')!r} at {first[1]}")
-                if reason is None:
-                    chunk.append((index, label, encoded))
-                else:
-                    chunk_bad.append(BadRecord(path, index, reason))
-                index += 1
-                if len(chunk) == _CHUNK:
-                    break
-            sizes = _decode_sizes([c[2] for c in chunk], channels) if chunk else {}
-            for position, (record, label, _) in enumerate(chunk):
-                if position in sizes:
-                    counts[label] = counts.get(label, 0) + 1
-                    h, w = sizes[position]
-                    lo, hi = [min(lo[0], h), min(lo[1], w)], [max(hi[0], h), max(hi[1], w)]
-                else:
-                    chunk_bad.append(BadRecord(path, record, UNDECODABLE + f"not a {channels}-channel "
-                                               "JPEG/PNG/GIF/BMP image that decodes"))
-            chunk_bad.sort(key=lambda b: b.record)
-            bad.extend(chunk_bad)
-            excluded.extend(file_index << _KEY_BITS | b.record for b in chunk_bad)
-            budget_check()
-            if len(chunk) < _CHUNK:
-                break
-        total += index
-    records = sum(counts.values())
+    for v in values:
+        for label, n in v["counts"].items():
+            counts[int(label)] = counts.get(int(label), 0) + n
+    # This worker's records whose text differs from their label's: bad labels, reported after decoding.
+    pending = []
+    if len(keys):
+        unique, inverse = np.unique(labels, return_inverse=True)
+        expected = np.array([canonical[int(label)][1] for label in unique], np.int64)
+        for i in np.flatnonzero(expected[inverse] != hashes):
+            label = int(labels[i])
+            text = found.candidates[(label, int(hashes[i]))][1]
+            first_key, _, first = canonical[label]
+            path, record = _where(files, first_key)
+            pending.append((int(keys[i]), label, BAD_LABEL + f"text {text.decode(errors='replace')!r} for "
+                            f"label {label}, but {first.decode(errors='replace')!r} at {path}: "
+                            f"record {record}"))
     where = f"{flag + ': ' if flag else ''}{', '.join(files)}"
+    records = sum(counts.values())
     if records == 0:
         raise DataError(f"{where}: no usable records")
     if class_names is None:
@@ -306,46 +641,260 @@ def scan_images(files: Sequence[str], *, channels: int = 3, num_classes: int | N
             if missing:
                 raise DataError(f"{where}: no records with label(s) {', '.join(map(str, missing[:10]))} "
                                 f"of 0..{num_classes - 1}: pass the class names or the number of classes")
-        class_names = [texts[i][0].decode(errors="replace") if i in texts else str(i)
+        class_names = [canonical[i][2].decode(errors="replace") if i in canonical else str(i)
                        for i in range(num_classes)]
-    return ImageScan(
-        files=tuple(files), records=records, total_records=total, total_bytes=total_bytes,
-        class_names=tuple(class_names), class_counts=tuple(counts.get(i, 0) for i in range(num_classes)),
-        excluded=np.asarray(sorted(excluded), dtype=np.int64), bad_records=tuple(bad),
-        min_size=tuple(lo), max_size=tuple(hi),
+    sizes = [v["sizes"] for v in values if v["sizes"]]
+    pending_keys = np.array(sorted(k for k, _, _ in pending), np.int64)
+    scan = ImageScan(
+        files=files, records=records, total_records=sum(v["total"] for v in values),
+        total_bytes=sum(v["bytes"] for v in values), class_names=tuple(class_names),
+        class_counts=tuple(counts.get(i, 0) for i in range(num_classes)),
+        excluded=np.union1d(np.array([k for k, _ in found.bad], np.int64), pending_keys),
+        bad_records=tuple(_bad(files, k, r) for k, r in bad),
+        min_size=(min(s[0] for s in sizes), min(s[1] for s in sizes)),
+        max_size=(max(s[2] for s in sizes), max(s[3] for s in sizes)),
+        file_indices=tuple(i for i, _ in local), stride=stride, offset=offset,
+        file_records=tuple(file_records), local_records=len(keys) - len(pending), records_read=found.read,
+        pending=tuple(pending), good_keys=np.setdiff1d(keys, pending_keys),
     )
+    if decode:
+        scan, _ = load_images(scan, channels=channels, shard=shard, max_bad_records=max_bad_records)
+    return scan
 
 
-def _encoded_records(scan: ImageScan, *, shuffle_files: bool, seed: int, in_order: bool = False):
-    """(encoded image, int32 label) of the good records: files read in parallel (interleaved a read batch
-    at a time, in a fixed order unless shuffling), or one after the other with ``in_order``.
+def load_images(scan: ImageScan, *, channels: int, image_size: int | None = None, keep: bool = False,
+                shard: Shard = UNSHARDED, max_bad_records: int = 0):
+    """Second pass: decode every good record of this worker's share once, in parallel; (the final scan, the
+    kept images or None).
 
-    Records are parsed and the skipped ones dropped a whole read batch at a time (vectorized: per-record
-    parsing would cost more than decoding an MNIST image).
+    With ``keep`` (and ``image_size``) the decoded images, resized to ``image_size`` (uint8 when no image
+    needs resizing, else float32 0..255), are kept in memory as (images, labels) tensors that
+    :func:`image_dataset` trains from: the decode that validates is the one that feeds the model.
+    Undecodable records and the first pass's text conflicts count against ``max_bad_records`` together with
+    the first pass's bad records (over all workers); the one-line DataError names the first beyond it in
+    file order.
     """
+    import tensorflow as tf
+
+    pending, good = scan.pending, scan.good_keys
+    value: dict = {"error": None}
+    undecodable: list[tuple[int, str]] = []
+    cached = None
+    try:
+        if good is None:
+            raise ValueError("load_images needs a scan from scan_images")
+        if not keep and scan.total_bytes <= _SMALL_BYTES:  # see _SMALL_BYTES
+            undecodable = _check_decodes(scan, np.setdiff1d(good, scan.excluded), channels, None)[0]
+        else:
+            undecodable, cached = _decode_share(scan, good, channels, image_size if keep else None)
+    except DataError as exc:
+        value["error"] = str(exc)
+    except tf.errors.OpError as exc:
+        value["error"] = f"cannot read {', '.join(scan.files)}: {_op_reason(exc)}"
+    bad = sorted([(k, r) for k, _, r in (*pending, *undecodable)])
+    removed: dict[str, int] = {}
+    for _, label, _ in (*pending, *undecodable):
+        removed[str(label)] = removed.get(str(label), 0) + 1
+    value.update(bad=bad[:max_bad_records + 1], n_bad=len(bad), removed=removed,
+                 records=int(len(good) - len(undecodable)) if good is not None else 0)
+    values = _exchange(shard, value)
+    later, n_later = _merged_bad(scan.files, values)
+    first = [(int(_key(scan.files, b)), b.reason) for b in scan.bad_records]
+    every = sorted(first + later)
+    error = _budget_error([_bad(scan.files, k, r) for k, r in every], len(scan.bad_records) + n_later,
+                          max_bad_records)
+    if error:
+        raise error
+    counts = list(scan.class_counts)
+    for v in values:
+        for label, n in v["removed"].items():
+            if int(label) < len(counts):
+                counts[int(label)] -= n
+    records = scan.records - sum(sum(v["removed"].values()) for v in values)
+    if records <= 0:
+        raise DataError(f"{', '.join(scan.files)}: no usable records")
+    final = replace(scan, records=records, class_counts=tuple(counts),
+                    excluded=np.union1d(scan.excluded, np.array([k for k, _, _ in undecodable], np.int64)),
+                    bad_records=tuple(_bad(scan.files, k, r) for k, r in every),
+                    local_records=value["records"], decoded=True, pending=(),
+                    good_keys=np.setdiff1d(good, np.array([k for k, _, _ in undecodable], np.int64)))
+    return final, cached
+
+
+def _decode_share(scan: ImageScan, good: np.ndarray, channels: int, image_size: int | None):
+    """The second pass in parallel tf.data: (undecodable [(key, label, reason)], and with ``image_size`` the
+    share's images resized to it and their labels, as two tensors, else None)."""
+    import tensorflow as tf
+
+    wanted = np.setdiff1d(good, scan.excluded)
+    ds = _decoded(scan, channels, image_size)
+    keys, images, labels = [], None, None
+    if image_size is None:
+        keys = [k for k, _ in ds.prefetch(4).as_numpy_iterator()]
+    else:
+        # One array, filled in place: no second copy of the share, no per-image tensors.
+        spec = ds.element_spec[1]
+        images = np.empty((len(wanted), *spec.shape[1:]), spec.dtype.as_numpy_dtype)
+        labels = np.empty(len(wanted), np.int32)
+        filled = 0
+        for k, x, y in ds.prefetch(2).as_numpy_iterator():
+            images[filled:filled + len(k)], labels[filled:filled + len(k)] = x, y
+            filled += len(k)
+            keys.append(k)
+    missing = np.setdiff1d(wanted, np.concatenate(keys) if keys else np.zeros(0, np.int64))
+    undecodable = []
+    if len(missing):
+        # A batch whose decode failed was dropped: check its records one by one, keeping the good ones.
+        undecodable, kept = _check_decodes(scan, missing, channels, image_size)
+        if images is not None:
+            for image, label in kept:
+                images[filled], labels[filled] = image, label
+                filled += 1
+        elif len(kept) + len(undecodable) != len(missing):
+            raise AssertionError("a record neither decoded nor failed")
+    if images is None:
+        return undecodable, None
+    return undecodable, (tf.convert_to_tensor(images[:filled]), tf.convert_to_tensor(labels[:filled]))
+
+
+def _key(files: Sequence[str], bad: BadRecord) -> int:
+    return (files.index(bad.file) << _KEY_BITS) + bad.record
+
+
+def _prepare(channels: int, image_size: int | None, uint8: bool, exact: bool = False):
+    """Encoded bytes -> what the second pass keeps: the decoded image resized to ``image_size`` (uint8 when
+    ``uint8``: every image's header gave that size), or, with no ``image_size``, its height (decoded).
+
+    The pipeline's version does the least per image (it runs in a loop over each batch, where every op
+    costs microseconds): no resize where none is due (an image whose size is not the header's then fails
+    its batch), and no empty-image check (the first pass refused images whose header has no pixels).
+    ``exact``, for the records of a failed batch, resizes what needs it and checks everything.
+    """
+    import tensorflow as tf
+
+    def prepare(encoded):
+        image = decode(encoded, channels)
+        if exact:
+            shape = tf.shape(image)
+            # An empty image decodes but fails to resize: make it fail here like an undecodable one.
+            tf.debugging.assert_positive(shape[0] * shape[1], message="empty image")
+            if image_size is None:
+                return shape[0]
+            image = finish(image, image_size, "raw")
+            return tf.cast(tf.round(image), tf.uint8) if uint8 else image
+        if image_size is None:
+            return tf.shape(image)[0]
+        if uint8:
+            return tf.ensure_shape(image, [image_size, image_size, channels])
+        # Bilinear resizing to the image's own size returns it unchanged: no need to test for it here.
+        return tf.image.resize(image, [image_size, image_size])
+
+    return prepare
+
+
+def _decoded(scan: ImageScan, channels: int, image_size: int | None):
+    """Batches of (keys, images, labels), or of (keys, heights) with no ``image_size``, from the second
+    pass; a record or batch whose decode fails is dropped (the caller finds its records by key).
+
+    Small images (MNIST) are decoded a batch at a time in a loop (a tf.data element per image costs more
+    than decoding it); photos one per element, in parallel: their decode dwarfs the per-element cost, and a
+    loop over a batch would decode its images one after the other (2000 flowers-sized JPEGs: 3.6x the wall
+    time on two cores).
+    """
+    import tensorflow as tf
+
+    uint8 = image_size is not None and scan.min_size == scan.max_size == (image_size, image_size)
+    prepare = _prepare(channels, image_size, uint8)
+    if image_size is None:
+        signature = tf.TensorSpec([], tf.int32)
+    else:
+        signature = tf.TensorSpec([image_size, image_size, channels], tf.uint8 if uint8 else tf.float32)
+
+    def body(keys, encoded, labels):
+        out = tf.map_fn(prepare, encoded, fn_output_signature=signature, parallel_iterations=16)
+        return (keys, out, labels) if image_size is not None else (keys, out)
+
+    ds = _encoded_batches(scan, deterministic=True, batch=_CHECK_BATCH)
+    if scan.total_bytes > _PHOTO_BYTES * max(1, scan.total_records):
+
+        def one(key, encoded, label):
+            return (key, prepare(encoded), label) if image_size is not None else (key, prepare(encoded))
+
+        ds = ds.unbatch().map(_plain(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.ignore_errors().batch(_CHECK_BATCH)
+    return ds.map(_plain(body), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
+
+
+def _check_decodes(scan: ImageScan, missing: np.ndarray, channels: int, image_size: int | None):
+    """The second pass for ``missing`` records, one at a time in Python: ([(key, label, reason)] of those
+    that do not decode, [(prepared image, label)] of those that do)."""
+    import tensorflow as tf
+
+    uint8 = image_size is not None and scan.min_size == scan.max_size == (image_size, image_size)
+    prepare = _prepare(channels, image_size, uint8, exact=True)
+    bad, kept = [], []
+    for index in sorted(set((missing >> _KEY_BITS).tolist())):
+        path = scan.files[index]
+        records = missing[(missing >> _KEY_BITS) == index] & ((1 << _KEY_BITS) - 1)
+        lo, hi = int(records.min()), int(records.max())
+        wanted = set(records.tolist())
+        ds = tf.data.TFRecordDataset(path).skip(lo).take(hi - lo + 1)
+        for record, raw in enumerate(ds.as_numpy_iterator(), start=lo):
+            if record not in wanted:
+                continue
+            _, label, encoded, _ = _check_example(raw, None)
+            try:
+                kept.append((prepare(tf.constant(encoded)).numpy(), label))
+            except (tf.errors.OpError, ValueError):
+                bad.append(((index << _KEY_BITS) + record, label, _undecodable(channels)))
+    return bad, kept
+
+
+def _encoded_batches(scan: ImageScan, *, shuffle_files: bool = False, seed: int = 0, in_order: bool = False,
+                     deterministic: bool = True, batch: int = _READ_BATCH):
+    """Batches of (int64 keys, encoded images, int32 labels) of this worker's good records: its files read in
+    parallel (interleaved a read batch at a time, in a fixed order unless shuffling), or one after the other
+    with ``in_order``. Records of other workers (by-record sharding) and skipped ones are dropped before
+    parsing, a whole read batch at a time (vectorized: per-record parsing would cost more than decoding an
+    MNIST image)."""
     import tensorflow as tf
 
     spec = {ENCODED: tf.io.FixedLenFeature([], tf.string), LABEL: tf.io.FixedLenFeature([], tf.int64)}
     excluded = tf.constant(scan.excluded if scan.excluded.size else np.array([-1], np.int64))
+    local = scan.local_files
+    stride, offset = scan.stride, scan.offset
 
     def read(path, file_index):
-        return tf.data.TFRecordDataset(path).batch(_READ_BATCH).enumerate().map(
-            lambda b, raw: (tf.bitwise.left_shift(file_index, _KEY_BITS) + b * _READ_BATCH, raw))
+        return tf.data.TFRecordDataset(path).batch(batch).enumerate().map(
+            lambda b, raw: (tf.bitwise.left_shift(file_index, _KEY_BITS) + b * batch, raw))
 
     def parse(first_key, raw):
+        keys = first_key + tf.range(tf.size(raw, out_type=tf.int64), dtype=tf.int64)
+        keep = tf.ones_like(keys, tf.bool)
+        if stride > 1:
+            keep = tf.equal(tf.bitwise.bitwise_and(keys, (1 << _KEY_BITS) - 1) % stride, offset)
         if scan.excluded.size:  # before parsing: a skipped record may not parse at all
-            keys = first_key + tf.range(tf.size(raw, out_type=tf.int64), dtype=tf.int64)
             pos = tf.minimum(tf.searchsorted(excluded, keys), tf.size(excluded) - 1)
-            raw = tf.boolean_mask(raw, tf.not_equal(tf.gather(excluded, pos), keys))
+            keep = tf.logical_and(keep, tf.not_equal(tf.gather(excluded, pos), keys))
+        raw, keys = tf.boolean_mask(raw, keep), tf.boolean_mask(keys, keep)
         parsed = tf.io.parse_example(raw, spec)
-        return parsed[ENCODED], tf.cast(parsed[LABEL], tf.int32)
+        return keys, parsed[ENCODED], tf.cast(parsed[LABEL], tf.int32)
 
-    files = tf.data.Dataset.from_tensor_slices((list(scan.files), tf.range(len(scan.files), dtype=tf.int64)))
+    read, parse = _plain(read), _plain(parse)
+    files = tf.data.Dataset.from_tensor_slices(([p for _, p in local],
+                                                tf.constant([i for i, _ in local], tf.int64)))
     if shuffle_files:
-        files = files.shuffle(len(scan.files), seed=seed, reshuffle_each_iteration=True)
-    ds = files.interleave(read, cycle_length=1 if in_order else min(len(scan.files), 8),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle_files)
-    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+        files = files.shuffle(len(local), seed=seed, reshuffle_each_iteration=True)
+    ds = files.interleave(read, cycle_length=1 if in_order else max(1, min(len(local), 8)),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _encoded_records(scan: ImageScan, *, shuffle_files: bool, seed: int, in_order: bool = False):
+    """(encoded image, int32 label) of this worker's good records (see :func:`_encoded_batches`)."""
+    ds = _encoded_batches(scan, shuffle_files=shuffle_files, seed=seed, in_order=in_order,
+                          deterministic=not shuffle_files)
+    return ds.map(lambda keys, encoded, labels: (encoded, labels)).unbatch()
 
 
 def _augmenter(augment: Sequence[str], image_size: int, seed: int):
@@ -368,8 +917,8 @@ def _augmenter(augment: Sequence[str], image_size: int, seed: int):
     return apply
 
 
-def _finalize(ds, *, records: int, batch_size: int, shuffle: bool, buffer: int, seed: int, augment,
-              image_size: int, drop_remainder: bool, repeat: bool, deterministic: bool = True):
+def _finalize(ds, *, batch_size: int, shuffle: bool, buffer: int, seed: int, augment, image_size: int,
+              drop_remainder: bool, repeat: bool, deterministic: bool = True):
     import tensorflow as tf
 
     if shuffle:
@@ -379,47 +928,85 @@ def _finalize(ds, *, records: int, batch_size: int, shuffle: bool, buffer: int, 
     if repeat:
         ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    # Every worker reads all files and keeps its share: image datasets often have fewer shards than workers.
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    # A seeded shuffle repeats exactly; only streaming (uncached) training trades that for throughput.
-    options.deterministic = deterministic
-    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+    return _options(ds, deterministic)
+
+
+def _options(ds, deterministic: bool):
+    import tensorflow as tf
+
+    # Each worker reads its own share (trainer.sharding): tf.data's auto-sharding is off. A seeded shuffle
+    # repeats exactly; only streaming (uncached) training trades that for throughput.
+    return ds.with_options(dataset_options(shuffle=not deterministic)).prefetch(tf.data.AUTOTUNE)
+
+
+def _cached_dataset(images, labels, *, batch_size: int, training: bool, seed: int, augment, image_size: int,
+                    scale: str, drop_remainder: bool, repeat: bool):
+    """Batches gathered from the share's images held as one tensor (:func:`load_images`): the shuffle moves
+    indices, not images, and a batch is one gather, so nothing is done per image (a per-image tf.data cache
+    costs ~20 us an image, more than the CNN's step on MNIST, and its full-share shuffle buffer must fill
+    before the first step). Augmentation works per image and takes the per-image path."""
+    import tensorflow as tf
+
+    count = int(labels.shape[0])
+    ds = tf.data.Dataset.range(count)
+    if training:
+        ds = ds.shuffle(max(1, count), seed=seed, reshuffle_each_iteration=True)
+
+    def gather(index):
+        return finish(tf.gather(images, index), image_size, scale), tf.gather(labels, index)
+
+    if augment:
+        ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
+        return _finalize(ds, batch_size=batch_size, shuffle=False, buffer=0, seed=seed, augment=augment,
+                         image_size=image_size, drop_remainder=drop_remainder, repeat=repeat)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder).map(gather, num_parallel_calls=tf.data.AUTOTUNE)
+    return _options(ds, deterministic=True)
 
 
 def image_dataset(scan: ImageScan, *, image_size: int, channels: int, batch_size: int, scale: str = "unit",
                   training: bool = False, augment: Sequence[str] = (), seed: int = 0,
                   cache_limit_mb: int = 1024, shuffle_buffer: int = 4096, drop_remainder: bool = False,
-                  repeat: bool = False):
-    """Batches of (float32 [B, image_size, image_size, channels], int32 [B] labels) from the scanned files.
+                  repeat: bool = False, cached=None):
+    """Batches of (float32 [B, image_size, image_size, channels], int32 [B] labels) from this worker's share
+    of the scanned files.
 
     ``batch_size`` is the GLOBAL batch (a distribution strategy splits it across replicas);
     ``drop_remainder`` gives static batch shapes (TPU). ``training`` shuffles (seeded) and applies ``augment``
-    (a subset of ``AUGMENTATIONS``; never at eval). When the preprocessed images fit ``cache_limit_mb`` they
-    are decoded once and cached in memory, shuffled across the whole set; otherwise records are shuffled
-    (``shuffle_buffer`` of them, still encoded) before decoding, every epoch. A seeded cached pipeline
-    repeats its order exactly; an uncached training one lets parallel decoding reorder for throughput.
+    (a subset of ``AUGMENTATIONS``; never at eval). ``cached`` is what :func:`load_images` kept; without
+    it, a share whose images (:meth:`ImageScan.held_bytes`) fit :func:`cache_budget` of ``cache_limit_mb``
+    is decoded into memory now. Cached images are shuffled across the whole share; otherwise records are
+    shuffled (``shuffle_buffer`` of them, still encoded) before decoding, every epoch. A seeded cached
+    pipeline repeats its order exactly; an uncached training one lets parallel decoding reorder for
+    throughput.
     """
     import tensorflow as tf
 
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {', '.join(SCALES)}, not {scale!r}")
-    cache = scan.decoded_bytes(image_size, channels) <= cache_limit_mb << 20
+    augment = tuple(augment) if training else ()
+    _augmenter(augment, image_size, seed)  # refuses unknown augmentations before any work
+    if not scan.decoded:
+        raise ValueError("image_dataset needs a decoded scan: scan_images(decode=True) or load_images")
+    common = {"batch_size": batch_size, "seed": seed, "augment": augment, "image_size": image_size,
+              "drop_remainder": drop_remainder, "repeat": repeat}
+    if cached is None and scan.held_bytes(image_size, channels) <= cache_budget(cache_limit_mb):
+        # Every record was checked already: this decode only fills the cache (no new bad records).
+        _, cached = load_images(scan, channels=channels, image_size=image_size, keep=True,
+                                max_bad_records=len(scan.bad_records))
+    if cached is not None:
+        return _cached_dataset(*cached, training=training, scale=scale, **common)
 
     def load(encoded, label):
         return preprocess_image(encoded, image_size, channels, scale), label
 
-    ds = _encoded_records(scan, shuffle_files=training and not cache, seed=seed)
-    if training and not cache:
+    ds = _encoded_records(scan, shuffle_files=training, seed=seed)
+    if training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.apply(tf.data.experimental.assert_cardinality(scan.records))
-    if cache:
-        ds = ds.cache()
-    return _finalize(ds, records=scan.records, batch_size=batch_size, shuffle=training and cache,
-                     buffer=scan.records, seed=seed, augment=augment if training else (),
-                     image_size=image_size, drop_remainder=drop_remainder, repeat=repeat,
-                     deterministic=cache or not training)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(scan.share_records))
+    return _finalize(ds, shuffle=False, buffer=0, deterministic=not training, **common)
 
 
 def read_arrays(scan: ImageScan, channels: int):
@@ -452,6 +1039,6 @@ def array_dataset(images, labels, *, image_size: int, batch_size: int, scale: st
 
     x = finish(tf.convert_to_tensor(images), image_size, scale)
     ds = tf.data.Dataset.from_tensor_slices((x, tf.convert_to_tensor(labels, tf.int32)))
-    return _finalize(ds, records=len(labels), batch_size=batch_size, shuffle=training, buffer=len(labels),
-                     seed=seed, augment=augment if training else (), image_size=image_size,
+    return _finalize(ds, batch_size=batch_size, shuffle=training, buffer=len(labels), seed=seed,
+                     augment=augment if training else (), image_size=image_size,
                      drop_remainder=drop_remainder, repeat=repeat)

@@ -214,3 +214,130 @@ def test_bad_parameters_are_refused(flowers):
         image_data.scan_images(flowers.files, channels=4)
     with pytest.raises(DataError, match="read_arrays needs one size"):
         image_data.read_arrays(flowers, 3)
+
+
+def test_the_parallel_first_pass_finds_what_the_record_by_record_one_does(tmp_path, monkeypatch):
+    # Shares over _SMALL_BYTES are parsed a batch at a time in tf.data; a batch that fails sends its file
+    # through the exact Python path, and an undecodable image fails its batch in the second pass.
+    records = [example(good_png(), i % 5) for i in range(20)]
+    for offset, (record, _) in enumerate(BAD):
+        records.insert(2 + 2 * offset, record)
+    path = str(write_records(tmp_path / "x.tfrecord", records))
+    scans = {}
+    for small in (1 << 30, 0):
+        monkeypatch.setattr(image_data, "_SMALL_BYTES", small)
+        scans[small] = image_data.scan_images([path], channels=1, num_classes=5, max_bad_records=len(BAD))
+    python, parallel = scans.values()
+    assert [str(b) for b in parallel.bad_records] == [str(b) for b in python.bad_records]
+    assert [(b.record, b.reason[:20]) for b in python.bad_records] == [
+        (2 + 2 * i, reason[:20]) for i, (_, reason) in enumerate(BAD)]
+    assert (parallel.records, parallel.class_counts) == (python.records, python.class_counts)
+    assert (python.records, python.class_counts) == (20, (4,) * 5)
+
+
+def run_two_workers(work):
+    """``work(shard)`` as worker 0 and 1 of a two-worker cluster, in threads whose exchanges meet (an
+    all-gather, JSON on the wire as Shard.exchange sends it): [result or exception] per worker. A worker
+    left waiting (one exchange more on one side) fails the barrier instead of hanging."""
+    import threading
+
+    from trainer.sharding import Shard
+
+    barrier = threading.Barrier(2, timeout=30)
+    slots: list = [None, None]
+    results: list = [None, None]
+
+    def gather_for(index):
+        def gather(payload):
+            slots[index] = payload
+            barrier.wait()
+            gathered = list(slots)
+            barrier.wait()
+            return gathered
+        return gather
+
+    def run(index):
+        try:
+            results[index] = work(Shard(index=index, count=2, gather=gather_for(index)))
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    return results
+
+
+SHARD_RECORDS = 150
+
+
+@pytest.fixture(scope="module")
+def three_shards(tmp_path_factory):
+    """Three MNIST-like PNG shards of ~85 KB (files 0 and 2 are worker 0's, file 1 worker 1's)."""
+    root = tmp_path_factory.mktemp("shards")
+    return [str(write_mnist_like(root / f"s{i}.tfrecord", SHARD_RECORDS, seed=i)) for i in range(3)]
+
+
+@pytest.fixture
+def mixed_paths(monkeypatch):
+    # Worker 0's two files take the parallel path, worker 1's one file the record-by-record one.
+    monkeypatch.setattr(image_data, "_SMALL_BYTES", 100 << 10)
+
+
+@pytest.mark.parametrize("files", [3, 1], ids=["by-file", "by-record"])
+def test_two_workers_read_disjoint_shares_that_cover_the_data(three_shards, mixed_paths, files):
+    shards = three_shards[:files]
+    whole = image_data.scan_images(shards, channels=1)
+
+    def work(shard):
+        scan = image_data.scan_images(shards, channels=1, shard=shard)
+        if files == 1:  # the pipeline follows the scan's share: checked once, by file
+            return scan, np.zeros(scan.share_records)
+        ds = image_data.image_dataset(scan, image_size=28, channels=1, batch_size=64, training=True)
+        return scan, np.concatenate([y for _, y in ds.as_numpy_iterator()])
+
+    (first, first_labels), (second, second_labels) = run_two_workers(work)
+    for scan in (first, second):  # what every worker knows: the whole data's
+        assert (scan.records, scan.total_records) == (whole.records, whole.total_records)
+        assert (scan.class_names, scan.class_counts) == (whole.class_names, whole.class_counts)
+        assert scan.records_read <= 0.7 * whole.records  # 2 files of 3 by file, 1 record of 2 by record
+    assert first.good_keys.size + second.good_keys.size == whole.records
+    assert np.array_equal(np.union1d(first.good_keys, second.good_keys), whole.good_keys)
+    assert (first.share()["by_record"], second.stride) == ((files == 1), 2 if files == 1 else 1)
+    assert len(first_labels) == first.share_records and len(second_labels) == second.share_records
+    if files > 1:
+        labels = np.concatenate([digit_images(SHARD_RECORDS, seed=i)[1] for i in range(files)])
+        assert sorted(np.concatenate([first_labels, second_labels]).tolist()) == sorted(labels.tolist())
+
+
+@pytest.mark.parametrize("kind", ["malformed", "undecodable", "text"])
+def test_a_bad_record_in_the_second_workers_share_fails_every_worker_alike(
+        tmp_path, three_shards, mixed_paths, kind):
+    # The undecodable image passes the header check: only the second pass (the decode) sees it; it sits at
+    # an odd record of the only file, which by-record sharding gives the second worker.
+    bad = {"malformed": example(good_png(), 1, drop="image/class/label"),
+           "undecodable": example(b"\x89PNG\r\n\x1a\n" + b"\0" * 40, 1),
+           "text": example(good_png(), 3, text=b"drei")}[kind]
+    records = list(tf.data.TFRecordDataset(three_shards[1]).as_numpy_iterator())
+    records.insert(7, bad)
+    second = str(write_records(tmp_path / "s1.tfrecord", records))
+    files = [three_shards[0], second, three_shards[2]] if kind != "undecodable" else [second]
+    results = run_two_workers(lambda shard: image_data.scan_images(files, channels=1, shard=shard))
+    assert all(isinstance(r, DataError) for r in results), results
+    assert str(results[0]) == str(results[1])
+    assert str(results[0]).startswith(f"{second}: record 7: ")
+    assert "\n" not in str(results[0])
+    assert str(results[0]).endswith("(set max_bad_records to skip bad records)")
+    if kind == "text":
+        assert "text 'drei' for label 3, but '3' at" in str(results[0])
+    if kind != "undecodable":
+        return
+    # Within the budget every worker skips it and counts it once.
+    scans = run_two_workers(lambda shard: image_data.scan_images(files, channels=1, shard=shard,
+                                                                  max_bad_records=1))
+    assert [len(s.bad_records) for s in scans] == [1, 1]
+    good = len(records) - 1 + SHARD_RECORDS * (len(files) - 1)
+    assert scans[0].records == scans[1].records == sum(s.share_records for s in scans) == good

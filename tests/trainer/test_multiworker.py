@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.helpers import EVAL_ROWS, REPO_ROOT, TRAIN_ROWS, subprocess_env, trainer_args
-from tests.trainer.image_helpers import FLOWERS_EVAL, FLOWERS_TRAIN, serve_records
+from tests.trainer.image_helpers import FLOWERS_EVAL, FLOWERS_TRAIN, serve_records, write_records
 
 pytestmark = pytest.mark.training
 
@@ -119,14 +119,29 @@ def test_chief_and_worker_train_on_their_own_shares_and_only_the_chief_exports(t
 
 @pytest.mark.timeout(300)
 def test_the_image_classifier_trains_on_two_workers_through_the_same_loop(tmp_path):
+    import glob
+
+    import tensorflow as tf
+
+    # Training data in two files (each worker reads one), evaluation in one (each keeps every other record).
+    records = list(tf.data.TFRecordDataset(glob.glob(FLOWERS_TRAIN)).as_numpy_iterator())
+    for i in range(2):
+        write_records(tmp_path / f"train-{i}.tfrecord", records[i * 40:(i + 1) * 40])
     job = tmp_path / "job"
     args = [sys.executable, "-m", "trainer.task", "--model", "image_classifier",
-            "--train-files", FLOWERS_TRAIN, "--eval-files", FLOWERS_EVAL, "--image-size", "32",
-            "--num-epochs", "2", "--steps-per-epoch", "3", "--train-batch-size", "8", "--job-dir", str(job)]
+            "--train-files", str(tmp_path / "train-*.tfrecord"), "--eval-files", FLOWERS_EVAL,
+            "--image-size", "32", "--num-epochs", "2", "--steps-per-epoch", "3", "--train-batch-size", "8",
+            "--job-dir", str(job)]
     procs, outputs = run_cluster(tmp_path, args)
     for task_type, proc in procs.items():
         assert proc.returncode == 0, f"{task_type}:\n{outputs[task_type][-3000:]}"
         assert "strategy: multi_worker, 2 replica(s), global batch 16" in outputs[task_type]
+    # Each worker read, checked and decoded only its share, and the shares cover the data.
+    shares = {t: [line.split("this worker's share ", 1)[1] for line in out.splitlines()
+                  if "trainer: data: " in line] for t, out in outputs.items()}
+    assert shares["chief"] == ["(1 of 2): train 40 of 80 records (40 read) from 1 of 2 file(s), cached; "
+                               "eval 25 of 50 records (25 read) from 1 of 1 file(s), by record, cached"]
+    assert shares["worker"] == [shares["chief"][0].replace("(1 of 2)", "(2 of 2)")]
     # Both workers hold the same synchronised model: they evaluate it identically.
     evaluations = {t: [line.split("evaluation: ", 1)[1] for line in out.splitlines()
                        if "trainer: evaluation: " in line] for t, out in outputs.items()}

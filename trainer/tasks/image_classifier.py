@@ -3,6 +3,10 @@
 Input: shards in the flowers schema (``image/encoded`` JPEG or PNG, ``image/class/label``,
 ``image/class/text``; see :mod:`trainer.image_data`), matched by globs, local or ``gs://``. The classes and
 their names come from the training data (or ``--num-classes``); evaluation uses the training data's classes.
+Every record is checked before training (:mod:`trainer.image_data`: records and image headers first, then
+one decode that also fills the in-memory cache when the images fit ``--cache-limit-mb`` and the machine's
+memory). Under multi-worker training each worker reads, checks and decodes only its share of the training
+and evaluation files (:mod:`trainer.sharding`), and the log's ``data:`` line says which share.
 
 Models (:mod:`trainer.image_models`): ``--backbone cnn``, a small CNN in the shape of Google's Keras
 codelabs (conv blocks, a dense layer of ``--num-units``, ``--dropout``), or a keras.applications backbone
@@ -112,16 +116,20 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
 
     from trainer.data import DataError
-    from trainer.image_data import expand_globs, image_dataset, scan_images
+    from trainer.image_data import cache_budget, expand_globs, image_dataset, load_images, scan_images
 
     task = cfg.task
     train_files = expand_globs(cfg.train_files, "--train-files")
     eval_files = expand_globs(cfg.eval_files, "--eval-files")
-    train_scan = scan_images(train_files, channels=task.channels, num_classes=task.num_classes or None,
-                             max_bad_records=task.max_bad_records, flag="--train-files")
+    # Each worker checks only its share (shard) and the workers combine what they found. The first pass
+    # reads records and image headers only: the image size and what a cache would hold are known before
+    # any image is decoded.
+    common = {"channels": task.channels, "max_bad_records": task.max_bad_records, "shard": shard}
+    train_scan = scan_images(train_files, num_classes=task.num_classes or None, flag="--train-files",
+                             decode=False, **common)
     # Evaluation is labelled in the training data's classes: a label beyond them is a bad record there.
-    eval_scan = scan_images(eval_files, channels=task.channels, class_names=train_scan.class_names,
-                            max_bad_records=task.max_bad_records, flag="--eval-files")
+    eval_scan = scan_images(eval_files, class_names=train_scan.class_names, flag="--eval-files",
+                            decode=False, **common)
     if train_scan.num_classes < 2:
         raise DataError(f"--train-files: {train_scan.num_classes} class: a classifier needs at least 2")
     if cfg.hypertune_metric in TOP_K_METRICS and train_scan.num_classes <= 5:
@@ -131,19 +139,44 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     if not size:
         (height, width), largest = train_scan.min_size, train_scan.max_size
         size = height if (height, width) == largest and height == width >= 8 else FALLBACK_IMAGE_SIZE
-    common = {"image_size": size, "channels": task.channels, "seed": cfg.seed,
-              "cache_limit_mb": cfg.cache_limit_mb}
-    train = image_dataset(train_scan, batch_size=global_train_batch, training=True,
-                          augment=task.augmentations(), repeat=cfg.steps_per_epoch is not None, **common)
-    evaluation = image_dataset(eval_scan, batch_size=global_eval_batch, **common)
+    # The second pass decodes every image once; where the share's preprocessed images fit this process's
+    # memory budget, that decode fills the cache training reads from (no second decode before the first
+    # step). Training data has the first claim on the budget.
+    budget = cache_budget(cfg.cache_limit_mb)
+    held = train_scan.held_bytes(size, task.channels)
+    train_scan, train_cache = load_images(train_scan, image_size=size, keep=held <= budget, **common)
+    budget -= held if train_cache is not None else 0
+    eval_scan, eval_cache = load_images(eval_scan, image_size=size,
+                                        keep=eval_scan.held_bytes(size, task.channels) <= budget, **common)
+    options = {"image_size": size, "channels": task.channels, "seed": cfg.seed, "cache_limit_mb": 0}
+    train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_cache,
+                          augment=task.augmentations(), repeat=cfg.steps_per_epoch is not None, **options)
+    evaluation = image_dataset(eval_scan, batch_size=global_eval_batch, cached=eval_cache, **options)
+    if shard.sharded:
+        # tf.distribute splits each of a worker's global batches into one piece per replica of the cluster
+        # and a worker takes one piece per step, so Keras, which runs as many steps as the dataset claims
+        # batches, would evaluate only the first 1/workers of each share. With no claimed length it reads to
+        # the end, and the strategy keeps workers with unequal shares in step until all are done.
+        evaluation = evaluation.filter(lambda images, labels: True)
     report = {
         split: {"files": list(scan.files), "records": scan.records, "class_counts": list(scan.class_counts),
-                "skipped_records": [str(b) for b in scan.bad_records], "skipped": scan.bad_counts()}
-        for split, scan in (("train", train_scan), ("eval", eval_scan))
+                "skipped_records": [str(b) for b in scan.bad_records], "skipped": scan.bad_counts(),
+                "share": {**scan.share(), "worker": shard.index, "workers": shard.count,
+                          "cached": cache is not None}}
+        for split, scan, cache in (("train", train_scan, train_cache), ("eval", eval_scan, eval_cache))
     }
+    shares = []
+    for split, entry in report.items():
+        share = entry["share"]
+        shares.append(f"{split} {share['records']} of {share['of_records']} records ({share['records_read']} "
+                      f"read) from {share['files']} of {share['of_files']} file(s)"
+                      f"{', by record' if share['by_record'] else ''}, "
+                      f"{'cached' if share['cached'] else 'streamed'}")
+    shares = "; ".join(shares)
     report.update(classes=list(train_scan.class_names), image_size=size, channels=task.channels,
                   summary=f"train: {train_scan.summary()}; eval: {eval_scan.summary()}; {size}x{size}x"
-                          f"{task.channels}")
+                          f"{task.channels}; this worker's share ({shard.index + 1} of {shard.count}): "
+                          f"{shares}")
     # The model takes preprocessed pixels; the serving function decodes, resizes and scales in front of it,
     # with no state to export (preprocessor None).
     return TaskData(train=train, eval=evaluation, train_rows=train_scan.records, eval_rows=eval_scan.records,
