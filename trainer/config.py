@@ -173,8 +173,9 @@ def build_parser(model: str = DEFAULT_MODEL, *, raise_errors: bool = False) -> a
     generic(io, "job_dir", "output root: <job-dir>/model, /checkpoints and /logs unless AIP_MODEL_DIR, "
                            "AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR are set (as on Vertex AI)",
             metavar="DIR")
-    generic(io, "cache_limit_mb", "cache parsed data in memory when it takes at most MB, and at most a "
-                                  "quarter of the memory available (0: never; default %(default)s)", type=int,
+    generic(io, "cache_limit_mb", "cache parsed data in memory when it takes at most MB, and at most half "
+                                  "the memory available to this machine's trainer processes (0: never; "
+                                  "default %(default)s)", type=int,
             metavar="MB")
     generic(io, "export_format", _formats_help(dict(spec.export_formats)), type=_upper,
             choices=tuple(spec.export_formats))

@@ -26,7 +26,7 @@ import os
 import re
 import sys
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -34,6 +34,9 @@ import numpy as np
 
 # A scan reads files in blocks of this size, so memory stays flat on large inputs.
 _BLOCK_BYTES = 4 << 20
+# The share of the available memory one process's caches may take, divided among the cluster's processes
+# on the same host (see cache_budget).
+_MEMORY_SHARE = 0.5
 # The longest line a scan reads (a file without line breaks would otherwise be read into memory whole).
 MAX_LINE_BYTES = 8 << 20
 # Blocks whose vectorised checks run at once (see _blocks).
@@ -750,18 +753,53 @@ def _merge_samples(parts: list[dict], names: list[str]) -> dict[str, np.ndarray]
     return {name: np.concatenate(values) for name, values in merged.items()}
 
 
-def cache_budget(limit_mb: int) -> int:
-    """Bytes a pipeline may cache in memory: ``--cache-limit-mb``, and at most a quarter of the memory
-    available now (another trainer, trial or worker process may share the machine)."""
+def cache_budget(limit_mb: int, environ: Mapping[str, str] = os.environ) -> int:
+    """Bytes one process may cache: ``limit_mb`` (the --cache-limit-mb flag), and at most a share of the
+    memory available on this machine divided among the cluster's processes that run on it (a local
+    multi-worker run, or several trials of a local study, would otherwise each take the whole)."""
+    budget = limit_mb << 20
+    available = _available_memory()
+    if available is not None:
+        budget = min(budget, int(available * _MEMORY_SHARE / _local_processes(environ)))
+    return budget
+
+
+def _available_memory() -> int | None:
+    """MemAvailable, lowered to the cgroup's remaining allowance in a container; None where unknown."""
+    found = []
     try:
         with open("/proc/meminfo") as f:
-            available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):  # not Linux: the page counts, where the OS has them
-        try:
-            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            available = limit_mb << 20
-    return min(limit_mb << 20, available // 4)
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            found.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _local_processes(environ: Mapping[str, str]) -> int:
+    """Processes of this cluster on this machine (1 outside a cluster): those sharing this task's host."""
+    from trainer.env import cluster_from_env
+
+    try:
+        cluster = cluster_from_env(environ)
+    except ValueError:  # a bad TF_CONFIG is reported where the strategy is made
+        return 1
+    addresses = [a for role in ("chief", "master", "worker") for a in cluster.spec.get(role, [])]
+    mine = cluster.spec.get(cluster.task_type, [])
+    if not addresses or cluster.task_index >= len(mine):
+        return 1
+    host = mine[cluster.task_index].rsplit(":", 1)[0]
+    return max(1, sum(a.rsplit(":", 1)[0] == host for a in addresses))
 
 
 def bytes_per_row(element_spec) -> int:

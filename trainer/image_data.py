@@ -30,14 +30,13 @@ nothing after the damage can be read reliably.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from trainer.data import DataError, op_reason
+from trainer.data import DataError, cache_budget, op_reason
 from trainer.sharding import UNSHARDED, Shard, dataset_options
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
@@ -57,8 +56,6 @@ _CHECK_BATCH = 1024  # records the two checking passes read, parse and check tog
 # A share of at most this many bytes is checked record by record in Python: building and starting the
 # parallel pipelines costs ~0.5 s of tracing each, more than checking a few hundred small records.
 _SMALL_BYTES = 256 << 10
-# The memory cache takes at most this share of the memory available to the processes on this machine.
-_MEMORY_SHARE = 0.5
 # Magic bytes tf.io.decode_image recognises (tensorflow/core/kernels/image/decode_image_op.cc).
 _JPEG, _PNG, _GIF, _BMP = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"BM"
 
@@ -146,7 +143,7 @@ def expand_globs(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
     """Files matching paths or globs (local or gs://), sorted per pattern, de-duplicated."""
     import tensorflow as tf
 
-    files: list[str] = []
+    files: dict[str, None] = {}  # insertion-ordered and de-duplicated in linear time
     for pattern in patterns:
         try:
             matches = sorted(m for m in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(m))
@@ -154,7 +151,7 @@ def expand_globs(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
             raise DataError(f"{flag}: cannot list {pattern}: {op_reason(exc)}") from None
         if not matches:
             raise DataError(f"{flag}: no files match {pattern}")
-        files.extend(m for m in matches if m not in files)
+        files.update(dict.fromkeys(matches))
     return tuple(files)
 
 
@@ -197,55 +194,6 @@ def finish(image, image_size: int, scale: str):
 def preprocess_image(encoded, image_size: int, channels: int, scale: str = "unit"):
     """Encoded bytes -> the float32 [image_size, image_size, channels] image the model sees (eval/serving)."""
     return finish(decode(encoded, channels), image_size, scale)
-
-
-def cache_budget(limit_mb: int, environ: Mapping[str, str] = os.environ) -> int:
-    """Bytes one process may cache: ``limit_mb`` (the --cache-limit-mb flag), and at most a share of the
-    memory available on this machine divided among the cluster's processes that run on it (a local
-    multi-worker run, or several trials of a local study, would otherwise each take the whole)."""
-    budget = limit_mb << 20
-    available = _available_memory()
-    if available is not None:
-        budget = min(budget, int(available * _MEMORY_SHARE / _local_processes(environ)))
-    return budget
-
-
-def _available_memory() -> int | None:
-    """MemAvailable, lowered to the cgroup's remaining allowance in a container; None where unknown."""
-    found = []
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    try:
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current") as f:
-            used = int(f.read().strip())
-        if limit != "max":
-            found.append(max(0, int(limit) - used))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
-
-
-def _local_processes(environ: Mapping[str, str]) -> int:
-    """Processes of this cluster on this machine (1 outside a cluster): those sharing this task's host."""
-    from trainer.env import cluster_from_env
-
-    try:
-        cluster = cluster_from_env(environ)
-    except ValueError:  # a bad TF_CONFIG is reported where the strategy is made
-        return 1
-    addresses = [a for role in ("chief", "master", "worker") for a in cluster.spec.get(role, [])]
-    mine = cluster.spec.get(cluster.task_type, [])
-    if not addresses or cluster.task_index >= len(mine):
-        return 1
-    host = mine[cluster.task_index].rsplit(":", 1)[0]
-    return max(1, sum(a.rsplit(":", 1)[0] == host for a in addresses))
 
 
 def _check_example(raw: bytes, classes: int | None) -> tuple[str | None, int, bytes, bytes]:

@@ -115,8 +115,8 @@ SPEC = TaskSpec(
 def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
 
-    from trainer.data import DataError
-    from trainer.image_data import cache_budget, expand_globs, image_dataset, load_images, scan_images
+    from trainer.data import DataError, cache_budget
+    from trainer.image_data import expand_globs, image_dataset, load_images, scan_images
 
     task = cfg.task
     train_files = expand_globs(cfg.train_files, "--train-files")
