@@ -76,47 +76,153 @@ def read_ratings(files: Sequence[str], columns: RatingColumns, flag: str,
                  flags: dict[str, str] | None = None) -> Ratings:
     """Every rating in ``files`` (each with its own header row). ``flags`` names the flag that set each
     column, for errors (``{"user": "--user-column", ...}``; a ``timestamp`` entry of None means the time
-    column was not asked for by name, so files without it are fine)."""
+    column was not asked for by name, so files without it are fine).
+
+    A plain file (no quotes, no carriage returns, every line with the header's field count, ASCII ids without
+    surrounding blanks) is parsed with vectorised NumPy: ids become fixed-width string arrays, no Python
+    object per rating. Anything else takes the line-by-line reader, which names the first bad line."""
     flags = {"user": "--user-column", "item": "--item-column", "rating": "--rating-column",
              "timestamp": None, **(flags or {})}
+    parts = []
+    for path in files:
+        part = _read_plain(path, columns, flags, flag)
+        parts.append(part if part is not None else _read_lines(path, columns, flags, flag))
+    with_time = {part[3] is not None for part in parts}
+    if len(with_time) > 1:
+        path = files[[part[3] is None for part in parts].index(parts[0][3] is not None)]
+        raise DataError(f"{path}: line 1: the column {columns.timestamp!r} is in some of the files and not "
+                        "in others")
+    users, items, ratings, times = (list(column) for column in zip(*parts, strict=True))
+    timestamps = np.concatenate(times).astype(np.int64) if with_time == {True} else None
+    return Ratings(_ids(users), _ids(items), np.concatenate(ratings).astype(np.float32), timestamps,
+                   tuple(files))
+
+
+def _ids(parts: list[np.ndarray]) -> np.ndarray:
+    """One array of the files' ids (fixed-width ``str_`` from the plain reader, objects from the other)."""
+    if all(part.dtype.kind == "U" for part in parts):
+        return np.concatenate(parts)
+    return np.concatenate([part.astype(object) for part in parts])
+
+
+_PLAIN_CHUNK = 1 << 20  # lines per vectorised step: bounds the temporary index arrays
+
+
+def _read_plain(path: str, columns: RatingColumns, flags: dict[str, str | None], flag: str):
+    """(users, items, ratings, timestamps or None) of a plain file, or None: read it line by line instead."""
+    import tensorflow as tf
+
+    from trainer.data import _unreadable
+
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+    except tf.errors.OpError as exc:
+        raise _unreadable(path, exc, flag) from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if b'"' in data or b"\0" in data or data.count(b"\r") != data.count(b"\r\n"):
+        return None
+    cut = data.find(b"\n")
+    header = data if cut < 0 else data[:cut]
+    body = np.frombuffer(data, np.uint8)[len(header) + 1:]
+    header = header.removesuffix(b"\r")  # CRLF files: each line loses its \r, as the line reader's do
+    try:
+        names = header.decode("utf-8").split(",")
+    except UnicodeDecodeError:
+        return None
+    if not header.strip():
+        return None
+    where, width = _header(path, names, columns, flags), len(names)
+    ends = np.flatnonzero(body == ord("\n"))
+    if len(body) and body[-1] != ord("\n"):
+        ends = np.append(ends, len(body))
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+    ends = ends - ((ends > starts) & (body[np.maximum(ends - 1, 0)] == ord("\r")))
+    keep = ends > starts  # empty lines are skipped, as the line reader skips them
+    starts, ends = starts[keep], ends[keep]
+    commas = np.flatnonzero(body == ord(","))
+    if width < 2 or len(commas) != len(starts) * (width - 1):
+        return None
+    if not len(starts):
+        empty = np.zeros(0, "U1")
+        times = np.zeros(0, np.int64) if "timestamp" in where else None
+        return empty, empty, np.zeros(0, np.float32), times
+    commas = commas.reshape(-1, width - 1)
+    # Every line must hold exactly width - 1 commas: the line's first comma after its start, its last before
+    # its end.
+    if (commas[:, 0] < starts).any() or (commas[:, -1] >= ends).any() or (commas[1:, 0] < ends[:-1]).any():
+        return None
+    out = {role: [] for role in where}
+    for first in range(0, len(starts), _PLAIN_CHUNK):
+        rows = slice(first, first + _PLAIN_CHUNK)
+        for role, column in where.items():
+            begin = starts[rows] if column == 0 else commas[rows, column - 1] + 1
+            end = ends[rows] if column == width - 1 else commas[rows, column]
+            text = _fixed_width(body, begin, end)
+            if text is None:
+                return None
+            out[role].append(text)
+    try:
+        users = np.concatenate(out["user"]).astype("U")
+        items = np.concatenate(out["item"]).astype("U")
+        ratings = np.concatenate(out["rating"]).astype(np.float64)
+        times = np.concatenate(out["timestamp"]).astype(np.int64) if "timestamp" in where else None
+    except (ValueError, UnicodeDecodeError, OverflowError):
+        return None  # not a number, or a non-ASCII id: the line reader words it (or reads it)
+    if not np.isfinite(ratings).all():
+        return None
+    return users, items, ratings.astype(np.float32), times
+
+
+def _fixed_width(body: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """The fields ``body[begin:end]`` as a fixed-width bytes array; None for an empty field or one with a
+    blank or control character at either end (the line reader strips or refuses those)."""
+    lengths = end - begin
+    if not len(lengths) or lengths.min() < 1:
+        return None
+    if (body[begin] <= 32).any() or (body[end - 1] <= 32).any():
+        return None
+    width = int(lengths.max())
+    offsets = np.arange(width)
+    where = begin[:, None] + offsets[None, :]
+    inside = offsets[None, :] < lengths[:, None]
+    chars = np.where(inside, body[np.minimum(where, len(body) - 1)], 0).astype(np.uint8)
+    return chars.view(f"S{width}").ravel()
+
+
+def _read_lines(path: str, columns: RatingColumns, flags: dict[str, str | None], flag: str):
+    """(users, items, ratings, timestamps or None) of one file, line by line, naming the first bad line."""
     users: list[str] = []
     items: list[str] = []
     ratings: list[float] = []
     times: list[int] = []
-    with_time = None
-    for path in files:
-        where = width = None
-        for number, line in enumerate(read_lines(path, flag), start=1):
-            if not line.strip():
-                continue
-            text = _text(line, path, number)
-            # Plain split unless the line quotes a field (csv's parser is several times slower per line).
-            row = next(csv.reader([text])) if '"' in text else text.split(",")
-            if where is None:  # the first non-blank line is the header
-                where, width = _header(path, row, columns, flags), len(row)
-                if with_time is None:
-                    with_time = "timestamp" in where
-                elif with_time != ("timestamp" in where):
-                    raise DataError(f"{path}: line {number}: the column {columns.timestamp!r} is in some "
-                                    f"of the files and not in others")
-                continue
-            if len(row) != width:
-                raise DataError(f"{path}: line {number}: {len(row)} fields, the header names {width}")
-            user, item = row[where["user"]].strip(), row[where["item"]].strip()
-            for role, value in (("user", user), ("item", item)):
-                if not value:
-                    raise DataError(f"{path}: line {number}: empty {getattr(columns, role)} ({flags[role]})")
-            ratings.append(_number(row[where["rating"]], path, number, columns.rating, flags["rating"]))
-            users.append(user)
-            items.append(item)
-            if "timestamp" in where:
-                times.append(_timestamp(row[where["timestamp"]], path, number, columns.timestamp))
-        if where is None:
-            raise DataError(f"{path}: empty: expected a header naming {columns.user}, {columns.item} and "
-                            f"{columns.rating}")
-    timestamps = np.array(times, dtype=np.int64) if with_time else None
-    return Ratings(np.array(users, dtype=object), np.array(items, dtype=object),
-                   np.array(ratings, dtype=np.float32), timestamps, tuple(files))
+    where = width = None
+    for number, line in enumerate(read_lines(path, flag), start=1):
+        if not line.strip():
+            continue
+        text = _text(line, path, number)
+        # Plain split unless the line quotes a field (csv's parser is several times slower per line).
+        row = next(csv.reader([text])) if '"' in text else text.split(",")
+        if where is None:  # the first non-blank line is the header
+            where, width = _header(path, row, columns, flags), len(row)
+            continue
+        if len(row) != width:
+            raise DataError(f"{path}: line {number}: {len(row)} fields, the header names {width}")
+        user, item = row[where["user"]].strip(), row[where["item"]].strip()
+        for role, value in (("user", user), ("item", item)):
+            if not value:
+                raise DataError(f"{path}: line {number}: empty {getattr(columns, role)} ({flags[role]})")
+        ratings.append(_number(row[where["rating"]], path, number, columns.rating, flags["rating"]))
+        users.append(user)
+        items.append(item)
+        if "timestamp" in where:
+            times.append(_timestamp(row[where["timestamp"]], path, number, columns.timestamp))
+    if where is None:
+        raise DataError(f"{path}: empty: expected a header naming {columns.user}, {columns.item} and "
+                        f"{columns.rating}")
+    return (np.array(users, dtype=object), np.array(items, dtype=object), np.array(ratings, dtype=np.float32),
+            np.array(times, dtype=np.int64) if "timestamp" in where else None)
 
 
 def _text(line: bytes, path: str, number: int) -> str:
