@@ -76,47 +76,153 @@ def read_ratings(files: Sequence[str], columns: RatingColumns, flag: str,
                  flags: dict[str, str] | None = None) -> Ratings:
     """Every rating in ``files`` (each with its own header row). ``flags`` names the flag that set each
     column, for errors (``{"user": "--user-column", ...}``; a ``timestamp`` entry of None means the time
-    column was not asked for by name, so files without it are fine)."""
+    column was not asked for by name, so files without it are fine).
+
+    A plain file (no quotes, no carriage returns, every line with the header's field count, ASCII ids without
+    surrounding blanks) is parsed with vectorised NumPy: ids become fixed-width string arrays, no Python
+    object per rating. Anything else takes the line-by-line reader, which names the first bad line."""
     flags = {"user": "--user-column", "item": "--item-column", "rating": "--rating-column",
              "timestamp": None, **(flags or {})}
+    parts = []
+    for path in files:
+        part = _read_plain(path, columns, flags, flag)
+        parts.append(part if part is not None else _read_lines(path, columns, flags, flag))
+    with_time = {part[3] is not None for part in parts}
+    if len(with_time) > 1:
+        path = files[[part[3] is None for part in parts].index(parts[0][3] is not None)]
+        raise DataError(f"{path}: line 1: the column {columns.timestamp!r} is in some of the files and not "
+                        "in others")
+    users, items, ratings, times = (list(column) for column in zip(*parts, strict=True))
+    timestamps = np.concatenate(times).astype(np.int64) if with_time == {True} else None
+    return Ratings(_ids(users), _ids(items), np.concatenate(ratings).astype(np.float32), timestamps,
+                   tuple(files))
+
+
+def _ids(parts: list[np.ndarray]) -> np.ndarray:
+    """One array of the files' ids (fixed-width ``str_`` from the plain reader, objects from the other)."""
+    if all(part.dtype.kind == "U" for part in parts):
+        return np.concatenate(parts)
+    return np.concatenate([part.astype(object) for part in parts])
+
+
+_PLAIN_CHUNK = 1 << 20  # lines per vectorised step: bounds the temporary index arrays
+
+
+def _read_plain(path: str, columns: RatingColumns, flags: dict[str, str | None], flag: str):
+    """(users, items, ratings, timestamps or None) of a plain file, or None: read it line by line instead."""
+    import tensorflow as tf
+
+    from trainer.data import _unreadable
+
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+    except tf.errors.OpError as exc:
+        raise _unreadable(path, exc, flag) from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if b'"' in data or b"\0" in data or data.count(b"\r") != data.count(b"\r\n"):
+        return None
+    cut = data.find(b"\n")
+    header = data if cut < 0 else data[:cut]
+    body = np.frombuffer(data, np.uint8)[len(header) + 1:]
+    header = header.removesuffix(b"\r")  # CRLF files: each line loses its \r, as the line reader's do
+    try:
+        names = header.decode("utf-8").split(",")
+    except UnicodeDecodeError:
+        return None
+    if not header.strip():
+        return None
+    where, width = _header(path, names, columns, flags), len(names)
+    ends = np.flatnonzero(body == ord("\n"))
+    if len(body) and body[-1] != ord("\n"):
+        ends = np.append(ends, len(body))
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+    ends = ends - ((ends > starts) & (body[np.maximum(ends - 1, 0)] == ord("\r")))
+    keep = ends > starts  # empty lines are skipped, as the line reader skips them
+    starts, ends = starts[keep], ends[keep]
+    commas = np.flatnonzero(body == ord(","))
+    if width < 2 or len(commas) != len(starts) * (width - 1):
+        return None
+    if not len(starts):
+        empty = np.zeros(0, "U1")
+        times = np.zeros(0, np.int64) if "timestamp" in where else None
+        return empty, empty, np.zeros(0, np.float32), times
+    commas = commas.reshape(-1, width - 1)
+    # Every line must hold exactly width - 1 commas: the line's first comma after its start, its last before
+    # its end.
+    if (commas[:, 0] < starts).any() or (commas[:, -1] >= ends).any() or (commas[1:, 0] < ends[:-1]).any():
+        return None
+    out = {role: [] for role in where}
+    for first in range(0, len(starts), _PLAIN_CHUNK):
+        rows = slice(first, first + _PLAIN_CHUNK)
+        for role, column in where.items():
+            begin = starts[rows] if column == 0 else commas[rows, column - 1] + 1
+            end = ends[rows] if column == width - 1 else commas[rows, column]
+            text = _fixed_width(body, begin, end)
+            if text is None:
+                return None
+            out[role].append(text)
+    try:
+        users = np.concatenate(out["user"]).astype("U")
+        items = np.concatenate(out["item"]).astype("U")
+        ratings = np.concatenate(out["rating"]).astype(np.float64)
+        times = np.concatenate(out["timestamp"]).astype(np.int64) if "timestamp" in where else None
+    except (ValueError, UnicodeDecodeError, OverflowError):
+        return None  # not a number, or a non-ASCII id: the line reader words it (or reads it)
+    if not np.isfinite(ratings).all():
+        return None
+    return users, items, ratings.astype(np.float32), times
+
+
+def _fixed_width(body: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """The fields ``body[begin:end]`` as a fixed-width bytes array; None for an empty field or one with a
+    blank or control character at either end (the line reader strips or refuses those)."""
+    lengths = end - begin
+    if not len(lengths) or lengths.min() < 1:
+        return None
+    if (body[begin] <= 32).any() or (body[end - 1] <= 32).any():
+        return None
+    width = int(lengths.max())
+    offsets = np.arange(width)
+    where = begin[:, None] + offsets[None, :]
+    inside = offsets[None, :] < lengths[:, None]
+    chars = np.where(inside, body[np.minimum(where, len(body) - 1)], 0).astype(np.uint8)
+    return chars.view(f"S{width}").ravel()
+
+
+def _read_lines(path: str, columns: RatingColumns, flags: dict[str, str | None], flag: str):
+    """(users, items, ratings, timestamps or None) of one file, line by line, naming the first bad line."""
     users: list[str] = []
     items: list[str] = []
     ratings: list[float] = []
     times: list[int] = []
-    with_time = None
-    for path in files:
-        where = width = None
-        for number, line in enumerate(read_lines(path, flag), start=1):
-            if not line.strip():
-                continue
-            text = _text(line, path, number)
-            # Plain split unless the line quotes a field (csv's parser is several times slower per line).
-            row = next(csv.reader([text])) if '"' in text else text.split(",")
-            if where is None:  # the first non-blank line is the header
-                where, width = _header(path, row, columns, flags), len(row)
-                if with_time is None:
-                    with_time = "timestamp" in where
-                elif with_time != ("timestamp" in where):
-                    raise DataError(f"{path}: line {number}: the column {columns.timestamp!r} is in some "
-                                    f"of the files and not in others")
-                continue
-            if len(row) != width:
-                raise DataError(f"{path}: line {number}: {len(row)} fields, the header names {width}")
-            user, item = row[where["user"]].strip(), row[where["item"]].strip()
-            for role, value in (("user", user), ("item", item)):
-                if not value:
-                    raise DataError(f"{path}: line {number}: empty {getattr(columns, role)} ({flags[role]})")
-            ratings.append(_number(row[where["rating"]], path, number, columns.rating, flags["rating"]))
-            users.append(user)
-            items.append(item)
-            if "timestamp" in where:
-                times.append(_timestamp(row[where["timestamp"]], path, number, columns.timestamp))
-        if where is None:
-            raise DataError(f"{path}: empty: expected a header naming {columns.user}, {columns.item} and "
-                            f"{columns.rating}")
-    timestamps = np.array(times, dtype=np.int64) if with_time else None
-    return Ratings(np.array(users, dtype=object), np.array(items, dtype=object),
-                   np.array(ratings, dtype=np.float32), timestamps, tuple(files))
+    where = width = None
+    for number, line in enumerate(read_lines(path, flag), start=1):
+        if not line.strip():
+            continue
+        text = _text(line, path, number)
+        # Plain split unless the line quotes a field (csv's parser is several times slower per line).
+        row = next(csv.reader([text])) if '"' in text else text.split(",")
+        if where is None:  # the first non-blank line is the header
+            where, width = _header(path, row, columns, flags), len(row)
+            continue
+        if len(row) != width:
+            raise DataError(f"{path}: line {number}: {len(row)} fields, the header names {width}")
+        user, item = row[where["user"]].strip(), row[where["item"]].strip()
+        for role, value in (("user", user), ("item", item)):
+            if not value:
+                raise DataError(f"{path}: line {number}: empty {getattr(columns, role)} ({flags[role]})")
+        ratings.append(_number(row[where["rating"]], path, number, columns.rating, flags["rating"]))
+        users.append(user)
+        items.append(item)
+        if "timestamp" in where:
+            times.append(_timestamp(row[where["timestamp"]], path, number, columns.timestamp))
+    if where is None:
+        raise DataError(f"{path}: empty: expected a header naming {columns.user}, {columns.item} and "
+                        f"{columns.rating}")
+    return (np.array(users, dtype=object), np.array(items, dtype=object), np.array(ratings, dtype=np.float32),
+            np.array(times, dtype=np.int64) if "timestamp" in where else None)
 
 
 def _text(line: bytes, path: str, number: int) -> str:
@@ -174,16 +280,21 @@ class Indexed:
 
 def vocabulary(ids: np.ndarray) -> np.ndarray:
     """The distinct ids, sorted (a deterministic order for the same data)."""
-    return np.array(sorted(set(ids.tolist())), dtype=object)
+    return np.unique(ids)
 
 
 def index(ratings: Ratings, users: np.ndarray, items: np.ndarray) -> Indexed:
-    """Look ids up as keras.layers.StringLookup(vocabulary=..., num_oov_indices=1) will when serving."""
-    user_ids = {u: k for k, u in enumerate(users.tolist(), start=1)}
-    item_ids = {v: k for k, v in enumerate(items.tolist(), start=1)}
-    return Indexed(np.array([user_ids.get(u, 0) for u in ratings.users.tolist()], dtype=np.int32),
-                   np.array([item_ids.get(v, 0) for v in ratings.items.tolist()], dtype=np.int32),
-                   ratings.ratings)
+    """Look ids up as keras.layers.StringLookup(vocabulary=..., num_oov_indices=1) will when serving:
+    vectorised (a binary search in the sorted vocabularies), no per-rating dictionary lookups."""
+    return Indexed(_lookup(ratings.users, users), _lookup(ratings.items, items), ratings.ratings)
+
+
+def _lookup(ids: np.ndarray, vocabulary: np.ndarray) -> np.ndarray:
+    """1-based positions of ``ids`` in the sorted ``vocabulary``, 0 where absent."""
+    if not len(vocabulary):
+        return np.zeros(len(ids), np.int32)
+    where = np.searchsorted(vocabulary, ids).clip(0, len(vocabulary) - 1)
+    return np.where(vocabulary[where] == ids, where + 1, 0).astype(np.int32)
 
 
 def bias_only(train: Indexed, num_users: int, num_items: int,
@@ -214,3 +325,135 @@ def baselines(train: Indexed, evaluation: Indexed, num_users: int, num_items: in
     biased = np.clip(mean + user_bias[evaluation.users] + item_bias[evaluation.items], *rating_range)
     return {"global_mean": errors(np.full(len(evaluation.ratings), mean), evaluation.ratings),
             "bias_only": errors(biased, evaluation.ratings)}
+
+
+# Ranking evaluation (issue 27): what the model, popularity and EASE are all scored on.
+EASE_LAMBDA = 100.0  # EASE's L2 (Steck 2019); 100 was best of 100/300/1000 on the shipped data
+_CHUNK = 1024  # users scored at a time: memory stays chunk x items
+
+
+@dataclass(frozen=True)
+class EvalUsers:
+    """The evaluation's users, each with the items it rated in training (``seen``, hidden from its
+    recommendations) and its held-out positives, as CSR arrays (``*_splits`` [n + 1], ``*_items``)."""
+
+    users: np.ndarray  # int32 vocabulary index, 0 for a user the training data did not have
+    seen_splits: np.ndarray
+    seen_items: np.ndarray
+    positive_splits: np.ndarray
+    positive_items: np.ndarray
+    total: int  # eval users with a positive before --eval-users kept a sample
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+    def take(self, rows: np.ndarray) -> EvalUsers:
+        seen = _csr_take(self.seen_splits, self.seen_items, rows)
+        positive = _csr_take(self.positive_splits, self.positive_items, rows)
+        return EvalUsers(self.users[rows], *seen, *positive, self.total)
+
+
+def _csr_take(splits: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lengths = splits[rows + 1] - splits[rows]
+    starts = np.repeat(splits[rows] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return (np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            values[starts + np.arange(int(lengths.sum()))].astype(np.int32))
+
+
+def eval_users(train: Indexed, evaluation: Ratings, scored: Indexed, rated: tuple[np.ndarray, np.ndarray],
+               threshold: float, limit: int, seed: int) -> EvalUsers:
+    """Every eval user (by id: each unknown user is its own row, scored as index 0) with at least one
+    positive: an eval rating >= ``threshold`` of a known item the user did not rate in training. At most
+    ``limit`` of them, a sample by ``seed`` (the figures are means over users)."""
+    num_items = int(max(train.items.max(initial=0), scored.items.max(initial=0)))
+    trained = np.unique(train.users.astype(np.int64) * (num_items + 1) + train.items)
+    keys = scored.users.astype(np.int64) * (num_items + 1) + scored.items
+    seen = (scored.users > 0) & np.isin(keys, trained)
+    keep = (scored.ratings >= threshold) & (scored.items > 0) & ~seen
+    ids, group = np.unique(evaluation.users[keep], return_inverse=True)
+    total = len(ids)
+    chosen = np.arange(total)
+    if total > limit:
+        chosen = np.sort(np.random.default_rng(seed).choice(total, limit, replace=False))
+    wanted = np.isin(group, chosen)
+    group = np.searchsorted(chosen, group[wanted])
+    items = scored.items[keep][wanted].astype(np.int64)
+    users = np.zeros(len(chosen), np.int64)
+    users[group] = scored.users[keep][wanted]  # one id, one index: every row of a group agrees
+    # Each (user, item) once: an item held out twice for one user is one positive.
+    pairs = np.unique(group * (num_items + 1) + items)
+    positive_splits = np.concatenate([[0], np.cumsum(np.bincount(pairs // (num_items + 1),
+                                                                 minlength=len(chosen)))])
+    positive_items = (pairs % (num_items + 1)).astype(np.int32)
+    splits, values = rated
+    lengths = np.where(users > 0, splits[users + 1] - splits[users], 0)
+    starts = np.repeat(splits[users] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    seen_items = values[starts + np.arange(int(lengths.sum()))].astype(np.int32)
+    return EvalUsers(users.astype(np.int32), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                     seen_items, positive_splits.astype(np.int64), positive_items, total)
+
+
+def ranking_figures(scores: np.ndarray, users: EvalUsers, rows: np.ndarray, k: int) -> np.ndarray:
+    """[len(rows), 2] recall@k and NDCG@k of each eval user in ``rows`` (``scores`` [len(rows), items + 1],
+    modified: seen items and column 0 are hidden), as the model's evaluation computes them."""
+    scores[:, 0] = -np.inf
+    for r, row in enumerate(rows):
+        scores[r, users.seen_items[users.seen_splits[row]:users.seen_splits[row + 1]]] = -np.inf
+    top = np.argpartition(-scores, k, axis=1)[:, :k]
+    top = np.take_along_axis(top, np.argsort(-np.take_along_axis(scores, top, 1), axis=1, kind="stable"), 1)
+    discount = 1 / np.log2(np.arange(2, k + 2))
+    out = np.zeros((len(rows), 2))
+    for r, row in enumerate(rows):
+        positives = users.positive_items[users.positive_splits[row]:users.positive_splits[row + 1]]
+        hits = np.isin(top[r], positives)
+        best = min(k, len(positives))
+        out[r] = hits.sum() / best, (hits * discount).sum() / discount[:best].sum()
+    return out
+
+
+def ranking_baselines(train: Indexed, users: EvalUsers, num_items: int, k: int,
+                      ease_max_items: int) -> dict[str, dict]:
+    """recall@k and NDCG@k on ``users`` of the most-rated unseen items (popularity) and, for a catalogue of
+    at most ``ease_max_items``, of EASE (closed form, lambda 100: a dense items x items inverse, so it is
+    skipped above that size, saying so)."""
+    popularity = np.bincount(train.items, minlength=num_items + 1).astype(np.float32)
+    figures = {"popularity": np.zeros((len(users), 2))}
+    ease = None
+    if num_items <= ease_max_items:
+        ease = _ease(train, num_items)
+        figures["ease"] = np.zeros((len(users), 2))
+    for start in range(0, len(users), _CHUNK):
+        rows = np.arange(start, min(start + _CHUNK, len(users)))
+        figures["popularity"][rows] = ranking_figures(np.tile(popularity, (len(rows), 1)), users, rows, k)
+        if ease is not None:
+            history = np.zeros((len(rows), num_items + 1), np.float32)
+            for r, row in enumerate(rows):
+                history[r, users.seen_items[users.seen_splits[row]:users.seen_splits[row + 1]]] = 1
+            figures["ease"][rows] = ranking_figures(history @ ease, users, rows, k)
+    out = {name: {"recall_at_k": float(f[:, 0].mean()), "ndcg_at_k": float(f[:, 1].mean())}
+           for name, f in figures.items()}
+    if ease is None:
+        out["ease"] = {"skipped": f"{num_items} items > --ease-max-items {ease_max_items}: EASE inverts a "
+                                  "dense items x items matrix"}
+    return out
+
+
+def _ease(train: Indexed, num_items: int) -> np.ndarray:
+    """EASE's item-item weights [items + 1, items + 1] (row and column 0 zero), from the training ratings
+    as implicit feedback; the Gram matrix is built from the sparse pairs, never a dense users x items."""
+    pairs = np.unique(train.users.astype(np.int64) * (num_items + 1) + train.items)
+    users, items = pairs // (num_items + 1), (pairs % (num_items + 1)).astype(np.int64)
+    gram = np.zeros((num_items + 1, num_items + 1), np.float32)
+    splits = np.concatenate([[0], np.cumsum(np.bincount(users))])
+    for start in range(0, len(splits) - 1, _CHUNK):
+        stop = min(start + _CHUNK, len(splits) - 1)
+        block = np.zeros((stop - start, num_items + 1), np.float32)
+        rows = users[splits[start]:splits[stop]] - start
+        block[rows, items[splits[start]:splits[stop]]] = 1
+        gram += block.T @ block
+    gram[np.diag_indices_from(gram)] += EASE_LAMBDA
+    inverse = np.linalg.inv(gram)
+    weights = -inverse / np.diag(inverse)
+    weights[np.diag_indices_from(weights)] = 0
+    weights[0, :] = weights[:, 0] = 0
+    return weights

@@ -1,80 +1,186 @@
-"""Biased matrix factorisation in Keras 3, and the recommender's two serving signatures.
+"""A ranking recommender in Keras 3: matrix factorisation trained with a sampled softmax over items, its
+sparse optimiser, its ranking evaluation and its serving signatures.
 
-The model predicts ``mean + b_u + b_i + p_u . q_i`` for a user index ``u`` and an item index ``i`` (1-based
-into the training vocabularies; 0 is an id the training data did not have). An unknown user or item adds
-no bias and no factors, so the prediction falls back to what is known: the item's (or user's) bias and the
-global mean. The L2 penalty is per rating, on the factors and biases a batch touches (the classic SGD form
-of matrix factorisation: a frequent user is regularised as often as it is seen), so the strength does not
-depend on the catalogue's size. Biases start from the damped bias-only baseline, so training begins at the
-baseline's error and the factors learn what it leaves.
+Model: a user ``u`` scores item ``i`` as ``p_u . q_i + b_i``, trained as ``P(i | u) = softmax over the
+catalogue``: for each training rating, its item against ``--negatives`` items drawn uniformly from the
+catalogue per step (sampled softmax; a uniform proposal needs no log-Q correction). Unlike squared error on
+observed ratings, the loss says something about the items a user never rated, which is where
+recommendations come from (issue 27: the rating-trained model's recall@10 was 0.022).
+
+Scale: a step touches ``batch`` user rows, ``batch + negatives`` item rows and nothing else. Keras 3's
+optimisers update whole tables every step (Adam's moments are dense), so :class:`SparseAdagrad` applies an
+embedding's ``IndexedSlices`` gradient to the rows it names only: the cost of a step does not depend on the
+catalogue's size.
+
+Evaluation (:meth:`RankingMF.test_step`): batches of eval users with the items they rated in training
+(``seen``) and their held-out positives; every item is scored, seen ones hidden, and recall@k / NDCG@k of the
+top k are averaged over users. The loss is the full-softmax cross-entropy of the positives.
+
+An unknown user (index 0) is scored by training popularity (``log(1 + count)``), in evaluation and serving.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
-from keras import ops
 
-# The biases' L2 relative to the factors' (--l2): they start from the damped baseline, already shrunk.
-BIAS_L2_SCALE = 0.1
-INIT_STDDEV = 0.01
+INIT_STDDEV = 0.05
+HIDDEN = -1e9  # the score of an item that must not be recommended (finite: no NaN from -inf - -inf)
 
 
-class BiasedMF(keras.Model):
-    """Inputs ``{"user": int [N], "item": int [N]}`` (vocabulary indices, 0 unknown) -> ratings [N]."""
+class SparseAdagrad(keras.optimizers.Adagrad):
+    """Adagrad that updates only the rows of an embedding table a batch touched (an ``IndexedSlices``
+    gradient); dense gradients take Keras's own update. Rows a batch used twice get their summed gradient."""
 
-    def __init__(self, num_users: int, num_items: int, dim: int, l2: float, mean: float,
-                 rating_range: tuple[float, float], user_bias: np.ndarray | None = None,
-                 item_bias: np.ndarray | None = None, seed: int = 0, **kwargs):
+    def update_step(self, gradient, variable, learning_rate):
+        if not isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable, learning_rate)
+        table = variable.value if isinstance(variable, keras.Variable) else variable
+        accumulator = self._accumulators[self._get_variable_index(variable)]
+        accumulator = accumulator.value if isinstance(accumulator, keras.Variable) else accumulator
+        rows, where = tf.unique(gradient.indices)
+        values = tf.math.unsorted_segment_sum(tf.cast(gradient.values, table.dtype), where, tf.shape(rows)[0])
+        accumulator.scatter_add(tf.IndexedSlices(values * values, rows))
+        scale = tf.cast(learning_rate, table.dtype) / tf.sqrt(tf.gather(accumulator, rows) + self.epsilon)
+        table.scatter_sub(tf.IndexedSlices(values * scale, rows))
+
+
+class RankingMF(keras.Model):
+    """Training batches ``({"user": int [B], "item": int [B]}, rating [B])``; evaluation batches ``({"user":
+    int [B], "seen": int [B, S]}, positives int [B, P])`` (0-padded). Indices are 1-based into the training
+    vocabularies, 0 an unknown id."""
+
+    def __init__(self, num_users: int, num_items: int, dim: int, l2: float, negatives: int,
+                 popularity: np.ndarray, k: int, seed: int = 0, **kwargs):
         super().__init__(**kwargs)
-
-        def bias(values, rows, name):
-            init = "zeros" if values is None else keras.initializers.Constant(np.asarray(values)[:, None])
-            return keras.layers.Embedding(rows, 1, embeddings_initializer=init, name=name)
-
+        self.num_users, self.num_items = int(num_users), int(num_items)
+        self.l2, self.negatives, self.k = float(l2), int(min(negatives, num_items)), int(k)
         self.user_factors = keras.layers.Embedding(
             num_users + 1, dim, name="user_factors",
             embeddings_initializer=keras.initializers.RandomNormal(stddev=INIT_STDDEV, seed=seed))
         self.item_factors = keras.layers.Embedding(
             num_items + 1, dim, name="item_factors",
             embeddings_initializer=keras.initializers.RandomNormal(stddev=INIT_STDDEV, seed=seed + 1))
-        self.user_bias = bias(user_bias, num_users + 1, "user_bias")
-        self.item_bias = bias(item_bias, num_items + 1, "item_bias")
-        self.l2 = float(l2)
-        self.mean = float(mean)
-        self.low, self.high = (float(v) for v in rating_range)
-        self.num_users, self.num_items = num_users, num_items
+        self.item_bias = keras.layers.Embedding(num_items + 1, 1, name="item_bias",
+                                                embeddings_initializer="zeros")
+        popularity = np.log1p(np.asarray(popularity, np.float32))
+        popularity[0] = HIDDEN
+        self.popularity = self.add_weight(shape=(num_items + 1,), name="log_popularity", trainable=False,
+                                          initializer=keras.initializers.Constant(popularity))
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.recall_tracker = keras.metrics.Mean(name="recall_at_k")
+        self.ndcg_tracker = keras.metrics.Mean(name="ndcg_at_k")
 
-    def parts(self, users, items):
-        """(user factors, item factors, user biases, item biases), zeroed where the id is unknown."""
-        known_user = ops.cast(ops.greater(users, 0), "float32")
-        known_item = ops.cast(ops.greater(items, 0), "float32")
-        return (self.user_factors(users) * known_user[:, None],
-                self.item_factors(items) * known_item[:, None],
-                ops.squeeze(self.user_bias(users), -1) * known_user,
-                ops.squeeze(self.item_bias(items), -1) * known_item)
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.recall_tracker, self.ndcg_tracker]
+
+    def build_all(self) -> None:
+        """Create every weight now (inside the strategy scope, where the caller is)."""
+        zeros = tf.zeros([1], tf.int32)
+        self({"user": zeros, "item": zeros})
 
     def call(self, inputs, training=False):
-        p, q, bu, bi = self.parts(inputs["user"], inputs["item"])
-        rating = self.mean + bu + bi + ops.sum(p * q, axis=-1)
-        if training and self.l2:
-            self.add_loss(self.l2 * ops.mean(ops.sum(p * p, axis=-1) + ops.sum(q * q, axis=-1))
-                          + self.l2 * BIAS_L2_SCALE * ops.mean(bu * bu + bi * bi))
-        # Training fits the raw score; a prediction never leaves the range of the training ratings.
-        return rating if training else ops.clip(rating, self.low, self.high)
+        """``{"user", "item"}`` -> the score of each pair (:meth:`pair_scores`)."""
+        return self.pair_scores(inputs["user"], inputs["item"])
+
+    def pair_scores(self, users, items):
+        """``p_u . q_i + b_i``; an unknown user gets the item's log popularity, an unknown item ``HIDDEN``."""
+        p, q = self.user_factors(users), self.item_factors(items)
+        score = tf.reduce_sum(p * q, -1) + tf.squeeze(self.item_bias(items), -1)
+        score = tf.where(users > 0, score, tf.gather(self.popularity, items))
+        return tf.where(items > 0, score, HIDDEN)
+
+    def user_scores(self, users):
+        """Every item's score for each user ``[B, items + 1]`` (column 0, the unknown item, hidden)."""
+        every = tf.range(self.num_items + 1)
+        bias = tf.squeeze(self.item_bias(every), -1)
+        scores = tf.matmul(self.user_factors(users), self.item_factors(every), transpose_b=True) + bias
+        scores = tf.where((users > 0)[:, None], scores, self.popularity[None, :])
+        return tf.concat([tf.fill([tf.shape(users)[0], 1], HIDDEN), scores[:, 1:]], axis=1)
+
+    def train_step(self, data):
+        x, _ = data[0], data[1]
+        users, items = x["user"], x["item"]
+        negatives = tf.random.uniform([self.negatives], 1, self.num_items + 1, dtype=items.dtype)
+        with tf.GradientTape() as tape:
+            p, q = rows(self.user_factors, users), rows(self.item_factors, items)
+            positive = tf.reduce_sum(p * q, -1) + tf.squeeze(rows(self.item_bias, items), -1)
+            others = (tf.matmul(p, rows(self.item_factors, negatives), transpose_b=True)
+                      + tf.squeeze(rows(self.item_bias, negatives), -1)[None, :])
+            # A sampled "negative" that is the rating's own item is no negative.
+            others = tf.where(negatives[None, :] == items[:, None], HIDDEN, others)
+            logits = tf.concat([positive[:, None], others], axis=1)
+            loss = tf.reduce_mean(tf.reduce_logsumexp(logits, axis=1) - positive)
+            penalty = self.l2 * tf.reduce_mean(tf.reduce_sum(p * p, -1) + tf.reduce_sum(q * q, -1))
+            # Each replica's gradient is summed across replicas: scale to the global batch's mean.
+            scaled = (loss + penalty) / tf.distribute.get_strategy().num_replicas_in_sync
+        weights = self.trainable_weights
+        self.optimizer.apply_gradients(zip(tape.gradient(scaled, weights), weights, strict=True))
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+    def test_step(self, data):
+        x, positives = data[0], data[1]
+        users, seen = x["user"], tf.cast(x["seen"], tf.int32)
+        scores = self.user_scores(users)
+        scores = hide(scores, seen, HIDDEN)
+        is_positive = hide(tf.zeros_like(scores), tf.cast(positives, tf.int32), 1.0) > 0
+        count = tf.reduce_sum(tf.cast(is_positive, tf.float32), axis=1)
+        weight = tf.cast(count > 0, tf.float32)  # padding rows (no positives) count for nothing
+        # Full-softmax cross-entropy of each user's positives among the items it could be recommended.
+        log_norm = tf.reduce_logsumexp(scores, axis=1)
+        mean_positive = tf.reduce_sum(tf.where(is_positive, scores, 0.0), 1) / tf.maximum(count, 1.0)
+        self.loss_tracker.update_state(log_norm - mean_positive, sample_weight=weight)
+        recall, ndcg = ranking_metrics(scores, is_positive, self.k)
+        self.recall_tracker.update_state(recall, sample_weight=weight)
+        self.ndcg_tracker.update_state(ndcg, sample_weight=weight)
+        return {m.name: m.result() for m in self.metrics}
 
 
-def compile_recommender(model: BiasedMF, learning_rate: float, decay_steps: int) -> BiasedMF:
-    schedule = keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps=max(1, decay_steps))
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate=schedule),
-                  loss=keras.losses.MeanSquaredError(),
-                  metrics=[keras.metrics.RootMeanSquaredError(name="rmse"),
-                           keras.metrics.MeanAbsoluteError(name="mae")])
-    # Build the weights now (inside the strategy scope, where the caller is), not at the first batch.
-    model({"user": ops.zeros((1,), "int32"), "item": ops.zeros((1,), "int32")})
+def rows(layer, ids):
+    """``layer``'s embedding rows ``ids``, gathered from the variable itself. keras.layers.Embedding reads the
+    whole table into a tensor first; while that read is alive, TensorFlow's copy-on-write makes the step's
+    sparse update copy the entire table (1 s a step at 1M rows instead of 8 ms)."""
+    table = layer.embeddings
+    return tf.gather(table.value if isinstance(table, keras.Variable) else table, ids)
+
+
+def hide(scores, columns, value):
+    """``scores`` with ``columns`` (int [B, S], 0 = padding, which is column 0) set to ``value`` per row."""
+    columns = tf.cast(columns, tf.int32)
+    n = tf.shape(columns)[0]
+    rows = tf.repeat(tf.range(n)[:, None], tf.shape(columns)[1], axis=1)
+    where = tf.stack([tf.reshape(rows, [-1]), tf.reshape(columns, [-1])], axis=1)
+    updates = tf.fill([tf.shape(where)[0]], tf.cast(value, scores.dtype))
+    out = tf.tensor_scatter_nd_update(scores, where, updates)
+    # Column 0 is the padding id and the unknown item: never a candidate, never a positive.
+    first = tf.fill([n, 1], tf.cast(HIDDEN if value == HIDDEN else 0, scores.dtype))
+    return tf.concat([first, out[:, 1:]], 1)
+
+
+def ranking_metrics(scores, is_positive, k: int):
+    """(recall@k, NDCG@k) per row: hits in the top ``k`` over ``min(k, positives)``, and DCG over the
+    ideal DCG of ``min(k, positives)`` hits (binary relevance)."""
+    top = tf.math.top_k(scores, k=k).indices
+    hits = tf.cast(tf.gather(is_positive, top, batch_dims=1), tf.float32)
+    count = tf.reduce_sum(tf.cast(is_positive, tf.float32), axis=1)
+    best = tf.minimum(count, float(k))
+    discount = 1.0 / tf.math.log(tf.range(2, k + 2, dtype=tf.float32)) * math.log(2.0)
+    ideal = tf.gather(tf.concat([[0.0], tf.cumsum(discount)], 0), tf.cast(best, tf.int32))
+    recall = tf.reduce_sum(hits, 1) / tf.maximum(best, 1.0)
+    ndcg = tf.reduce_sum(hits * discount[None, :], 1) / tf.maximum(ideal, 1e-9)
+    return recall, ndcg
+
+
+def compile_recommender(model: RankingMF, learning_rate: float) -> RankingMF:
+    model.compile(optimizer=SparseAdagrad(learning_rate=learning_rate, initial_accumulator_value=1e-8))
+    model.build_all()
+    model.optimizer.build(model.trainable_weights)
     return model
 
 
@@ -83,6 +189,33 @@ def rated_by_user(users: np.ndarray, items: np.ndarray, num_users: int) -> tuple
     order = np.lexsort((items, users))
     counts = np.bincount(users, minlength=num_users + 1)
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), items[order].astype(np.int32)
+
+
+def recommendations(model: RankingMF, rated: tuple[np.ndarray, np.ndarray], max_k: int,
+                    chunk: int = 512) -> np.ndarray:
+    """Each known user's ``max_k`` best unseen items, ``[num_users + 1, max_k]`` int32 (row 0: the most
+    popular items), scoring ``chunk`` users at a time: the top_k signature serves these lists, so the export
+    holds ``users x max_k`` indices instead of every user's rated items."""
+    splits, values = rated
+    table = np.zeros((model.num_users + 1, max_k), np.int32)
+    popular = np.argsort(-model.popularity.numpy()[1:], kind="stable")[:max_k] + 1
+    table[0, :len(popular)] = popular
+    for start in range(1, model.num_users + 1, chunk):
+        users = np.arange(start, min(start + chunk, model.num_users + 1), dtype=np.int32)
+        lengths = splits[users + 1] - splits[users]
+        seen = np.zeros((len(users), max(1, int(lengths.max()))), np.int32)
+        mine = values[splits[users[0]]:splits[users[-1] + 1]]
+        seen[np.arange(len(users)).repeat(lengths), _ranks(lengths)] = mine
+        scores = hide(model.user_scores(tf.constant(users)), tf.constant(seen), HIDDEN)
+        best, index = tf.math.top_k(scores, k=max_k)
+        table[users] = np.where(best.numpy() > HIDDEN / 2, index.numpy(), 0)
+    return table
+
+
+def _ranks(lengths: np.ndarray) -> np.ndarray:
+    """0, 1, ..., n-1 for each n in ``lengths``, concatenated."""
+    ends = np.cumsum(lengths)
+    return np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - lengths, lengths)
 
 
 class IdLookup(keras.layers.Layer):
@@ -100,49 +233,66 @@ class IdLookup(keras.layers.Layer):
         return {"user": self.users(inputs["user"]), "item": self.items(inputs["item"])}
 
 
-def rating_function(model: BiasedMF, lookup: IdLookup):
-    """``serving_default``: ``user``, ``item`` (string ids [N]) -> ``rating`` [N] and whether each id was
-    known (an unknown one falls back to the other's bias and the global mean)."""
+def score_function(model: RankingMF, lookup: IdLookup):
+    """``serving_default``: ``user``, ``item`` (string ids [N]) -> ``score`` [N] (the model's score; higher
+    is a better recommendation, comparable within one user) and whether each id was known. An unknown user's
+    score is the item's log popularity; an unknown item's score is -1e9."""
 
-    def rate(user, item):
+    def score(user, item):
         ids = lookup({"user": user, "item": item})
-        return {"rating": model(ids, training=False), "known_user": ids["user"] > 0,
-                "known_item": ids["item"] > 0}
+        return {"score": model(ids), "known_user": ids["user"] > 0, "known_item": ids["item"] > 0}
 
     ids = [tf.TensorSpec([None], tf.string, name="user"), tf.TensorSpec([None], tf.string, name="item")]
-    return rate, ids
+    return score, ids
 
 
-def top_k_function(model: BiasedMF, lookup: IdLookup, item_vocab: Sequence[str],
-                   rated: tuple[np.ndarray, np.ndarray], max_k: int):
+def top_k_function(model: RankingMF, lookup: IdLookup, item_vocab: Sequence[str], table: np.ndarray):
     """``top_k``: ``user`` (string ids [N]), ``k`` (int [N], clipped to 1..max_k) -> ``items`` [N, K] and
-    ``scores`` [N, K], K the batch's largest k: each user's best-scored items that they did not rate in
-    training, best first. A row asking for fewer than K, or a user with fewer unrated items, is padded with
-    item "" and score 0. An unknown user gets the items with the best biases."""
+    ``scores`` [N, K], K the batch's largest k: each user's best items that they did not rate in training,
+    best first, from the lists :func:`recommendations` computed at export. A row asking for fewer than K, or
+    a user with fewer unrated items, is padded with item "" and score 0. An unknown user gets the most
+    popular items. ``scores`` are the model's probability of each item being the user's next (popularity's
+    share of the training ratings for an unknown user)."""
     item_ids = tf.constant(["", *item_vocab], tf.string)  # index 0, the unknown id, is never recommended
-    rated_splits, rated_items = tf.constant(rated[0], tf.int64), tf.constant(rated[1], tf.int32)
+    lists = tf.constant(table)
+    max_k = table.shape[1]
 
     def top_k(user, k):
         users = lookup.users(user)
-        p, _, bu, _ = model.parts(users, tf.zeros_like(users))
-        every = tf.range(model.num_items + 1, dtype=users.dtype)
-        q, bi = model.item_factors(every), tf.squeeze(model.item_bias(every), -1)
-        # Ranked by the raw score (clipping first would tie every item above the top rating), reported as
-        # the predicted rating, clipped as serving_default clips it.
-        scores = model.mean + bu[:, None] + bi[None, :] + tf.matmul(p, q, transpose_b=True)
-        # Hide column 0 (the unknown id) and what each user rated (row 0 of the lists, an unknown user, is
-        # empty).
-        n = tf.shape(users)[0]
-        scores = tf.concat([tf.fill([n, 1], float("-inf")), scores[:, 1:]], axis=1)
-        mine = tf.gather(tf.RaggedTensor.from_row_splits(rated_items, rated_splits), users)
-        rows = tf.repeat(tf.range(n), tf.cast(mine.row_lengths(), tf.int32))
-        hide = tf.stack([rows, mine.flat_values], axis=1)
-        scores = tf.tensor_scatter_nd_update(scores, hide, tf.fill([tf.shape(hide)[0]], float("-inf")))
         wanted = tf.clip_by_value(tf.cast(k, tf.int32), 1, max_k)
-        width = tf.minimum(tf.reduce_max(wanted), model.num_items)
-        best, index = tf.math.top_k(scores, k=width)
-        keep = (tf.range(width)[None, :] < wanted[:, None]) & tf.math.is_finite(best)
+        width = tf.reduce_max(wanted)
+        index = tf.gather(lists, users)[:, :width]
+        every = tf.range(model.num_items + 1)
+        logits = model.user_scores(users)  # [N, items + 1]; an unknown user's row is log popularity
+        probability = tf.nn.softmax(logits, axis=1)
+        if_unknown = tf.gather(tf.exp(model.popularity) - 1.0, every)
+        share = if_unknown / tf.reduce_sum(if_unknown[1:])
+        probability = tf.where((users > 0)[:, None], probability, share[None, :])
+        scores = tf.gather(probability, index, batch_dims=1)
+        keep = (tf.range(width)[None, :] < wanted[:, None]) & (index > 0)
         return {"items": tf.where(keep, tf.gather(item_ids, index), ""),
-                "scores": tf.where(keep, tf.clip_by_value(best, model.low, model.high), 0.0)}
+                "scores": tf.where(keep, scores, 0.0)}
 
     return top_k, [tf.TensorSpec([None], tf.string, name="user"), tf.TensorSpec([None], tf.int32, name="k")]
+
+
+def similar_items_function(model: RankingMF, lookup: IdLookup, item_vocab: Sequence[str], max_k: int):
+    """``similar_items``: ``item`` (string ids [N]), ``k`` (int [N], clipped to 1..max_k) -> ``items``
+    [N, K] and ``scores`` [N, K] (cosine similarity of the item factors, best first, the item itself left
+    out) and ``known`` [N]. An unknown item gets an empty row (all "" and 0) and ``known`` false."""
+    item_ids = tf.constant(["", *item_vocab], tf.string)
+
+    def similar(item, k):
+        items = lookup.items(item)
+        every = tf.range(model.num_items + 1)
+        table = tf.math.l2_normalize(model.item_factors(every), axis=1)
+        scores = tf.matmul(tf.gather(table, items), table, transpose_b=True)
+        scores = hide(scores, items[:, None], HIDDEN)  # not itself; column 0 hidden too
+        wanted = tf.clip_by_value(tf.cast(k, tf.int32), 1, max_k)
+        width = tf.reduce_max(wanted)
+        best, index = tf.math.top_k(scores, k=width)
+        keep = (tf.range(width)[None, :] < wanted[:, None]) & (best > HIDDEN / 2) & (items > 0)[:, None]
+        return {"items": tf.where(keep, tf.gather(item_ids, index), ""), "scores": tf.where(keep, best, 0.0),
+                "known": items > 0}
+
+    return similar, [tf.TensorSpec([None], tf.string, name="item"), tf.TensorSpec([None], tf.int32, name="k")]

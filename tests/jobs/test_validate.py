@@ -846,7 +846,7 @@ INVALID = [
         TUNING,
         {"studySpec.metrics.0": {"metricId": "mae", "goal": "MINIMIZE"}},
         "studySpec.metrics.0.metricId",
-        "the trainer cannot report 'mae' for --model wide_deep (--model recommender, tiny can); allowed: "
+        "the trainer cannot report 'mae' for --model wide_deep (--model tiny can); allowed: "
         "accuracy",
     ),
     (

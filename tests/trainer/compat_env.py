@@ -431,7 +431,8 @@ MODEL_RUNS: dict[str, tuple[list[str], Path, list[str]]] = {
     "image_classifier": (["--train-files", MNIST_EVAL, "--eval-files", MNIST_EVAL, "--channels", "1",
                           "--num-epochs", "1", "--steps-per-epoch", "20", "--train-batch-size", "32"],
                          SCORE_IMAGES, [MNIST_EVAL]),
-    "recommender": (["--train-files", RATINGS, "--num-epochs", "1"], SCORE_RECOMMENDER, []),
+    "recommender": (["--train-files", RATINGS, "--num-epochs", "1", "--ease-max-items", "0"],
+                    SCORE_RECOMMENDER, []),
 }
 
 

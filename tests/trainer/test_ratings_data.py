@@ -130,3 +130,53 @@ def test_baselines_on_the_shipped_movielens_split():
     assert 1.0 < figures["global_mean"]["rmse"] < 1.1
     assert 0.85 < figures["bias_only"]["rmse"] < 0.88
     assert figures["bias_only"]["mae"] < figures["global_mean"]["mae"]
+
+
+def test_plain_files_are_read_vectorised_and_agree_with_the_line_reader(tmp_path):
+    # CRLF line ends, a blank line and no trailing newline: still the vectorised path (fixed-width strings,
+    # no Python object per rating); a quoted field sends the file through the line reader; same values.
+    plain = write(tmp_path, "userId,movieId,rating,timestamp\r\n01,b,4.5,30\r\n\r\n1,a,3,10\r\n7,a,1,5",
+                  "plain.csv")
+    quoted = write(tmp_path, 'userId,movieId,rating,timestamp\n01,"b",4.5,30\n1,a,3,10\n7,a,1,5\n',
+                   "quoted.csv")
+    fast, slow = (rd.read_ratings([p], MOVIELENS, "--train-files") for p in (plain, quoted))
+    assert fast.users.dtype.kind == "U" and slow.users.dtype == object
+    for got in (fast, slow):
+        assert got.users.tolist() == ["01", "1", "7"] and got.items.tolist() == ["b", "a", "a"]
+        assert got.ratings.tolist() == [4.5, 3.0, 1.0] and got.timestamps.tolist() == [30, 10, 5]
+    both = rd.read_ratings([plain, quoted], MOVIELENS, "--train-files")
+    assert both.users.tolist() == ["01", "1", "7"] * 2 and len(both) == 6
+
+
+def test_a_file_without_the_time_column_beside_one_with_it_is_one_line(tmp_path):
+    with_time = write(tmp_path, "userId,movieId,rating,timestamp\n1,2,3,4\n", "a.csv")
+    without = write(tmp_path, "userId,movieId,rating\n1,2,3\n", "b.csv")
+    with pytest.raises(DataError, match=r"b\.csv: line 1: the column 'timestamp' is in some of the files"):
+        rd.read_ratings([with_time, without], MOVIELENS, "--train-files")
+
+
+def test_eval_users_hold_unseen_positives_and_baselines_rank_them():
+    # Training: user 1 rated items 1, 2; user 2 rated item 1. Item 1 is the most rated.
+    train = rd.Indexed(np.array([1, 1, 2], np.int32), np.array([1, 2, 1], np.int32),
+                       np.array([5, 4, 3], np.float32))
+    held = rd.Ratings(np.array(["u1", "u1", "u1", "u2", "u2", "new", "u1"], dtype=object),
+                      np.array(["b", "c", "zzz", "c", "a", "b", "c"], dtype=object),
+                      np.array([5, 4, 5, 2, 5, 4, 5], np.float32), None)
+    scored = rd.Indexed(np.array([1, 1, 1, 2, 2, 0, 1], np.int32), np.array([2, 3, 0, 3, 1, 2, 3], np.int32),
+                        held.ratings)
+    from trainer.recommender_model import rated_by_user
+
+    rated = rated_by_user(train.users, train.items, 2)
+    users = rd.eval_users(train, held, scored, rated, 4.0, limit=10, seed=0)
+    # u1: item 2 seen in training, "zzz" unknown, item 3 held out twice -> one positive; u2: item 3 below the
+    # threshold, item 1 seen; "new" (unknown, index 0): item 2.
+    assert users.users.tolist() == [0, 1] and users.total == 2
+    assert users.positive_items.tolist() == [2, 3] and users.positive_splits.tolist() == [0, 1, 2]
+    assert users.seen_items.tolist() == [1, 2] and users.seen_splits.tolist() == [0, 0, 2]
+    figures = rd.ranking_baselines(train, users, num_items=3, k=1, ease_max_items=10)
+    # Popularity: "new" gets item 1 (a miss), u1 gets item 3, its only unseen item (a hit).
+    assert figures["popularity"] == {"recall_at_k": 0.5, "ndcg_at_k": 0.5}
+    assert set(figures) == {"popularity", "ease"} and "skipped" not in figures["ease"]
+    assert rd.ranking_baselines(train, users, 3, 1, ease_max_items=2)["ease"]["skipped"].startswith(
+        "3 items > --ease-max-items 2")
+    assert len(rd.eval_users(train, held, scored, rated, 4.0, limit=1, seed=0)) == 1

@@ -248,7 +248,7 @@ def test_a_tuned_model_checks_each_models_parameters(tiny):
     with pytest.raises(JobError) as err:
         check(*_tuning([], per_model({"tiny": UNITS, "wide_deep": LAYERS})))
     assert err.value.path == "studySpec.metrics.0.metricId"
-    assert "the trainer cannot report 'mae' for --model wide_deep (--model recommender, tiny can)" in str(
+    assert "the trainer cannot report 'mae' for --model wide_deep (--model tiny can)" in str(
         err.value)
     with pytest.raises(JobError) as err:  # the args' --hypertune-metric is checked with each model, too
         check(*_tuning(["--hypertune-metric=mae"], per_model({"tiny": UNITS, "wide_deep": LAYERS})))

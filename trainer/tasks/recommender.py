@@ -1,4 +1,5 @@
-"""A ratings recommender, registered as ``--model recommender``: biased matrix factorisation in Keras 3.
+"""A ranking recommender, registered as ``--model recommender``: matrix factorisation trained with a sampled
+softmax over items (Keras 3, sparse updates), evaluated by recall@k and NDCG@k.
 
 Input: CSV files (local or ``gs://``) whose header names the user, item, rating and, optionally, timestamp
 columns (MovieLens's ``userId,movieId,rating,timestamp`` by default; ``--user-column`` etc. rename them).
@@ -6,12 +7,25 @@ IDs are strings; the vocabularies come from the training ratings and travel insi
 ``--eval-files``, ``--eval-fraction`` of ``--train-files`` is held out, at random by ``--seed`` or, with
 ``--split time``, the latest ratings: the same flags always evaluate on the same ratings.
 
-Model (:mod:`trainer.recommender_model`): ``mean + b_u + b_i + p_u . q_i`` with ``--embedding-dim``
-factors, a per-rating ``--l2`` penalty and biases started from the damped bias-only baseline. Metrics on the
-evaluation ratings: RMSE (the default tuning metric, MINIMIZE) and MAE, logged and saved beside the same
-figures for the global mean and the bias-only baseline. Export: ``serving_default`` rates (user, item)
-pairs; ``top_k`` returns each user's best items they did not rate in training. An id the training data did
-not have falls back to the other's bias and the global mean.
+Model (:mod:`trainer.recommender_model`): every training rating is an interaction; a user's score of an
+item is ``p_u . q_i + b_i``, trained to rank the rated item above ``--negatives`` items sampled from the
+catalogue (softmax cross-entropy), with ``--l2`` on the factors a rating touches. A step updates only the
+rows it touched, so its cost does not grow with the catalogue.
+
+Metrics, on each eval user's held-out positives (ratings >= ``--positive-threshold`` of items the user did
+not rate in training; those items are never candidates): ``recall_at_k`` (the default tuning metric,
+MAXIMIZE) and ``ndcg_at_k`` at ``--ranking-k``, and the full-softmax ``loss``. The same run scores the
+most-rated unseen items (popularity) and, for a catalogue of at most ``--ease-max-items``, EASE on the same
+users, in metrics.json's ``data.baselines`` and the log. At most ``--eval-users`` users are scored (a seeded
+sample), so evaluation stays bounded on large data.
+
+Export: ``serving_default`` scores (user, item) pairs; ``top_k`` returns each user's best items they did not
+rate in training (lists computed at export: ``users x --top-k`` indices, whatever the number of ratings); an
+unknown user gets the most popular items. ``similar_items`` returns an item's nearest items by the cosine of
+the item factors; an unknown item gets an empty row and ``known`` false.
+
+Multi-worker: every worker reads the ratings, makes the same split and vocabularies (checked with an
+all-gather) and trains on its own 1/workers share of the training ratings (logged as "this worker's share").
 
     python -m trainer.task --model recommender --help
     python -m trainer.task --model recommender --train-files data/movielens/ratings.csv \\
@@ -22,11 +36,24 @@ This module imports no TensorFlow at import time: the job tooling reads its spec
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
 from trainer.sharding import UNSHARDED, Shard
-from trainer.tasks.base import MINIMIZE, Task, TaskConfig, TaskData, TaskSpec, check, integral, option
+from trainer.tasks.base import (
+    MAXIMIZE,
+    MINIMIZE,
+    Task,
+    TaskConfig,
+    TaskData,
+    TaskSpec,
+    check,
+    integral,
+    option,
+)
+
+log = logging.getLogger("trainer")
 
 SPLITS = ("random", "time")
 DEFAULT_TOP_K = 100  # the top_k signature's largest k when --top-k is 0
@@ -49,11 +76,21 @@ class RecommenderConfig(TaskConfig):
     eval_fraction: float = option(0.2, "without --eval-files: the share of --train-files held out for "
                                   "evaluation (default %(default)s)")
     embedding_dim: int = option(64, "user and item factors (default %(default)s)", type=integral, metavar="N")
-    l2: float = option(0.1, "L2 penalty per rating on the factors it touches; biases get a tenth "
+    l2: float = option(0.03, "L2 penalty per rating on the user and item factors it touches "
                        "(default %(default)s)")
-    top_k: int = option(0, "the most items the top_k signature returns per user, at most the catalogue "
-                        f"(default 0: {DEFAULT_TOP_K} or the whole catalogue if smaller)", type=integral,
-                        metavar="K")
+    negatives: int = option(1000, "items sampled from the catalogue per step as the softmax's negatives "
+                            "(default %(default)s)", type=integral, metavar="N")
+    positive_threshold: float = option(4.0, "an eval rating at or above this is a positive for recall and "
+                                       "NDCG (default %(default)s)")
+    ranking_k: int = option(10, "k of recall@k and NDCG@k (default %(default)s)", type=integral, metavar="K")
+    eval_users: int = option(5000, "the most eval users scored for the ranking metrics, a seeded sample "
+                             "(default %(default)s)", type=integral, metavar="N")
+    ease_max_items: int = option(20000, "compute the EASE baseline when the catalogue has at most this many "
+                                 "items (a dense items x items inverse; 0: never) (default %(default)s)",
+                                 type=integral, metavar="N")
+    top_k: int = option(0, "the most items the top_k and similar_items signatures return, at most the "
+                        f"catalogue (default 0: {DEFAULT_TOP_K} or the whole catalogue if smaller)",
+                        type=integral, metavar="K")
 
     def validate(self) -> None:
         for name in ("user_column", "item_column", "rating_column", "timestamp_column"):
@@ -66,18 +103,27 @@ class RecommenderConfig(TaskConfig):
         check(0 < self.eval_fraction < 1, "eval_fraction", "in (0, 1)", self.eval_fraction)
         check(1 <= self.embedding_dim <= 1024, "embedding_dim", "an integer in 1..1024", self.embedding_dim)
         check(0 <= self.l2 < math.inf, "l2", "a finite number >= 0", self.l2)
+        check(self.negatives >= 1, "negatives", "an integer >= 1", self.negatives)
+        check(math.isfinite(self.positive_threshold), "positive_threshold", "a finite number",
+              self.positive_threshold)
+        check(self.ranking_k >= 1, "ranking_k", "an integer >= 1", self.ranking_k)
+        check(self.eval_users >= 1, "eval_users", "an integer >= 1", self.eval_users)
+        check(self.ease_max_items >= 0, "ease_max_items", "an integer >= 0", self.ease_max_items)
         check(self.top_k >= 0, "top_k", "an integer >= 0", self.top_k)
 
 
 SPEC = TaskSpec(
     name="recommender",
-    description="ratings recommender: biased matrix factorisation of user-item ratings (CSV)",
+    description="ranking recommender: matrix factorisation trained with a sampled softmax over items (CSV "
+                "ratings), scored by recall@k and NDCG@k",
     config=RecommenderConfig,
-    metrics={"rmse": MINIMIZE, "mae": MINIMIZE, "loss": MINIMIZE},
+    metrics={"recall_at_k": MAXIMIZE, "ndcg_at_k": MAXIMIZE, "loss": MINIMIZE},
     export_formats={"JSON": "{\"user\": ID, \"item\": ID} instances (ids as strings); the top_k signature "
-                            "takes {\"user\": ID, \"k\": N}"},
-    defaults={"num_epochs": 12, "train_batch_size": 256, "eval_batch_size": 4096, "learning_rate": 0.002},
-    flag_help={"learning_rate": "Adam learning rate, decayed to 0 over the run (default %(default)s)"},
+                            "takes {\"user\": ID, \"k\": N}, similar_items {\"item\": ID, \"k\": N}"},
+    defaults={"num_epochs": 15, "train_batch_size": 1024, "eval_batch_size": 128, "learning_rate": 0.1},
+    flag_help={"learning_rate": "Adagrad learning rate (sparse: only the rows a step touched) "
+                                "(default %(default)s)",
+               "eval_batch_size": "eval users scored per batch (default %(default)s)"},
     splits_train_files=True,
 )
 
@@ -90,6 +136,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     from trainer import ratings_data as rd
     from trainer.data import DataError, expand_files
     from trainer.recommender_model import IdLookup, rated_by_user
+    from trainer.sharding import dataset_options
 
     task = cfg.task
     columns = rd.RatingColumns(task.user_column, task.item_column, task.rating_column, task.timestamp_column)
@@ -105,72 +152,134 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         if not len(evaluation):
             raise DataError(f"--eval-files: no ratings in {', '.join(evaluation.sources)}")
         split = {"how": "files"}
+        held_out = "--eval-files " + ", ".join(evaluation.sources)
     else:
         train, evaluation = rd.split_ratings(given, task.split, task.eval_fraction, cfg.seed)
         split = {"how": task.split, "eval_fraction": task.eval_fraction, "seed": cfg.seed}
+        held_out = f"the --eval-fraction {task.eval_fraction:g} held out of --train-files"
     users, items = rd.vocabulary(train.users), rd.vocabulary(train.items)
     if task.top_k > len(items):
         raise DataError(f"--top-k {task.top_k}: larger than the catalogue of {len(items)} items in the "
                         f"training ratings")
+    if task.ranking_k > len(items):
+        raise DataError(f"--ranking-k {task.ranking_k}: larger than the catalogue of {len(items)} items in "
+                        "the training ratings")
+    low, high = float(train.ratings.min()), float(train.ratings.max())
+    if not low <= task.positive_threshold <= high:
+        raise DataError(f"--positive-threshold {task.positive_threshold:g}: outside the training ratings' "
+                        f"range {low:g}..{high:g}")
     max_k = task.top_k or min(DEFAULT_TOP_K, len(items))
     fit, score = rd.index(train, users, items), rd.index(evaluation, users, items)
-    rating_range = (float(train.ratings.min()), float(train.ratings.max()))
-    mean, user_bias, item_bias = rd.bias_only(fit, len(users), len(items))
+    rated = rated_by_user(fit.users, fit.items, len(users))
+    ranked = rd.eval_users(fit, evaluation, score, rated, task.positive_threshold, task.eval_users, cfg.seed)
+    if not len(ranked):
+        raise DataError(f"--positive-threshold {task.positive_threshold:g}: no user has a positive in "
+                        f"{held_out} (a rating >= {task.positive_threshold:g} of an item known to training "
+                        "that the user did not rate in training)")
+    # Every worker made the same split and vocabularies from the same files: check it (a collective, called
+    # by every worker in the same order), so a file that changed between reads cannot desynchronise them.
+    sizes = [len(users), len(items), len(train), len(ranked)]
+    if any(other != sizes for other in shard.exchange(sizes)):
+        raise DataError(f"--train-files: the workers read different ratings ({shard.exchange(sizes)}: "
+                        "users, items, training ratings, eval users); did the files change during the start?")
 
-    train_ds = tf.data.Dataset.from_tensor_slices(({"user": fit.users, "item": fit.items}, fit.ratings))
-    train_ds = train_ds.shuffle(len(fit.ratings), seed=cfg.seed, reshuffle_each_iteration=True)
+    # This worker's share of the training ratings: every count-th one (the split is already random or by
+    # time, so a share is a fair sample), shuffled per epoch as index arrays in NumPy, never a per-rating
+    # buffer.
+    mine = np.arange(shard.index, len(fit.ratings), shard.count)
+    share_users, share_items = fit.users[mine], fit.items[mine]
+    share_ratings = fit.ratings[mine]
+    log.info("this worker's share: %d ratings of %d (worker %d of %d)", len(mine), len(fit.ratings),
+             shard.index, shard.count)
+    rng = np.random.default_rng([cfg.seed, shard.index])
+
+    def batches():
+        order = rng.permutation(len(mine))
+        for start in range(0, len(order), global_train_batch):
+            pick = order[start:start + global_train_batch]
+            yield {"user": share_users[pick], "item": share_items[pick]}, share_ratings[pick]
+
+    signature = ({"user": tf.TensorSpec([None], tf.int32), "item": tf.TensorSpec([None], tf.int32)},
+                 tf.TensorSpec([None], tf.float32))
+    train_ds = tf.data.Dataset.from_generator(batches, output_signature=signature).apply(
+        tf.data.experimental.assert_cardinality(-(-len(mine) // global_train_batch)))
     if cfg.steps_per_epoch is not None:
         train_ds = train_ds.repeat()
-    eval_ds = tf.data.Dataset.from_tensor_slices(({"user": score.users, "item": score.items}, score.ratings))
-    unknown = {"unknown_users": int(np.sum(score.users == 0)), "unknown_items": int(np.sum(score.items == 0))}
+
+    # Eval users dealt to workers; each worker's share padded to the same length with rows that have no
+    # positives (weight 0), so every worker runs the same number of evaluation steps.
+    per_worker = -(-len(ranked) // shard.count)
+    share = ranked.take(np.arange(shard.index, len(ranked), shard.count))
+    pad = per_worker - len(share)
+    seen = tf.RaggedTensor.from_row_splits(share.seen_items, share.seen_splits)
+    positives = tf.RaggedTensor.from_row_splits(share.positive_items, share.positive_splits)
+    eval_ds = tf.data.Dataset.from_tensor_slices(({"user": share.users, "seen": seen}, positives))
+    if pad:
+        empty = tf.RaggedTensor.from_row_splits(np.zeros(0, np.int32), np.zeros(pad + 1, np.int64))
+        eval_ds = eval_ds.concatenate(tf.data.Dataset.from_tensor_slices(
+            ({"user": np.zeros(pad, np.int32), "seen": empty}, empty)))
+    eval_ds = eval_ds.ragged_batch(global_eval_batch).map(
+        lambda x, y: ({"user": x["user"], "seen": x["seen"].to_tensor()}, y.to_tensor()))
+
+    baselines = rd.ranking_baselines(fit, ranked, len(items), task.ranking_k,
+                                     task.ease_max_items) if shard.index == 0 else {}
     report = {
         "train": {"files": list(given.sources), "ratings": len(train), "users": len(users),
-                  "items": len(items)},
-        "eval": {"files": list(evaluation.sources), "ratings": len(evaluation), **unknown},
-        "split": split, "rating_range": list(rating_range), "global_mean": mean,
-        "baselines": rd.baselines(fit, score, len(users), len(items), rating_range),
+                  "items": len(items), "this_worker_ratings": len(mine)},
+        "eval": {"files": list(evaluation.sources), "ratings": len(evaluation),
+                 "unknown_users": int(np.sum(score.users == 0)),
+                 "unknown_items": int(np.sum(score.items == 0)),
+                 "ranked_users": len(ranked), "users_with_positives": ranked.total},
+        "split": split, "rating_range": [low, high],
+        "ranking": {"k": task.ranking_k, "positive_threshold": task.positive_threshold},
+        "baselines": {name: figures for name, figures in baselines.items() if "skipped" not in figures},
+        "skipped_baselines": {name: f["skipped"] for name, f in baselines.items() if "skipped" in f},
     }
     where = "files" if cfg.eval_files else f"{task.split} {task.eval_fraction:g} split, seed {cfg.seed}"
     report["summary"] = (f"train: {len(train)} ratings by {len(users)} users of {len(items)} items; eval: "
-                         f"{len(evaluation)} ratings ({where}; {unknown['unknown_users']} by unknown users, "
-                         f"{unknown['unknown_items']} of unknown items)")
+                         f"{len(evaluation)} ratings ({where}); ranking: {len(ranked)} of {ranked.total} "
+                         f"users with a rating >= {task.positive_threshold:g} of an item unseen in training, "
+                         f"k = {task.ranking_k}")
+    for name, why in report["skipped_baselines"].items():
+        log.info("baseline %s skipped: %s", name, why)
     lookup = IdLookup(users.tolist(), items.tolist(), name="id_lookup")
     lookup({"user": tf.constant(["?"]), "item": tf.constant(["?"])})  # built before the export tracks it
+    options = dataset_options(shuffle=True)
     return TaskData(
-        train=train_ds.batch(global_train_batch).prefetch(tf.data.AUTOTUNE),
-        eval=eval_ds.batch(global_eval_batch).prefetch(tf.data.AUTOTUNE),
-        train_rows=len(train), eval_rows=len(evaluation),
+        train=train_ds.prefetch(tf.data.AUTOTUNE).with_options(options),
+        eval=eval_ds.prefetch(tf.data.AUTOTUNE).with_options(dataset_options(shuffle=False)),
+        train_rows=len(train), eval_rows=len(ranked),
         train_steps=max(1, math.ceil(len(train) / global_train_batch)),
         preprocessor=lookup, report=report,
-        state={"items": items.tolist(), "mean": mean, "user_bias": user_bias, "item_bias": item_bias,
-               "rating_range": rating_range, "rated": rated_by_user(fit.users, fit.items, len(users)),
-               "num_users": len(users), "max_k": max_k})
+        state={"items": items.tolist(), "rated": rated, "num_users": len(users), "max_k": max_k,
+               "popularity": np.bincount(fit.items, minlength=len(items) + 1)})
 
 
 def build_model(cfg, data: TaskData):
-    from trainer.recommender_model import BiasedMF, compile_recommender
+    from trainer.recommender_model import RankingMF, compile_recommender
 
     state = data.state
-    model = BiasedMF(state["num_users"], len(state["items"]), cfg.task.embedding_dim, cfg.task.l2,
-                     state["mean"], state["rating_range"], user_bias=state["user_bias"],
-                     item_bias=state["item_bias"], seed=cfg.seed, name="biased_mf")
-    steps = (cfg.steps_per_epoch or data.train_steps) * cfg.num_epochs
-    return compile_recommender(model, cfg.learning_rate, steps)
+    model = RankingMF(state["num_users"], len(state["items"]), cfg.task.embedding_dim, cfg.task.l2,
+                      cfg.task.negatives, state["popularity"], cfg.task.ranking_k, seed=cfg.seed,
+                      name="ranking_mf")
+    return compile_recommender(model, cfg.learning_rate)
 
 
 def serving_fn(model, data: TaskData, export_format: str):
-    from trainer.recommender_model import rating_function
+    from trainer.recommender_model import score_function
 
     if export_format != "JSON":
         raise ValueError(f"unsupported export format {export_format!r}")
-    return rating_function(model, data.preprocessor)
+    return score_function(model, data.preprocessor)
 
 
 def more_signatures(model, data: TaskData):
-    from trainer.recommender_model import top_k_function
+    from trainer.recommender_model import recommendations, similar_items_function, top_k_function
 
     state = data.state
-    return {"top_k": top_k_function(model, data.preprocessor, state["items"], state["rated"], state["max_k"])}
+    table = recommendations(model, state["rated"], state["max_k"])
+    return {"top_k": top_k_function(model, data.preprocessor, state["items"], table),
+            "similar_items": similar_items_function(model, data.preprocessor, state["items"], state["max_k"])}
 
 
 TASK = Task(spec=SPEC, make_data=make_data, build_model=build_model, serving_fn=serving_fn,
