@@ -6,6 +6,8 @@
     python scripts/bench_data_scale.py --repo /tmp/bench-before         # the trainer of another checkout
     python scripts/bench_data_scale.py --models ratings --scales 250 --workers off --max-steps 200
     python scripts/bench_data_scale.py --models census -- --cache-limit-mb 0   # extra trainer flags
+    python scripts/bench_data_scale.py --models census --scales 100 --census-files one --max-steps 0 \
+        --workers off                                                   # a whole epoch: memory figures
 
 Data (scripts/scale_data.py) is generated on the fly, deterministic by --seed, under a temporary folder that
 is deleted at the end (--keep DIR keeps the data and the runs' folders there). ``census`` is
@@ -19,14 +21,16 @@ and 8,000 records at 1x; ratings: the shipped 100,836, then 1M and 10M), flowers
 
 Each run is ``python -m trainer.task`` as a subprocess of checkout --repo (its own ``trainer`` package, cwd
 and PYTHONPATH), one epoch, at most --max-steps training steps and --max-eval-steps evaluation steps (only
-where the data has more: the cap keeps 100x runs bounded and still leaves hundreds of steady steps). Printed
-per run: records in --train-files, the steps run, the phases the trainer writes to metrics.json ("phases":
-imports, pre-training, first step, steady examples/s, validation, eval, export, its own peak RSS),
-pre-training time per record in --train-files (us/rec), the peak RSS of the process measured from outside
-(wait4), the SavedModel's size, and two idle gaps from the log's timestamps: ``fit_tail`` (last epoch line
-to the start of the final evaluation: fit's end, where tf.data iterators are torn down) and ``exit_tail``
-(the trainer's last log line to process exit). The 1-minute load average at each run's start is printed with
-it: figures are noisy by up to 40% on a shared 2-core machine, so compare ratios from one run of the script.
+where the data has more: the cap keeps 100x runs bounded and still leaves hundreds of steady steps;
+--max-steps 0 runs the whole epoch, which a memory figure needs: a capped census run stops before its cache
+has filled, so its peak RSS leaves the cache out). Printed per run: records in --train-files, the steps run,
+the phases the trainer writes to metrics.json ("phases": imports, pre-training, first step, steady examples/s,
+validation, eval, export, its own peak RSS), pre-training time per record in --train-files (us/rec), the peak
+RSS of the process measured from outside (wait4), the SavedModel's size, and two idle gaps from the log's
+timestamps: ``fit_tail`` (last epoch line to the start of the final evaluation: fit's end, where tf.data
+iterators are torn down) and ``exit_tail`` (the trainer's last log line to process exit). The 1-minute load
+average at each run's start is printed with it: figures are noisy by up to 40% on a shared 2-core machine, so
+compare ratios from one run of the script.
 
 The loopback (--workers on, default; ``only`` skips the single runs) runs each model's --worker-scale data
 (census from its several files, uncapped: one whole epoch) as a chief and a worker of one
@@ -246,7 +250,11 @@ class Bench:
 
     def single(self, name: str, scale: float) -> None:
         made = self.data(name, scale)
-        variants = sorted(made.items()) if name == "census" else [(made.files, made)]
+        if name == "census":
+            variants = [(n, d) for n, d in sorted(made.items())
+                        if self.args.census_files == "both" or (n == 1) == (self.args.census_files == "one")]
+        else:
+            variants = [(made.files, made)]
         for files, dataset in variants:
             label = f"{name}-x{scale:g}-{files}f"
             flags, steps = self.flags(name, dataset, capped=True)
@@ -369,6 +377,8 @@ def main(argv=None) -> int:
                    help="scales, comma-separated (default: census/mnist/ratings 1,10,100, flowers 1,25,250)")
     p.add_argument("--files", type=int, default=8,
                    help="census: files of the several-files variant (default 8)")
+    p.add_argument("--census-files", choices=("both", "one", "several"), default="both",
+                   help="census single runs: from one file, from --files files, or both (default)")
     p.add_argument("--workers", choices=("on", "off", "only"), default="on",
                    help="the 2-worker loopback runs: also (on), none, or only those")
     p.add_argument("--worker-scale", type=_numbers, default=None, metavar="SCALE",
