@@ -28,9 +28,10 @@ the phases the trainer writes to metrics.json ("phases": imports, pre-training, 
 validation, eval, export, its own peak RSS), pre-training time per record in --train-files (us/rec), the peak
 RSS of the process measured from outside (wait4), the SavedModel's size, and two idle gaps from the log's
 timestamps: ``fit_tail`` (last epoch line to the start of the final evaluation: fit's end, where tf.data
-iterators are torn down) and ``exit_tail`` (the trainer's last log line to process exit). The 1-minute load
-average at each run's start is printed with it: figures are noisy by up to 40% on a shared 2-core machine, so
-compare ratios from one run of the script.
+iterators are torn down; ``fit_tail_cpu`` is the CPU time the process used meanwhile, near 0 when it sat idle)
+and ``exit_tail`` (the trainer's last log line to process exit). The 1-minute load average at each run's start
+is printed with it: figures are noisy by up to 40% on a shared 2-core machine, so compare ratios from one run
+of the script.
 
 The loopback (--workers on, default; ``only`` skips the single runs) runs each model's --worker-scale data
 (census from its several files, uncapped: one whole epoch) as a chief and a worker of one
@@ -129,6 +130,7 @@ class Proc:
     peak_rss_mb: float = 0.0
     ended: float = 0.0
     lines: list[tuple[float, str]] = field(default_factory=list)  # (epoch seconds, message)
+    cpu: list[tuple[float, float]] = field(default_factory=list)  # (epoch seconds, CPU seconds so far)
 
     @property
     def wall(self) -> float:
@@ -145,6 +147,21 @@ class Proc:
     def find(self, prefix: str, last: bool = False) -> tuple[float, str] | None:
         hits = [(t, msg) for t, msg in self.lines if msg.startswith(prefix)]
         return (hits[-1] if last else hits[0]) if hits else None
+
+    def sample_cpu(self) -> None:
+        try:
+            fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return
+        # utime and stime (fields 14 and 15 of proc(5); the split above starts at field 3), all threads.
+        self.cpu.append((time.time(), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")))
+
+    def cpu_between(self, start: float, end: float) -> float | None:
+        """CPU seconds the process used from ``start`` to ``end`` (sampled every 0.1 s): an idle gap is near
+        0, busy work on the 2 cores up to twice its length."""
+        before = [c for t, c in self.cpu if t <= start]
+        after = [c for t, c in self.cpu if t >= end]
+        return round(after[0] - before[-1], 2) if before and after else None
 
     def tail(self, chars: int = 2500) -> str:
         return self.log.read_text(errors="replace")[-chars:]
@@ -165,6 +182,7 @@ def wait_all(procs: list[Proc], timeout: float) -> None:
     pending = {p.popen.pid: p for p in procs}
     while pending:
         for pid, proc in list(pending.items()):
+            proc.sample_cpu()
             done, status, usage = os.wait4(pid, os.WNOHANG)
             if done:
                 proc.ended = time.time()
@@ -276,7 +294,9 @@ class Bench:
                 row["us_per_rec"] = round(phases["pre_training_s"] / dataset.records * 1e6, 2)
             last_epoch, evaluation = proc.find("epoch ", last=True), proc.find("evaluation: ")
             if last_epoch and evaluation and phases.get("eval_s") is not None:
-                row["fit_tail_s"] = round(evaluation[0] - phases["eval_s"] - last_epoch[0], 2)
+                fit_end = evaluation[0] - phases["eval_s"]
+                row["fit_tail_s"] = round(fit_end - last_epoch[0], 2)
+                row["fit_tail_cpu_s"] = proc.cpu_between(last_epoch[0], fit_end)
             if proc.lines:
                 row["exit_tail_s"] = round(proc.ended - proc.lines[-1][0], 2)
             row["model_mb"] = round(_dir_mb(job / "model"), 1) if metrics.is_file() else None
@@ -348,7 +368,8 @@ class Bench:
 
     SINGLE = ("data", "scale", "files", "records", "steps", "imports_s", "pre_training_s", "us_per_rec",
               "first_step_s", "steady_examples_per_s", "validation_s", "eval_s", "export_s", "peak_rss_mb",
-              "rss_mb_wait4", "fit_tail_s", "exit_tail_s", "model_mb", "wall_s", "load", "free_gb", "rc")
+              "rss_mb_wait4", "fit_tail_s", "fit_tail_cpu_s", "exit_tail_s", "model_mb", "wall_s", "load",
+              "free_gb", "rc")
     WORKER = ("data", "scale", "files", "records", "worker", "pre_training_s", "read_per_epoch",
               "read_fraction", "source", "first_step_s", "steady_examples_per_s", "peak_rss_mb",
               "rss_mb_wait4", "wall_s", "load", "rc")
