@@ -176,11 +176,18 @@ def launch(cmd: list[str], repo: Path, log: Path, **env: str) -> Proc:
     return Proc(log=log, started=time.time(), popen=popen)
 
 
-def wait_all(procs: list[Proc], timeout: float) -> None:
-    """Reap every process (killing all at ``timeout`` s), recording each one's exit time and peak RSS."""
+def wait_all(procs: list[Proc], timeout: float, min_free_gb: float = 0.0) -> None:
+    """Reap every process, recording each one's exit time and peak RSS; all are killed at ``timeout`` s, or
+    when the machine's available memory falls below ``min_free_gb`` (it is shared: a run that would push the
+    others into the OOM killer is stopped instead, and says so)."""
     deadline = time.time() + timeout
     pending = {p.popen.pid: p for p in procs}
     while pending:
+        if pending and min_free_gb and _mem_available_gb() < min_free_gb:
+            print(f"  killed: available memory fell below {min_free_gb:g} GB", flush=True)
+            for proc in pending.values():
+                proc.popen.kill()
+            min_free_gb = 0.0
         for pid, proc in list(pending.items()):
             proc.sample_cpu()
             done, status, usage = os.wait4(pid, os.WNOHANG)
@@ -282,7 +289,7 @@ class Bench:
             load, free = os.getloadavg()[0], _mem_available_gb()
             proc = launch(trainer_command(MODEL[name], flags, self.args.seed, str(job), "INFO"), self.repo,
                           job / "trainer.log")
-            wait_all([proc], self.args.timeout)
+            wait_all([proc], self.args.timeout, self.args.min_free_gb)
             row = {"data": name, "scale": f"{scale:g}x", "files": dataset.files, "records": dataset.records,
                    "steps": steps, "load": round(load, 2), "free_gb": round(free, 1), "rc": proc.returncode,
                    "wall_s": round(proc.wall, 1), "rss_mb_wait4": round(proc.peak_rss_mb)}
@@ -327,7 +334,7 @@ class Bench:
             cmd = trainer_command(MODEL[name], flags, self.args.seed, str(job / "out"), "INFO")
             procs[task_type] = launch(cmd, self.repo, job / f"{task_type}.log", TF_CONFIG=tf_config,
                                       TMPDIR=str(scratch))
-        wait_all(list(procs.values()), self.args.timeout)
+        wait_all(list(procs.values()), self.args.timeout, self.args.min_free_gb)
         for task_type, proc in procs.items():
             phases = _phases_of_log(proc)
             scan = proc.find("data: ")
@@ -411,6 +418,8 @@ def main(argv=None) -> int:
                    help="generate data and run folders into DIR and keep them")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a run is killed")
+    p.add_argument("--min-free-gb", type=float, default=2.0, metavar="GB",
+                   help="kill a run when the machine's available memory falls below GB (default 2; 0: never)")
     p.add_argument("extra", nargs="*", help="more trainer flags, after --")
     args = p.parse_args(argv)
     if args.files < 2:
