@@ -78,7 +78,9 @@ EVAL_RECORDS = {"census": 16_281, "mnist": 2_000, "flowers": 50}
 RATINGS_EVAL_FRACTION = 0.2
 _LOG = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.]+): (.*)$")
 _SCAN = re.compile(r"^data: train: (\d+) (?:rows|images|ratings)")
-_PER_EPOCH = re.compile(r"(\d[\d,]*) (?:training )?(?:records|rows|images|ratings|examples)\b")
+# A worker's own line about its share, e.g. "input: worker 0 of 2 reads 162805 of 325610 training records per
+# epoch (by file)": the number after "reads", else the first count of records.
+_READS = re.compile(r"\breads (\d[\d,]*)|(\d[\d,]*) (?:training )?(?:records|rows|images|ratings|examples)\b")
 PHASES = ("imports_s", "pre_training_s", "first_step_s", "steady_examples_per_s", "validation_s", "eval_s",
           "export_s", "peak_rss_mb")
 
@@ -339,9 +341,10 @@ class Bench:
             phases = _phases_of_log(proc)
             scan = proc.find("data: ")
             scanned = int(_SCAN.match(scan[1]).group(1)) if scan and _SCAN.match(scan[1]) else None
-            own = next((msg for _, msg in proc.lines if "per epoch" in msg and _PER_EPOCH.search(msg)), None)
+            own = next((msg for _, msg in proc.lines if "per epoch" in msg and _READS.search(msg)), None)
             if own:
-                read, source = int(_PER_EPOCH.search(own).group(1).replace(",", "")), "trainer log"
+                match = _READS.search(own)
+                read, source = int((match.group(1) or match.group(2)).replace(",", "")), "trainer log"
             else:
                 read, source = scanned, "scan line"
             row = {"data": name, "scale": f"{scale:g}x", "files": dataset.files, "records": dataset.records,
