@@ -4,6 +4,7 @@
     python scripts/bench_data_scale.py                                  # everything below, this checkout
     python scripts/bench_data_scale.py --models census,mnist --scales 1,10 --workers off
     python scripts/bench_data_scale.py --repo /tmp/bench-before         # the trainer of another checkout
+    python scripts/bench_data_scale.py --repo /tmp/bench-before --repo .  # before/after, run by run
     python scripts/bench_data_scale.py --models ratings --scales 250 --workers off --max-steps 200
     python scripts/bench_data_scale.py --models census -- --cache-limit-mb 0   # extra trainer flags
     python scripts/bench_data_scale.py --models census --scales 100 --census-files one --max-steps 0 \
@@ -20,18 +21,19 @@ and 8,000 records at 1x; ratings: the shipped 100,836, then 1M and 10M), flowers
 20,000 records). Scale 250 of ratings is the issue's 25M (about 11 GB peak in the trainer of d3ef831).
 
 Each run is ``python -m trainer.task`` as a subprocess of checkout --repo (its own ``trainer`` package, cwd
-and PYTHONPATH), one epoch, at most --max-steps training steps and --max-eval-steps evaluation steps (only
-where the data has more: the cap keeps 100x runs bounded and still leaves hundreds of steady steps;
---max-steps 0 runs the whole epoch, which a memory figure needs: a capped census run stops before its cache
-has filled, so its peak RSS leaves the cache out). Printed per run: records in --train-files, the steps run,
-the phases the trainer writes to metrics.json ("phases": imports, pre-training, first step, steady examples/s,
-validation, eval, export, its own peak RSS), pre-training time per record in --train-files (us/rec), the peak
-RSS of the process measured from outside (wait4), the SavedModel's size, and two idle gaps from the log's
-timestamps: ``fit_tail`` (last epoch line to the start of the final evaluation: fit's end, where tf.data
-iterators are torn down; ``fit_tail_cpu`` is the CPU time the process used meanwhile, near 0 when it sat idle)
-and ``exit_tail`` (the trainer's last log line to process exit). The 1-minute load average at each run's start
-is printed with it: figures are noisy by up to 40% on a shared 2-core machine, so compare ratios from one run
-of the script.
+and PYTHONPATH; with several --repo, each run is made on every checkout back to back, so before/after ratios
+come from one run of the script), one epoch, at most --max-steps training steps and --max-eval-steps
+evaluation steps (only where the data has more: the cap keeps 100x runs bounded and still leaves hundreds of
+steady steps; --max-steps 0 runs the whole epoch, which a memory figure needs: a capped census run stops
+before its cache has filled, so its peak RSS leaves the cache out). Printed per run: records in --train-files,
+the steps run, the phases the trainer writes to metrics.json ("phases": imports, pre-training, first step,
+steady examples/s, validation, eval, export, its own peak RSS), pre-training time per record in --train-files
+(us/rec), the peak RSS of the process measured from outside (wait4), the SavedModel's size, and two idle gaps
+from the log's timestamps: ``fit_tail`` (last epoch line to the start of the final evaluation: fit's end,
+where tf.data iterators are torn down; ``fit_tail_cpu`` is the CPU time the process used meanwhile, near 0
+when it sat idle) and ``exit_tail`` (the trainer's last log line to process exit). The 1-minute load average
+at each run's start is printed with it: figures are noisy by up to 40% on a shared 2-core machine, so compare
+ratios from one run of the script.
 
 The loopback (--workers on, default; ``only`` skips the single runs) runs each model's --worker-scale data
 (census from its several files, uncapped: one whole epoch) as a chief and a worker of one
@@ -232,7 +234,8 @@ def _phases_of_log(proc: Proc) -> dict[str, float]:
 class Bench:
     def __init__(self, args, root: Path):
         self.args, self.root = args, root
-        self.repo = Path(args.repo).resolve()
+        # (label, checkout): each run is made once per checkout, back to back, so load hits them alike.
+        self.repos = [(_git_label(Path(r).resolve()), Path(r).resolve()) for r in args.repo or [str(REPO)]]
         self.rows: list[dict] = []
         self.worker_rows: list[dict] = []
         self.failed = 0
@@ -276,6 +279,10 @@ class Bench:
         return flags + self.args.extra, steps
 
     def single(self, name: str, scale: float) -> None:
+        for checkout in self.repos:
+            self._single(name, scale, checkout)
+
+    def _single(self, name: str, scale: float, checkout: tuple[str, Path]) -> None:
         made = self.data(name, scale)
         if name == "census":
             variants = [(n, d) for n, d in sorted(made.items())
@@ -289,12 +296,13 @@ class Bench:
             shutil.rmtree(job, ignore_errors=True)
             job.mkdir(parents=True)
             load, free = os.getloadavg()[0], _mem_available_gb()
-            proc = launch(trainer_command(MODEL[name], flags, self.args.seed, str(job), "INFO"), self.repo,
+            proc = launch(trainer_command(MODEL[name], flags, self.args.seed, str(job), "INFO"), checkout[1],
                           job / "trainer.log")
             wait_all([proc], self.args.timeout, self.args.min_free_gb)
-            row = {"data": name, "scale": f"{scale:g}x", "files": dataset.files, "records": dataset.records,
-                   "steps": steps, "load": round(load, 2), "free_gb": round(free, 1), "rc": proc.returncode,
-                   "wall_s": round(proc.wall, 1), "rss_mb_wait4": round(proc.peak_rss_mb)}
+            row = {"checkout": checkout[0], "data": name, "scale": f"{scale:g}x", "files": dataset.files,
+                   "records": dataset.records, "steps": steps, "load": round(load, 2),
+                   "free_gb": round(free, 1), "rc": proc.returncode, "wall_s": round(proc.wall, 1),
+                   "rss_mb_wait4": round(proc.peak_rss_mb)}
             metrics = job / "model" / "metrics.json"
             phases = json.loads(metrics.read_text()).get("phases", {}) if metrics.is_file() else {}
             phases = phases or _phases_of_log(proc)
@@ -318,6 +326,10 @@ class Bench:
                 shutil.rmtree(job, ignore_errors=True)
 
     def loopback(self, name: str) -> None:
+        for checkout in self.repos:
+            self._loopback(name, checkout)
+
+    def _loopback(self, name: str, checkout: tuple[str, Path]) -> None:
         scale = self.args.worker_scale or DEFAULT_WORKER_SCALE[name]
         made = self.data(name, scale)
         dataset = made[self.args.files] if name == "census" else made
@@ -334,7 +346,7 @@ class Bench:
             scratch.mkdir()
             tf_config = json.dumps({"cluster": cluster, "task": {"type": task_type, "index": 0}})
             cmd = trainer_command(MODEL[name], flags, self.args.seed, str(job / "out"), "INFO")
-            procs[task_type] = launch(cmd, self.repo, job / f"{task_type}.log", TF_CONFIG=tf_config,
+            procs[task_type] = launch(cmd, checkout[1], job / f"{task_type}.log", TF_CONFIG=tf_config,
                                       TMPDIR=str(scratch))
         wait_all(list(procs.values()), self.args.timeout, self.args.min_free_gb)
         for task_type, proc in procs.items():
@@ -347,8 +359,9 @@ class Bench:
                 read, source = int((match.group(1) or match.group(2)).replace(",", "")), "trainer log"
             else:
                 read, source = scanned, "scan line"
-            row = {"data": name, "scale": f"{scale:g}x", "files": dataset.files, "records": dataset.records,
-                   "worker": task_type, "rc": proc.returncode, "load": round(load, 2),
+            row = {"checkout": checkout[0], "data": name, "scale": f"{scale:g}x", "files": dataset.files,
+                   "records": dataset.records, "worker": task_type, "rc": proc.returncode,
+                   "load": round(load, 2),
                    "pre_training_s": phases.get("pre_training_s"), "read_per_epoch": read, "source": source,
                    "read_fraction": round(read / dataset.records, 3) if read else None,
                    "first_step_s": phases.get("first_step_s"),
@@ -376,11 +389,11 @@ class Bench:
             return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
         return [cell(row.get(k)) for k in keys]
 
-    SINGLE = ("data", "scale", "files", "records", "steps", "imports_s", "pre_training_s", "us_per_rec",
-              "first_step_s", "steady_examples_per_s", "validation_s", "eval_s", "export_s", "peak_rss_mb",
-              "rss_mb_wait4", "fit_tail_s", "fit_tail_cpu_s", "exit_tail_s", "model_mb", "wall_s", "load",
-              "free_gb", "rc")
-    WORKER = ("data", "scale", "files", "records", "worker", "pre_training_s", "read_per_epoch",
+    SINGLE = ("checkout", "data", "scale", "files", "records", "steps", "imports_s", "pre_training_s",
+              "us_per_rec", "first_step_s", "steady_examples_per_s", "validation_s", "eval_s", "export_s",
+              "peak_rss_mb", "rss_mb_wait4", "fit_tail_s", "fit_tail_cpu_s", "exit_tail_s", "model_mb",
+              "wall_s", "load", "free_gb", "rc")
+    WORKER = ("checkout", "data", "scale", "files", "records", "worker", "pre_training_s", "read_per_epoch",
               "read_fraction", "source", "first_step_s", "steady_examples_per_s", "peak_rss_mb",
               "rss_mb_wait4", "wall_s", "load", "rc")
 
@@ -416,7 +429,9 @@ def main(argv=None) -> int:
                    help="scale of the loopback runs (default: census/mnist/ratings 10, flowers 25)")
     p.add_argument("--max-steps", type=int, default=300, help="cap training steps per run (0: none)")
     p.add_argument("--max-eval-steps", type=int, default=100, help="cap evaluation steps per run (0: none)")
-    p.add_argument("--repo", default=str(REPO), help="checkout whose trainer runs (default: this one)")
+    p.add_argument("--repo", action="append", metavar="DIR",
+                   help="checkout whose trainer runs (default: this one); repeat it to run each model and "
+                        "scale on every checkout back to back")
     p.add_argument("--keep", default=None, metavar="DIR",
                    help="generate data and run folders into DIR and keep them")
     p.add_argument("--seed", type=int, default=42)
@@ -437,8 +452,9 @@ def main(argv=None) -> int:
                     for s in ([args.worker_scale] if args.worker_scale else []) + list(args.scales or ())]
     if any(s != int(s) for s in image_scales):
         p.error("argument --scales: MNIST and flowers replicate records: whole numbers only")
-    if not (Path(args.repo) / "trainer" / "task.py").is_file():
-        p.error(f"argument --repo: no trainer/task.py in {args.repo}")
+    for repo in args.repo or []:
+        if not (Path(repo) / "trainer" / "task.py").is_file():
+            p.error(f"argument --repo: no trainer/task.py in {repo}")
 
     if args.keep:
         Path(args.keep).mkdir(parents=True, exist_ok=True)
@@ -446,7 +462,8 @@ def main(argv=None) -> int:
     else:
         root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     bench = Bench(args, root)
-    print(f"# checkout {bench.repo} at {_git_label(bench.repo)}; {os.cpu_count()} CPUs, "
+    checkouts = ", ".join(f"{path} at {label}" for label, path in bench.repos)
+    print(f"# checkout {checkouts}; {os.cpu_count()} CPUs, "
           f"{_mem_available_gb():.1f} GB available, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
           f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; data under {root}", flush=True)
     try:
