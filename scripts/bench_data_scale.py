@@ -72,12 +72,14 @@ MODEL = {"census": "wide_deep", "mnist": "image_classifier", "flowers": "image_c
 DEFAULT_SCALES = {"census": (1, 10, 100), "mnist": (1, 10, 100), "flowers": (1, 25, 250),
                   "ratings": (1, 10, 100)}
 DEFAULT_WORKER_SCALE = {"census": 10, "mnist": 10, "flowers": 25, "ratings": 10}
-# The task's own flags the benchmark runs with, and the batch sizes its step caps are computed from (the
-# tasks' defaults: trainer/tasks/*.py).
+# The task's own flags the benchmark runs with.
 TASK_FLAGS = {"census": [], "mnist": ["--channels", "1"], "flowers": ["--image-size", "96"], "ratings": []}
-BATCHES = {"census": (256, 1024), "mnist": (64, 256), "flowers": (64, 256), "ratings": (256, 4096)}
 EVAL_RECORDS = {"census": 16_281, "mnist": 2_000, "flowers": 50}
-RATINGS_EVAL_FRACTION = 0.2
+# A checkout's default batch sizes (and the recommender's held-out fraction), which its step caps are computed
+# from: read from its own trainer.config, as checkouts differ (TensorFlow-free, a fraction of a second).
+_DEFAULTS = ("import json, sys; from trainer.config import default_config; c = default_config(sys.argv[1]); "
+             "print(json.dumps([c.train_batch_size, c.eval_batch_size, "
+             "getattr(c.task, 'eval_fraction', 0)]))")
 _LOG = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.]+): (.*)$")
 _SCAN = re.compile(r"^data: train: (\d+) (?:rows|images|ratings)")
 # A worker's own line about its share, e.g. "input: worker 0 of 2 reads 162805 of 325610 training records per
@@ -240,6 +242,7 @@ class Bench:
         self.worker_rows: list[dict] = []
         self.failed = 0
         self._data: dict[tuple[str, float], object] = {}
+        self._defaults: dict[tuple[str, Path], tuple[int, int, float]] = {}
 
     def data(self, name: str, scale: float):
         """The Dataset (census: {files: Dataset}) of ``name`` at ``scale``, generated once."""
@@ -259,15 +262,23 @@ class Bench:
                 print(f"  (generated {name} x{scale:g} in {time.perf_counter() - start:.1f} s)", flush=True)
         return self._data[key]
 
-    def flags(self, name: str, dataset, capped: bool) -> tuple[list[str], int]:
-        """Trainer flags for one run of ``dataset`` and the training steps it will run."""
-        train_batch, eval_batch = BATCHES[name]
+    def defaults(self, name: str, repo: Path) -> tuple[int, int, float]:
+        key = (name, repo)
+        if key not in self._defaults:
+            out = subprocess.run([sys.executable, "-c", _DEFAULTS, MODEL[name]], cwd=repo,
+                                 env=trainer_env(repo), capture_output=True, text=True, check=True)
+            self._defaults[key] = tuple(json.loads(out.stdout))
+        return self._defaults[key]
+
+    def flags(self, name: str, dataset, capped: bool, repo: Path) -> tuple[list[str], int]:
+        """Trainer flags for a run of ``dataset`` by checkout ``repo``, and the training steps it will run."""
+        train_batch, eval_batch, eval_fraction = self.defaults(name, repo)
         flags = ["--train-files", *dataset.train, "--num-epochs", "1", *TASK_FLAGS[name]]
         if dataset.eval:
             flags += ["--eval-files", *dataset.eval]
         train_records = dataset.records
         if name == "ratings":
-            train_records = round(dataset.records * (1 - RATINGS_EVAL_FRACTION))
+            train_records = round(dataset.records * (1 - eval_fraction))
         steps = math.ceil(train_records / train_batch)
         eval_records = (dataset.records - train_records) if name == "ratings" else EVAL_RECORDS[name]
         if capped and self.args.max_steps and steps > self.args.max_steps:
@@ -291,7 +302,7 @@ class Bench:
             variants = [(made.files, made)]
         for files, dataset in variants:
             label = f"{name}-x{scale:g}-{files}f"
-            flags, steps = self.flags(name, dataset, capped=True)
+            flags, steps = self.flags(name, dataset, True, checkout[1])
             job = self.root / "runs" / label
             shutil.rmtree(job, ignore_errors=True)
             job.mkdir(parents=True)
@@ -333,7 +344,7 @@ class Bench:
         scale = self.args.worker_scale or DEFAULT_WORKER_SCALE[name]
         made = self.data(name, scale)
         dataset = made[self.args.files] if name == "census" else made
-        flags, steps = self.flags(name, dataset, capped=False)
+        flags, steps = self.flags(name, dataset, False, checkout[1])
         job = self.root / "runs" / f"{name}-x{scale:g}-loopback"
         shutil.rmtree(job, ignore_errors=True)
         job.mkdir(parents=True)
