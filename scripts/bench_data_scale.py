@@ -18,7 +18,8 @@ shipped training records replicated into shards (MNIST with ``--channels 1``, fl
 as jobs/image_gpu.yaml; evaluated on the shipped eval files); ``ratings`` is ``--model recommender`` on
 synthetic MovieLens-shaped ratings (its own 80/20 split). Default scales: 1,10,100 (census, MNIST: 32,561
 and 8,000 records at 1x; ratings: the shipped 100,836, then 1M and 10M), flowers 1,25,250 (80, 2,000 and
-20,000 records). Scale 250 of ratings is the issue's 25M (about 11 GB peak in the trainer of d3ef831).
+20,000 records). Scale 250 of ratings is the issue's 25M (the issue saw 11.2 GB peak at d3ef831: mind
+--min-free-gb).
 
 Each run is ``python -m trainer.task`` as a subprocess of checkout --repo (its own ``trainer`` package, cwd
 and PYTHONPATH; with several --repo, each run is made on every checkout back to back, so before/after ratios
