@@ -1,5 +1,7 @@
 """Shared by the quality benchmarks (bench_trainer_quality.py, bench_image_quality.py, bench_recommender.py):
-one ``python -m trainer.task`` run exactly as a user runs it, timed, and the report it saved.
+one ``python -m trainer.task`` run exactly as a user runs it, timed, and the report it saved. The scale
+benchmark (bench_data_scale.py) builds its runs from the same command line and environment, run from any
+checkout.
 
 Not a command: the benchmarks import it (they run as ``python scripts/<name>.py``, so this folder is on
 ``sys.path``).
@@ -33,16 +35,26 @@ class Run:
     load: float  # the 1-minute load average when it started
 
 
+def trainer_command(model: str, flags: list[str], seed: int, job_dir: str,
+                    verbosity: str = "WARNING") -> list[str]:
+    """The ``python -m trainer.task`` command line of one run."""
+    # ``flags`` last: a benchmark's extra trainer flags (after ``--``) win, as argparse keeps the last value.
+    return [sys.executable, "-m", "trainer.task", "--model", model, "--job-dir", job_dir, "--seed", str(seed),
+            "--verbosity", verbosity, *flags]
+
+
+def trainer_env(repo: Path = REPO, **extra: str) -> dict[str, str]:
+    """The environment of a trainer run from checkout ``repo``, whose ``trainer`` package it imports."""
+    pythonpath = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+
+
 def train(model: str, flags: list[str], seed: int, job_dir: str) -> Run:
     """Train ``--model model`` with ``flags`` and ``--seed seed`` into ``job_dir``, quietly."""
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    # ``flags`` last: a benchmark's extra trainer flags (after ``--``) win, as argparse keeps the last value.
-    cmd = [sys.executable, "-m", "trainer.task", "--model", model, "--job-dir", job_dir, "--seed", str(seed),
-           "--verbosity", "WARNING", *flags]
+    cmd = trainer_command(model, flags, seed, job_dir)
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    out = subprocess.run(cmd, cwd=REPO, env=trainer_env(), capture_output=True, text=True)
     wall = time.perf_counter() - start
     if out.returncode != 0:
         raise TrainerFailed(out.returncode, out.stderr)
