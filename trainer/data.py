@@ -514,7 +514,7 @@ def _blocks(path: str, flag: str, fast: _FastPath, columns: int):
 
 def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, flag: str = "",
              keep: tuple[int, int] = (0, 1), require_rows: bool = True, sample_size: int | None = None,
-             cache_dir: str | None = None) -> ScanResult:
+             keeper: ScanKeeper | None = None) -> ScanResult:
     """Validate every line of ``files``; raise TooManyBadRows (a DataError) at the first bad row beyond
     ``max_bad_rows``.
 
@@ -523,21 +523,21 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
     (counted over all ``files``) is ``i`` modulo ``n`` are this scan's; the others are neither checked nor
     counted (a worker's share when sharding by record, see trainer.sharding).
 
-    With ``cache_dir``, a completed scan is kept there, keyed by the files' identity (path, size,
+    With a ``keeper``, a completed scan is kept in its folder, keyed by the files' identity (path, size,
     modification time), the schema and the share; the job's later trials and restarts read it instead of the
     data, and refuse or skip the same bad rows with the same lines (a scan that stopped at a bad row is not
-    kept).
+    kept, and nothing is written before ``keeper.flush()``).
     """
-    if cache_dir is None:
+    if keeper is None:
         return _scan_files(files, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep,
                            require_rows=require_rows, sample_size=sample_size)
     size = QUANTILE_SAMPLE if sample_size is None else sample_size
-    path = f"{cache_dir}/{_scan_key(files, schema, keep, size, flag)}.npz"
+    path = f"{keeper.folder}/{_scan_key(files, schema, keep, size, flag)}.npz"
     scan = _load_scan(path, files)
     if scan is None:
         scan = _scan_files(files, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep,
                            require_rows=require_rows, sample_size=size)
-        _save_scan(path, scan)
+        keeper.pending.append((path, scan))
         return scan
     logging.getLogger("trainer").info("%s: read the scan of %d file(s) from %s", flag or "data", len(files),
                                       path)
@@ -546,6 +546,20 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
     if scan.rows == 0 and require_rows:
         raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
     return scan
+
+
+@dataclass
+class ScanKeeper:
+    """Where completed scans are kept (trainer.sharding.Shard.cache_dir), and those still to write: a task
+    writes them with :meth:`flush` once all its data was accepted, so bad data leaves nothing behind."""
+
+    folder: str
+    pending: list[tuple[str, ScanResult]] = field(default_factory=list)
+
+    def flush(self) -> None:
+        for path, scan in self.pending:
+            _save_scan(path, scan)
+        self.pending.clear()
 
 
 _MAX_KEPT_SCAN_BYTES = 1 << 30  # a kept scan holds a bounded sample and the excluded lines' positions
@@ -680,7 +694,8 @@ def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, f
 
 
 def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: int = 0, flag: str = "",
-               every_share: bool = False) -> tuple[ScanResult, ScanResult, tuple[int, int]]:
+               every_share: bool = False,
+               keeper: ScanKeeper | None = None) -> tuple[ScanResult, ScanResult, tuple[int, int]]:
     """(this worker's scan, the whole data's, ``keep``) under ``shard`` (a trainer.sharding.Shard).
 
     Each worker scans only its share (its files, or with fewer files than workers its lines by position:
@@ -691,7 +706,7 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     worker's share must hold data rows (training repeats each share; an empty one never yields a batch).
     """
     if not shard.sharded:
-        scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag, cache_dir=shard.cache_dir)
+        scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag, keeper=keeper)
         return scan, scan, (0, 1)
     mine, by_record = shard.files(files, flag)
     keep = (shard.index, shard.count) if by_record else (0, 1)
@@ -699,7 +714,7 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     local = None
     try:
         local = scan_csv(mine, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep, require_rows=False,
-                         sample_size=QUANTILE_SAMPLE // shard.count, cache_dir=shard.cache_dir)
+                         sample_size=QUANTILE_SAMPLE // shard.count, keeper=keeper)
         part.update(rows=local.rows, positives=local.positives, bytes=local.total_bytes,
                     bad=[[b.file, b.line, b.reason] for b in local.bad_rows],
                     stats={k: list(v) for k, v in local.stats.items()},

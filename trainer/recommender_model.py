@@ -32,6 +32,13 @@ INIT_STDDEV = 0.05
 HIDDEN = -1e9  # the score of an item that must not be recommended (finite: no NaN from -inf - -inf)
 
 
+def _tf_variable(variable):
+    """The tf.Variable inside a Keras variable (it has the sparse updates): Keras keeps it in ``_value``, and
+    on Keras 3.4 (the prebuilt TF 2.17 images) an optimizer's slots are not instances of keras.Variable."""
+    inner = getattr(variable, "_value", None)
+    return inner if isinstance(inner, tf.Variable) else variable
+
+
 class SparseAdagrad(keras.optimizers.Adagrad):
     """Adagrad that updates only the rows of an embedding table a batch touched (an ``IndexedSlices``
     gradient); dense gradients take Keras's own update. Rows a batch used twice get their summed gradient."""
@@ -39,9 +46,8 @@ class SparseAdagrad(keras.optimizers.Adagrad):
     def update_step(self, gradient, variable, learning_rate):
         if not isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
-        table = variable.value if isinstance(variable, keras.Variable) else variable
-        accumulator = self._accumulators[self._get_variable_index(variable)]
-        accumulator = accumulator.value if isinstance(accumulator, keras.Variable) else accumulator
+        table = _tf_variable(variable)
+        accumulator = _tf_variable(self._accumulators[self._get_variable_index(variable)])
         rows, where = tf.unique(gradient.indices)
         values = tf.math.unsorted_segment_sum(tf.cast(gradient.values, table.dtype), where, tf.shape(rows)[0])
         accumulator.scatter_add(tf.IndexedSlices(values * values, rows))

@@ -10,6 +10,7 @@ from trainer.data import (
     Column,
     CsvSchema,
     DataError,
+    ScanKeeper,
     count_batches,
     expand_files,
     scan_csv,
@@ -315,7 +316,15 @@ def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, cens
     data = tmp_path / "adult.data"
     data.write_bytes(census_slice["train"].read_bytes())
     kept = tmp_path / "scans"
-    first = scan_csv([str(data)], SCHEMA, cache_dir=str(kept))
+
+    def scan(**kwargs):
+        keeper = ScanKeeper(str(kept))
+        result = scan_csv([str(data)], SCHEMA, keeper=keeper, **kwargs)
+        assert not any(kept.glob("*.partial-*"))
+        keeper.flush()
+        return result
+
+    first = scan()
     (path,) = kept.iterdir()
 
     def no_scan(*args, **kwargs):
@@ -323,38 +332,41 @@ def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, cens
 
     with monkeypatch.context() as m:
         m.setattr(trainer.data, "_scan_files", no_scan)
-        again = scan_csv([str(data)], SCHEMA, cache_dir=str(kept))
+        again = scan()
     counts = ("rows", "positives", "total_lines")
     assert [getattr(again, k) for k in counts] == [getattr(first, k) for k in counts]
     assert again.stats == first.stats and again.excluded.tolist() == first.excluded.tolist()
     assert all(np.array_equal(again.samples[k], v) for k, v in first.samples.items())
     # Another share of the same files, or changed files, are scanned (and kept) anew.
-    scan_csv([str(data)], SCHEMA, cache_dir=str(kept), keep=(1, 2))
+    scan(keep=(1, 2))
     data.write_bytes(data.read_bytes() + GOOD_LINE + b"\n")
-    assert scan_csv([str(data)], SCHEMA, cache_dir=str(kept)).rows == first.rows + 1
+    assert scan().rows == first.rows + 1
     assert len(list(kept.iterdir())) == 3
     # A damaged kept scan is scanned again, with a warning, never trusted.
     path.write_bytes(b"not a scan")
     data.write_bytes(census_slice["train"].read_bytes())
-    assert scan_csv([str(data)], SCHEMA, cache_dir=str(kept)).rows == first.rows
+    assert scan().rows == first.rows
 
 
 def test_a_kept_scan_refuses_and_skips_the_same_bad_rows(tmp_path, census_slice):
     bad = insert_line(census_slice["train"], tmp_path / "bad.data", 300, BAD_LINE)
-    kept = str(tmp_path / "scans")
+    keeper = ScanKeeper(str(tmp_path / "scans"))
     with pytest.raises(DataError) as fresh:
         scan_csv([str(bad)], SCHEMA)
-    assert scan_csv([str(bad)], SCHEMA, max_bad_rows=1, cache_dir=kept).bad_rows  # kept, with its bad row
+    assert scan_csv([str(bad)], SCHEMA, max_bad_rows=1, keeper=keeper).bad_rows  # kept, with its bad row
+    keeper.flush()
     with pytest.raises(DataError) as reused:
-        scan_csv([str(bad)], SCHEMA, cache_dir=kept)
+        scan_csv([str(bad)], SCHEMA, keeper=keeper)
     assert str(reused.value) == str(fresh.value)
-    assert len(scan_csv([str(bad)], SCHEMA, max_bad_rows=5, cache_dir=kept).bad_rows) == 1
+    assert len(scan_csv([str(bad)], SCHEMA, max_bad_rows=5, keeper=keeper).bad_rows) == 1
 
 
 def test_a_place_the_job_cannot_write_costs_only_the_reuse(tmp_path, census_slice):
     blocked = tmp_path / "file"
     blocked.write_text("a file where the scans' folder would go")
-    assert scan_csv([str(census_slice["train"])], SCHEMA, cache_dir=str(blocked / "scans")).rows == 2000
+    keeper = ScanKeeper(str(blocked / "scans"))
+    assert scan_csv([str(census_slice["train"])], SCHEMA, keeper=keeper).rows == 2000
+    keeper.flush()  # a warning, not an error
 
 
 def test_a_file_without_line_breaks_is_refused_without_reading_it_whole(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from trainer.data import (
     Column,
     CsvSchema,
+    ScanKeeper,
     cache_budget,
     count_batches,
     decode_csv_batch,
@@ -279,10 +280,13 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     # Each worker scans its own share; counts, statistics and bad rows are the whole data's (see
     # trainer.sharding).
     bad = cfg.task.max_bad_rows
+    keeper = ScanKeeper(shard.cache_dir) if shard.cache_dir else None  # for the job's other trials/restarts
     train_share, train_scan, train_keep = scan_share(train_files, SCHEMA, shard, max_bad_rows=bad,
-                                                     flag="--train-files", every_share=True)
+                                                     flag="--train-files", every_share=True, keeper=keeper)
     eval_share, eval_scan, eval_keep = scan_share(eval_files, SCHEMA, shard, max_bad_rows=bad,
-                                                  flag="--eval-files")
+                                                  flag="--eval-files", keeper=keeper)
+    if keeper:
+        keeper.flush()  # both splits were accepted
     # Every statistic of the preprocessing (means, variances, bin edges) comes from the training split only.
     edges = numeric_edges(train_scan, cfg.task.numeric_bins) if cfg.task.numeric_bins else {}
     preprocessor = _preprocessor_class()(train_scan.stats, edges, name="census_preprocessor")
