@@ -212,23 +212,9 @@ def _unreadable(path: str, exc, flag: str) -> DataError:
 
 def read_lines(path: str, flag: str):
     """Yield the lines of ``path`` exactly as TextLineDataset splits them (no trailing empty line)."""
-    import tensorflow as tf
-
-    tail = b""
-    try:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            while True:
-                block = f.read(_BLOCK_BYTES)
-                if not block:
-                    break
-                parts = (tail + block).split(b"\n")
-                tail = parts.pop()
-                for line in parts:
-                    yield line[:-1] if line.endswith(b"\r") else line
-    except tf.errors.OpError as exc:
-        raise _unreadable(path, exc, flag) from None
-    if tail:
-        yield tail[:-1] if tail.endswith(b"\r") else tail
+    for block in _complete_lines(path, flag):
+        for line in block.split(b"\n")[:-1]:
+            yield line[:-1] if line.endswith(b"\r") else line
 
 
 class _Validator:
