@@ -55,7 +55,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,7 +64,7 @@ from datetime import datetime
 from pathlib import Path
 
 import scale_data
-from bench_runs import REPO, trainer_command, trainer_env
+from bench_runs import REPO, free_ports, trainer_command, trainer_env
 
 DATASETS = ("census", "mnist", "flowers", "ratings")
 MODEL = {"census": "wide_deep", "mnist": "image_classifier", "flowers": "image_classifier",
@@ -212,16 +211,6 @@ def wait_all(procs: list[Proc], timeout: float, min_free_gb: float = 0.0) -> Non
         proc.parse()
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.is_dir() else 0.0
 
@@ -349,7 +338,7 @@ class Bench:
         job = self.root / "runs" / f"{name}-x{scale:g}-loopback"
         shutil.rmtree(job, ignore_errors=True)
         job.mkdir(parents=True)
-        chief_port, worker_port = _free_ports(2)
+        chief_port, worker_port = free_ports(2)
         cluster = {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"]}
         load = os.getloadavg()[0]
         procs = {}

@@ -231,8 +231,9 @@ def run_trainer(repo: str, data: dict, job_dir: str, steps: int, workers: int = 
     [{"phases": ..., "share": the log's share line, "wall": s}] per process (chief first)."""
     import json
     import re
-    import socket
     import subprocess
+
+    from bench_runs import free_ports
 
     args = [sys.executable, "-m", "trainer.task", "--model", "image_classifier",
             "--train-files", data["train"], "--eval-files", data["eval"], "--num-epochs", "1",
@@ -240,12 +241,7 @@ def run_trainer(repo: str, data: dict, job_dir: str, steps: int, workers: int = 
     env = {**os.environ, "PYTHONPATH": repo, "TF_CPP_MIN_LOG_LEVEL": "2"}
     envs = [env]
     if workers > 1:
-        socks = [socket.socket() for _ in range(workers)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        ports = [sock.getsockname()[1] for sock in socks]
-        for sock in socks:
-            sock.close()
+        ports = free_ports(workers)
         cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
         envs = [{**env, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": t, "index": i}})}
                 for t, i in [("chief", 0)] + [("worker", i) for i in range(workers - 1)]]

@@ -59,3 +59,16 @@ def train(model: str, flags: list[str], seed: int, job_dir: str) -> Run:
     if out.returncode != 0:
         raise TrainerFailed(out.returncode, out.stderr)
     return Run(json.loads(Path(job_dir, "model", "metrics.json").read_text()), wall, load)
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` loopback ports free right now, for a local multi-worker cluster's TF_CONFIG."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
