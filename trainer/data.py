@@ -843,9 +843,9 @@ def _kept_per_batch(scan: ScanResult, batch_lines: int, keep: tuple[int, int]) -
     return np.diff(below) - np.bincount(scan.excluded // batch_lines, minlength=n)
 
 
-def count_batches(scan: ScanResult, batch_size: int, keep: tuple[int, int] = (0, 1)) -> int:
-    """Batches text_dataset yields per pass: line batches that keep at least one data row."""
-    return int(np.count_nonzero(_kept_per_batch(scan, batch_size * keep[1], keep) > 0))
+def count_batches(scan: ScanResult, batch_size: int) -> int:
+    """Batches an unsharded text_dataset yields per pass: line batches that keep at least one data row."""
+    return int(np.count_nonzero(_kept_per_batch(scan, batch_size, (0, 1)) > 0))
 
 
 def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
