@@ -554,54 +554,49 @@ _SCAN_FORMAT = 1  # bump when what a scan checks or keeps changes: older kept sc
 
 def _scan_key(files: Sequence[str], schema: CsvSchema, keep: tuple[int, int], sample_size: int,
               flag: str) -> str:
-    import hashlib
-
     import tensorflow as tf
+
+    from trainer import kept
 
     identity = []
     for path in files:
         try:
-            stat = tf.io.gfile.stat(path)
+            identity += kept.files_identity([path])
         except tf.errors.OpError as exc:
             raise _unreadable(path, exc, flag) from None
-        identity.append([path, stat.length, stat.mtime_nsec])
-    text = json.dumps([_SCAN_FORMAT, repr(schema), list(keep), sample_size, identity])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return kept.key(_SCAN_FORMAT, repr(schema), list(keep), sample_size, identity)
 
 
 def _load_scan(path: str, files: Sequence[str]) -> ScanResult | None:
     """A kept scan, or None when there is none or it cannot be read (then the data is scanned again)."""
     import io
 
-    import tensorflow as tf
+    from trainer import kept
 
+    raw = kept.read(path, _MAX_KEPT_SCAN_BYTES, "scan")
+    if raw is None:
+        return None
     try:
-        if not tf.io.gfile.exists(path):
-            return None
-        if tf.io.gfile.stat(path).length > _MAX_KEPT_SCAN_BYTES:
-            raise ValueError(f"larger than {_MAX_KEPT_SCAN_BYTES} bytes")
-        with tf.io.gfile.GFile(path, "rb") as f:
-            kept = np.load(io.BytesIO(f.read()), allow_pickle=False)
-            meta = json.loads(kept["meta"].tobytes())
-            samples = kept["samples"]
-            return ScanResult(
-                files=tuple(files), total_lines=meta["total_lines"], rows=meta["rows"],
-                positives=meta["positives"], total_bytes=meta["total_bytes"], excluded=kept["excluded"],
-                bad_rows=tuple(BadRow(*b) for b in meta["bad_rows"]),
-                stats={k: tuple(v) for k, v in meta["stats"].items()},
-                samples={name: samples[:, k].copy() for k, name in enumerate(meta["names"])})
-    except (tf.errors.OpError, OSError, ValueError, KeyError, TypeError) as exc:
+        kept_scan = np.load(io.BytesIO(raw), allow_pickle=False)
+        meta = json.loads(kept_scan["meta"].tobytes())
+        samples = kept_scan["samples"]
+        return ScanResult(
+            files=tuple(files), total_lines=meta["total_lines"], rows=meta["rows"],
+            positives=meta["positives"], total_bytes=meta["total_bytes"], excluded=kept_scan["excluded"],
+            bad_rows=tuple(BadRow(*b) for b in meta["bad_rows"]),
+            stats={k: tuple(v) for k, v in meta["stats"].items()},
+            samples={name: samples[:, k].copy() for k, name in enumerate(meta["names"])})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         logging.getLogger("trainer").warning("not reading the kept scan %s (%s): scanning the data", path,
                                              exc)
         return None
 
 
 def _save_scan(path: str, scan: ScanResult) -> None:
-    """Keep ``scan`` at ``path`` (written whole, then renamed: a reader never sees half a file); a place
-    the job cannot write to only costs the later runs a scan."""
+    """Keep ``scan`` at ``path`` (see trainer.kept.write)."""
     import io
 
-    import tensorflow as tf
+    from trainer import kept
 
     names = list(scan.samples)
     meta = {"rows": scan.rows, "positives": scan.positives, "total_lines": scan.total_lines,
@@ -611,14 +606,7 @@ def _save_scan(path: str, scan: ScanResult) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
              excluded=scan.excluded, samples=samples)
-    partial = f"{path}.partial-{os.getpid()}"
-    try:
-        tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
-        with tf.io.gfile.GFile(partial, "wb") as f:
-            f.write(buffer.getvalue())
-        tf.io.gfile.rename(partial, path, overwrite=True)
-    except tf.errors.OpError as exc:
-        logging.getLogger("trainer").warning("could not keep the data scan at %s: %s", path, op_reason(exc))
+    kept.write(path, buffer.getvalue(), "data scan")
 
 
 def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, flag: str,

@@ -222,3 +222,32 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
     errors = error_lines(out.stderr)
     assert len(errors) == 1 and errors[0].startswith(expected), errors
     assert "Traceback" not in out.stderr and not job.exists()
+
+
+def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
+    from trainer.tasks.recommender import kept_baselines
+
+    ratings = tmp_path / "ratings.csv"
+    ratings.write_text("userId,movieId,rating\n1,10,4\n")
+    folder = str(tmp_path / "kept")
+    calls = []
+
+    def baselines(flags, compute_value=0.25):
+        def compute():
+            calls.append(flags)
+            return {"popularity": {"recall_at_k": compute_value}}
+        return kept_baselines(folder, [str(ratings)], flags, compute)
+
+    first = baselines(["k", 10])
+    assert baselines(["k", 10], compute_value=0.9) == first and calls == [["k", 10]]  # a later trial reads it
+    baselines(["k", 5])  # other flags: other figures
+    ratings.write_text("userId,movieId,rating\n1,10,4\n2,10,5\n")  # changed data: computed again
+    baselines(["k", 10])
+    assert calls == [["k", 10], ["k", 5], ["k", 10]]
+    # Damaged kept figures are computed again, with a warning, never trusted.
+    for path in (tmp_path / "kept").iterdir():
+        path.write_text("[not figures")
+    assert baselines(["k", 10], compute_value=0.5) == {"popularity": {"recall_at_k": 0.5}}
+    assert "not reading the kept baselines" in caplog.text
+    # Without a place to keep them (a plain local run), every run computes them.
+    assert kept_baselines(None, [str(ratings)], [], lambda: {"x": 1}) == {"x": 1}

@@ -221,8 +221,12 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     eval_ds = eval_ds.ragged_batch(global_eval_batch).map(
         lambda x, y: ({"user": x["user"], "seen": x["seen"].to_tensor()}, y.to_tensor()))
 
-    baselines = rd.ranking_baselines(fit, ranked, len(items), task.ranking_k,
-                                     task.ease_max_items) if shard.index == 0 else {}
+    baselines = {}
+    if shard.index == 0:
+        depends = [columns, split, cfg.seed, task.positive_threshold, task.ranking_k, task.eval_users,
+                   task.ease_max_items]
+        baselines = kept_baselines(shard.cache_dir, [*given.sources, *evaluation.sources], depends, lambda: (
+            rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items)))
     report = {
         "train": {"files": list(given.sources), "ratings": len(train), "users": len(users),
                   "items": len(items), "this_worker_ratings": len(mine)},
@@ -253,6 +257,41 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         preprocessor=lookup, report=report,
         state={"items": items.tolist(), "rated": rated, "num_users": len(users), "max_k": max_k,
                "popularity": np.bincount(fit.items, minlength=len(items) + 1)})
+
+
+_BASELINES_FORMAT = 1  # bump when what the baselines compute changes: older kept figures are then not read
+
+
+def kept_baselines(folder: str | None, files: list[str], depends: list, compute) -> dict:
+    """``compute()`` (popularity's and EASE's figures; EASE inverts an items x items matrix, over a minute
+    and GBs on the shipped data), or the figures a trial or run before this one computed from the same
+    files and flags, kept in ``folder`` (trainer.kept): a study pays for them once."""
+    import json
+
+    import tensorflow as tf
+
+    from trainer import kept
+
+    if not folder:
+        return compute()
+    try:
+        identity = kept.files_identity(files)
+    except tf.errors.OpError:
+        return compute()
+    path = f"{folder}/baselines-{kept.key(_BASELINES_FORMAT, identity, repr(depends))}.json"
+    raw = kept.read(path, 1 << 20, "baselines")
+    if raw is not None:
+        try:
+            figures = json.loads(raw)
+            if isinstance(figures, dict):
+                log.info("baselines: read from %s", path)
+                return figures
+        except ValueError:
+            pass
+        log.warning("not reading the kept baselines %s: computing them again", path)
+    figures = compute()
+    kept.write(path, json.dumps(figures).encode(), "baselines")
+    return figures
 
 
 def build_model(cfg, data: TaskData):
