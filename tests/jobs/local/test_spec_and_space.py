@@ -167,6 +167,43 @@ def test_samplers_follow_the_algorithm():
     )
 
 
+def _tpe_trials(params, trials, parallel=1):
+    """The values a TPE study suggests, asking ``parallel`` trials before telling their (made-up) scores."""
+    cfg = _cfg(params, trials=trials, parallel=parallel)
+    study = optuna.create_study(sampler=search_space.make_sampler(cfg), direction="maximize")
+    out = []
+    while len(out) < trials:
+        asked = [study.ask() for _ in range(parallel)]
+        for trial in asked:
+            values = search_space.suggest(trial, cfg.parameters)
+            out.append(values)
+            study.tell(trial, values.get("x", 0.0))
+    return out
+
+
+CENSUS_LIKE = [
+    {"parameterId": "x", "doubleValueSpec": {"minValue": 0.0, "maxValue": 1.0}},
+    {"parameterId": "bins", "discreteValueSpec": {"values": [32, 64, 128]}},
+    {"parameterId": "act", "categoricalValueSpec": {"values": ["relu", "gelu"]}},
+]
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_bayesian_study_tries_every_discrete_and_categorical_value_first(parallel):
+    trials = _tpe_trials(CENSUS_LIKE, trials=8, parallel=parallel)
+    assert sorted(t["bins"] for t in trials[:3]) == [32.0, 64.0, 128.0]
+    assert sorted(t["act"] for t in trials[:2]) == ["gelu", "relu"]
+    assert len({t["x"] for t in trials[:3]}) == 3  # the other parameters stay random
+
+
+def test_a_study_too_small_to_try_every_value_leaves_the_start_up_random():
+    many = [{"parameterId": "d", "discreteValueSpec": {"values": [1, 2, 3, 4, 5]}}]
+    assert sorted(t["d"] for t in _tpe_trials(many, trials=10)[:5]) == [1, 2, 3, 4, 5]
+    # Five values would take more than half of 8 trials: the usual random start-up (seeded: its first five
+    # trials repeat a value).
+    assert len({t["d"] for t in _tpe_trials(many, trials=8)[:5]}) < 5
+
+
 def test_metric_file_last_or_best_measurement(tmp_path):
     path = tmp_path / "output.metrics"
     lines = [
