@@ -71,6 +71,13 @@ def fullmatch(pattern: re.Pattern[str], value: Any) -> bool:
     return isinstance(value, str) and pattern.fullmatch(value) is not None
 
 
+def shown(value: Any, limit: int = 40) -> str:
+    """A value for an error message: repr (control and direction characters escaped), cut short when long,
+    so the one line stays one readable line whatever the input held."""
+    text = repr(value)
+    return text if len(text) <= limit + 2 else f"{text[:limit]}... ({len(text)} characters)"
+
+
 _FILE_KINDS = (
     (stat.S_ISREG, "a regular file"),
     (stat.S_ISDIR, "a directory"),
