@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
 from infra import reader
 from infra.cron import CronError, parse_cron
 from infra.schedules import MIN_SCHEDULE_GAP_MINUTES
@@ -167,8 +165,9 @@ def load_environment(env: str) -> EnvironmentConfig:
         allowed = ", ".join(list_environments()) or f"none found in {directory}"
         raise ConfigError(path, "<environment>", f"unknown environment {env!r}; allowed: {allowed}")
     try:
+        # The schedule cap is checked while composing: 100,000 of them stop at the 101st, not after parsing.
         raw = reader.plain_yaml(reader.read_text(path, ALLOWED_FILE), str(path), "a YAML mapping",
-                                check=lambda node: _count_schedules(path, node))
+                                max_items={"schedules": (MAX_SCHEDULES, "schedules")})
     except reader.SyntaxProblem as exc:
         where = f" at line {exc.line}" if exc.line else ""
         problem = exc.problem.removeprefix("malformed YAML: ")
@@ -181,19 +180,10 @@ def load_environment(env: str) -> EnvironmentConfig:
 
 def config_error(path: Path | str, exc: reader.InputError) -> ConfigError:
     """The shared reader's refusal as a ConfigError: the file's kind, size or text is the '<document>'."""
-    field_name = exc.where if exc.where[:1] not in "(l" else "<document>"
-    where = f" ({exc.where})" if exc.where.startswith("line") else ""
+    document = exc.where.startswith("(") or re.match(r"line \d", exc.where) is not None
+    field_name = "<document>" if document else exc.where
+    where = f" ({exc.where})" if exc.where.startswith("line ") else ""
     return ConfigError(path, field_name, f"{exc.problem}{where}; allowed: {exc.allowed}")
-
-
-def _count_schedules(path: Path, node: yaml.Node) -> None:
-    """Refuse too many schedules before the value budget would: that cap is what the user should read."""
-    if not isinstance(node, yaml.MappingNode):
-        return
-    for key, value in node.value:
-        if isinstance(key, yaml.ScalarNode) and key.value == "schedules" \
-                and isinstance(value, yaml.MappingNode):
-            _schedule_count(path, len(value.value))
 
 
 def _schedule_count(path: Path, count: int) -> None:

@@ -181,14 +181,49 @@ class Budget:
             )
 
 
+class _Loader(yaml.SafeLoader):
+    """A SafeLoader that stops composing past ``MAX_VALUES`` nodes (parsing 1 MiB of pure-Python YAML takes
+    seconds; a count cap ends it at the limit) and past ``max_items`` entries of a mapping at a key path."""
+
+    def __init__(self, text: str, file: str, max_items: dict[str, tuple[int, str]]) -> None:
+        super().__init__(text)
+        self.file = file
+        self.max_items = max_items
+        self.composed = 0
+        self.keys: list[str] = []  # the key path of the node being composed
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self.composed += 1
+        line = self.peek_event().start_mark.line + 1
+        if self.composed > MAX_VALUES:
+            raise InputError(self.file, f"line {line}", f"more than {MAX_VALUES} values",
+                             f"at most {MAX_VALUES} values in a document")
+        if isinstance(parent, yaml.MappingNode) and index is None:  # a key: one more entry of the parent
+            cap = self.max_items.get(".".join(self.keys))
+            if cap is not None and len(parent.value) >= cap[0]:
+                raise InputError(self.file, ".".join(self.keys), f"more than {cap[0]} {cap[1]} (line {line})",
+                                 f"at most {cap[0]}")
+        if parent is None:  # the document itself
+            return super().compose_node(parent, index)
+        key = index.value if isinstance(index, yaml.ScalarNode) else "?" if index is None else str(index)
+        self.keys.append(key)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.keys.pop()
+
+
 @contextmanager
-def yaml_document(text: str, file: str, allowed: str = "valid YAML") -> Iterator[tuple[yaml.SafeLoader, Any]]:
+def yaml_document(
+    text: str, file: str, allowed: str = "valid YAML", max_items: dict[str, tuple[int, str]] | None = None
+) -> Iterator[tuple[yaml.SafeLoader, Any]]:
     """The composed node of one YAML document (None when empty) and its loader, for the caller to build
-    values from inside the ``with``; every YAML problem in there, or over a limit, is an InputError."""
+    values from inside the ``with``; every YAML problem in there, or over a limit, is an InputError.
+    ``max_items``: {key path: (most entries, what they are)} for mappings whose size has a cap of its own."""
     check_printable(text, file)
     if len(text) > MAX_FILE_BYTES:
         raise InputError(file, "(file)", f"{len(text)} characters", f"at most {MAX_FILE_BYTES}")
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text, file, max_items or {})
     try:
         try:
             node = loader.get_single_node()
@@ -234,15 +269,12 @@ def spend_all(node: yaml.Node, budget: Budget) -> None:
 
 
 def plain_yaml(
-    text: str, file: str, allowed: str = "valid YAML", check: Callable[[Any], None] | None = None
+    text: str, file: str, allowed: str = "valid YAML", max_items: dict[str, tuple[int, str]] | None = None
 ) -> Any:
-    """``yaml.safe_load`` within the limits. ``check(node)`` may look at the composed node first (a count cap
-    that should be reported as such rather than as the value budget)."""
-    with yaml_document(text, file, allowed) as (loader, node):
+    """``yaml.safe_load`` within the limits (``max_items`` as for ``yaml_document``)."""
+    with yaml_document(text, file, allowed, max_items) as (loader, node):
         if node is None:
             return None
-        if check is not None:
-            check(node)
         spend_all(node, Budget(file))
         return construct(loader, node, file, "(top level)", deep=False)
 
