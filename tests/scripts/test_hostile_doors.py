@@ -26,7 +26,25 @@ from tests.jobs.helpers import CUSTOM, JOBS_DIR, REPO_ROOT
 RUN_JOB = str(REPO_ROOT / "scripts" / "run_job.py")
 SYNTH = str(REPO_ROOT / "scripts" / "synth.py")
 CPU_JOB = str(JOBS_DIR / "census_cpu.yaml")
-DEV = (REPO_ROOT / "infra" / "environments" / "dev.yaml").read_text(encoding="utf-8")
+# The test's own environment (a user's infra/environments must not change what it tries): every door reads it.
+DEV = """\
+project_id: acme-ml-dev
+project_number: "123456789012"
+region: us-central1
+name_prefix: acme-ml-dev
+state_bucket: acme-ml-dev-tfstate
+github:
+  owner: acme
+  repository: vertex-tf-platform
+  repository_id: 123456789
+labels:
+  team: ml-platform
+schedules:
+  recommender-daily:
+    job: jobs/recommender.yaml
+    cron: "0 3 * * *"
+    set: {}
+"""
 MAX_WALL_S = 10
 RSS_BUDGET_KB = 512 * 1024  # half the issue's 1 GB: the worst attempt here uses about a tenth of it
 SUBMIT = (
@@ -293,7 +311,7 @@ HOSTILE = [
         "env-100000-schedules",
         _env_door(),
         _file("dev.yaml", HEAD + "schedules: {" + ",".join(f"s{i}" for i in range(100_000)) + "}\n"),
-        "schedules: more than 100 schedules (line 26); allowed: at most 100",
+        "schedules: more than 100 schedules (line 12); allowed: at most 100",
         2,
     ),
     (
@@ -316,7 +334,7 @@ HOSTILE = [
     (
         "env-project-id-newline",
         _env_door(),
-        _file("dev.yaml", _dev("project_id: acme-ml-dev ", 'project_id: "acme-ml-dev\\n"')),
+        _file("dev.yaml", _dev("project_id: acme-ml-dev\n", 'project_id: "acme-ml-dev\\n"\n')),
         "project_id: got 'acme-ml-dev\\n'",
         2,
     ),
@@ -337,7 +355,7 @@ HOSTILE = [
     (
         "env-5000-digit-id",
         _env_door(),
-        _file("dev.yaml", _dev("repository_id: 123456789 ", "repository_id: " + "1" * 5000 + " ")),
+        _file("dev.yaml", _dev("repository_id: 123456789\n", "repository_id: " + "1" * 5000 + "\n")),
         "github.repository_id: a number of 5000 characters",
         2,
     ),
@@ -365,7 +383,7 @@ HOSTILE = [
     (
         "synth-project-id-newline",
         _env_door(SYNTH),
-        _file("dev.yaml", _dev("project_id: acme-ml-dev ", 'project_id: "acme-ml-dev\\n"')),
+        _file("dev.yaml", _dev("project_id: acme-ml-dev\n", 'project_id: "acme-ml-dev\\n"\n')),
         "field 'project_id': got 'acme-ml-dev\\n'",
         2,
     ),
@@ -389,6 +407,10 @@ def measured(tmp_path_factory):
     """{row id: (result, stdout, stderr, input folder)} for every row, plus the baseline, from one run."""
     root = tmp_path_factory.mktemp("hostile-doors")
     attempts, folders = [], {}
+    environments = root / "environments"
+    environments.mkdir()
+    (environments / "dev.yaml").write_text(DEV, encoding="utf-8")
+    every = {"INFRA_ENVIRONMENTS_DIR": str(environments)}  # the env doors name their own folder instead
     for id_, door, make, _, _ in HOSTILE:
         folder = root / id_
         folder.mkdir()
@@ -398,7 +420,7 @@ def measured(tmp_path_factory):
             {
                 "script": script,
                 "args": args,
-                "env": env,
+                "env": {**every, **env},
                 "out": str(root / f"{id_}.out"),
                 "err": str(root / f"{id_}.err"),
             }
@@ -407,7 +429,7 @@ def measured(tmp_path_factory):
         {
             "script": RUN_JOB,
             "args": BASELINES[RUN_JOB][0],
-            "env": {},
+            "env": every,
             "out": str(root / "baseline.out"),
             "err": str(root / "baseline.err"),
         }
