@@ -7,6 +7,12 @@ Every error is a `ConfigError` whose message is one line naming the file, the fi
 
 `INFRA_ENVIRONMENTS_DIR` points the loader at another directory of configs (tests use it; so can forks that
 keep their real configs outside the repo).
+
+The file is read by infra/reader.py, the one bounded reader of every input the tools parse, with its limits
+(a regular file of at most 1 MiB, printable text, 32 levels, 50,000 values counting YAML aliases each time
+they are used, numbers of at most 40 characters); a config holds at most ``MAX_SCHEDULES`` schedules. Every
+pattern matches the whole value (`fullmatch`: `^...$` with `re.match` lets a trailing newline through), so
+nothing a construct would refuse gets past the loader.
 """
 
 from __future__ import annotations
@@ -19,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
+from infra import reader
 from infra.cron import CronError, parse_cron
 from infra.schedules import MIN_SCHEDULE_GAP_MINUTES
 
@@ -29,6 +34,11 @@ ENVIRONMENTS_DIR = REPO_ROOT / "infra" / "environments"
 ENVIRONMENTS_DIR_VAR = "INFRA_ENVIRONMENTS_DIR"
 # Scheduled jobs are definitions of this checkout: the stack compiles them at synthesis (scripts/synth.py).
 JOBS_DIR = "jobs"
+
+# Each schedule is a job compiled at synthesis and a scheduler job plus a workflow in the stack: a few dozen
+# is a busy environment, and 100 already takes the synthesis tens of seconds.
+MAX_SCHEDULES = 100
+ALLOWED_FILE = "a regular UTF-8 YAML file such as infra/environments/dev.yaml"
 
 # Longest prefix that keeps every derived name valid: service account ids are 6-30 chars and the longest
 # suffix is "-deployer" (9), workload identity pool ids are <= 32 chars.
@@ -65,7 +75,9 @@ class ConfigError(ValueError):
         self.path = str(path)
         self.field = field_name
         self.problem = problem
-        super().__init__(f"{self.path}: field '{field_name}': {problem}")
+        # One line whatever a key or value held: newlines, control and direction characters escaped.
+        text = f"{self.path}: field '{field_name}': {problem}"
+        super().__init__("".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text))
 
 
 @dataclass(frozen=True)
@@ -145,31 +157,49 @@ def member_id(member: str) -> str:
 def load_environment(env: str) -> EnvironmentConfig:
     directory = environments_dir()
     path = directory / f"{env}.yaml"
-    if path.is_file() and not _ENV_NAME.match(env):
+    exists = os.path.lexists(path)
+    if exists and not _ENV_NAME.fullmatch(env):
         raise ConfigError(path, "<environment>", "the file name is the stack name; allowed: 1-16 lowercase "
                                                  "letters and digits, starting with a letter")
-    if not path.is_file():
+    if not exists:
         allowed = ", ".join(list_environments()) or f"none found in {directory}"
         raise ConfigError(path, "<environment>", f"unknown environment {env!r}; allowed: {allowed}")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(path, "<document>", f"not UTF-8 (byte {exc.start}); allowed: UTF-8 YAML") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(path, "<document>", f"not valid YAML{where}; allowed: a YAML mapping") from None
+        # The schedule cap is checked while composing: 100,000 of them stop at the 101st, not after parsing.
+        raw = reader.plain_yaml(reader.read_text(path, ALLOWED_FILE), str(path), "a YAML mapping",
+                                max_items={"schedules": (MAX_SCHEDULES, "schedules")})
+    except reader.SyntaxProblem as exc:
+        where = f" at line {exc.line}" if exc.line else ""
+        problem = exc.problem.removeprefix("malformed YAML: ")
+        raise ConfigError(path, "<document>", f"not valid YAML{where} ({problem}); allowed: a YAML mapping") \
+            from None
+    except reader.InputError as exc:
+        raise config_error(path, exc) from None
     return parse_environment(env, raw, path)
+
+
+def config_error(path: Path | str, exc: reader.InputError) -> ConfigError:
+    """The shared reader's refusal as a ConfigError: the file's kind, size or text is the '<document>'."""
+    document = exc.where.startswith("(") or re.match(r"line \d", exc.where) is not None
+    field_name = "<document>" if document else exc.where
+    where = f" ({exc.where})" if exc.where.startswith("line ") else ""
+    return ConfigError(path, field_name, f"{exc.problem}{where}; allowed: {exc.allowed}")
+
+
+def _schedule_count(path: Path, count: int) -> None:
+    if count > MAX_SCHEDULES:
+        raise ConfigError(path, "schedules", f"{count} schedules; allowed: at most {MAX_SCHEDULES} per "
+                                             "environment")
 
 
 def _check(path: Path, name: str, value: Any, ok: Callable[[Any], bool], allowed: str) -> Any:
     if not ok(value):
-        raise ConfigError(path, name, f"got {value!r}; allowed: {allowed}")
+        raise ConfigError(path, name, f"got {reader.shown(value, 200)}; allowed: {allowed}")
     return value
 
 
 def _str_matching(pattern: re.Pattern[str]) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, str) and bool(pattern.match(v))
+    return lambda v: reader.fullmatch(pattern, v)
 
 
 def _positive_int(limit: int) -> Callable[[Any], bool]:
@@ -245,7 +275,7 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
     if kms_key is not None:
         _check(path, "kms_key", kms_key, _str_matching(KMS_KEY),
                "null or projects/P/locations/L/keyRings/R/cryptoKeys/K")
-        location = KMS_KEY.match(kms_key)["location"]
+        location = KMS_KEY.fullmatch(kms_key)["location"]
         # CMEK keys for regional buckets, TensorBoard and Artifact Registry must live in the resources'
         # region.
         _check(path, "kms_key", kms_key, lambda _: location == region,
@@ -300,6 +330,7 @@ _SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused"}
 
 def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
     _check(path, "schedules", raw, lambda v: isinstance(v, dict), "a mapping of schedule name -> settings")
+    _schedule_count(path, len(raw))
     schedules = []
     for name, entry in raw.items():
         field = f"schedules.{name}"
@@ -310,7 +341,7 @@ def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
         try:
             gap = parse_cron(cron).min_gap_minutes()
         except CronError as exc:
-            raise ConfigError(path, f"{field}.cron", f"{cron!r}: {exc}") from None
+            raise ConfigError(path, f"{field}.cron", f"{reader.shown(cron)}: {exc}") from None
         # A trigger retried within this window is recognised as the same run (infra.schedules), so two real
         # runs must never fall inside it.
         if gap < MIN_SCHEDULE_GAP_MINUTES:
@@ -322,9 +353,11 @@ def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
         overrides = entry.get("set") or {}
         _check(path, f"{field}.set", overrides, lambda v: isinstance(v, dict),
                "a mapping of field path (as run_job.py --set takes it) -> value")
-        for key in overrides:
+        for key, value in overrides.items():
             _check(path, f"{field}.set", key, lambda k: isinstance(k, str) and k.strip() == k and k != "",
                    "field paths such as jobSpec.workerPoolSpecs.0.machineSpec.machineType")
+            _check(path, f"{field}.set.{key}", value, _json_value, "a string, number, boolean, null, list or "
+                                                                    "mapping (quote dates and times)")
         paused = _check(path, f"{field}.paused", entry.get("paused", False), lambda v: isinstance(v, bool),
                         "true or false")
         schedules.append(ScheduleConfig(
@@ -340,13 +373,23 @@ def _job_file(path: Path, field: str, value: Any) -> str:
     # Checked on the text before touching the disk: no absolute paths, no climbing out of jobs/.
     if rel.is_absolute() or ".." in rel.parts or "\\" in value or rel.parts[:1] != (JOBS_DIR,) \
             or rel.suffix not in (".yaml", ".yml"):
-        raise ConfigError(path, field, f"got {value!r}; allowed: {allowed} (a .yaml file under {JOBS_DIR}/)")
+        raise ConfigError(path, field, f"got {reader.shown(value, 200)}; allowed: {allowed} (a .yaml file "
+                                       f"under {JOBS_DIR}/)")
     full = REPO_ROOT / rel
     # A symlink (the file, or a folder on the way) could stand for anything outside jobs/.
     inside = full.resolve().is_relative_to((REPO_ROOT / JOBS_DIR).resolve())
     if full.is_symlink() or not inside or not full.is_file():
         raise ConfigError(path, field, f"{value!r} is not a regular file; allowed: {allowed}")
     return str(rel)
+
+
+def _json_value(value: Any) -> bool:
+    """What `set:` can hand run_job.py as JSON: YAML dates and times (unquoted 2024-01-01) cannot be."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 _ZONES: frozenset[str] | None = None

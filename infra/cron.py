@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from infra.reader import shown
+
 _MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 _DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 # (name, low, high, names or None): names map to low, low + 1, ...
@@ -25,6 +27,7 @@ FIELDS = (
     ("day-of-week", 0, 7, _DAYS),
 )
 _ITEM = re.compile(r"^(?P<range>\*|(?P<lo>[0-9A-Za-z]+)(?:-(?P<hi>[0-9A-Za-z]+))?)(?:/(?P<step>[0-9]+))?$")
+_TEXT = re.compile(r"[ -~]*")
 MINUTES_PER_DAY = 24 * 60
 _MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
@@ -56,6 +59,9 @@ class Cron:
 def parse_cron(text: str) -> Cron:
     if not isinstance(text, str):
         raise CronError(f"got {type(text).__name__}; allowed: a string of five fields")
+    if not _TEXT.fullmatch(text):
+        bad = next(c for c in text if not _TEXT.fullmatch(c))
+        raise CronError(f"contains {bad!r}; allowed: one line of printable ASCII, fields separated by spaces")
     fields = text.split()
     if len(fields) != len(FIELDS):
         raise CronError(f"{len(fields)} fields; allowed: five (minute hour day-of-month month day-of-week)")
@@ -73,9 +79,9 @@ def _parse_field(field: str, name: str, low: int, high: int, names: tuple[str, .
     allowed = f"{low}-{high}" + (f" or {names[0]}-{names[-1]}" if names else "")
     values: set[int] = set()
     for item in field.split(","):
-        found = _ITEM.match(item)
+        found = _ITEM.fullmatch(item)
         if not found:
-            raise CronError(f"{name} {item!r} is not *, a number, a range or a step; allowed: {allowed}")
+            raise CronError(f"{name} {shown(item)} is not *, a number, a range or a step; allowed: {allowed}")
         if found["range"] == "*":
             lo, hi = low, high
         else:
@@ -85,9 +91,9 @@ def _parse_field(field: str, name: str, low: int, high: int, names: tuple[str, .
                 raise CronError(f"{name} range {item!r} runs backwards; allowed: a-b with a <= b")
         step = 1
         if found["step"] is not None:
-            step = int(found["step"])
+            step = _int(found["step"], f"{name} step", high)
             if not 1 <= step <= high:
-                raise CronError(f"{name} step {item!r}; allowed: a step from 1 to {high}")
+                raise CronError(f"{name} step {shown(item)}; allowed: a step from 1 to {high}")
             if found["hi"] is None and found["range"] != "*":
                 hi = high  # "5/15" means from 5 to the end, every 15
         values.update(range(lo, hi + 1, step))
@@ -96,11 +102,21 @@ def _parse_field(field: str, name: str, low: int, high: int, names: tuple[str, .
 
 def _number(token: str, name: str, low: int, high: int, names: tuple[str, ...] | None, allowed: str) -> int:
     if token.isdigit():
-        value = int(token)
+        value = _int(token, name, high)
     elif names and token.upper() in names:
         value = low + names.index(token.upper())
     else:
-        raise CronError(f"{name} {token!r} is not a value; allowed: {allowed}")
+        raise CronError(f"{name} {shown(token)} is not a value; allowed: {allowed}")
     if not low <= value <= high:
         raise CronError(f"{name} {value} is out of range; allowed: {allowed}")
     return value
+
+
+def _int(digits: str, name: str, high: int) -> int:
+    """The value of ASCII digits, compared as text first: int() of over 4,300 digits is a ValueError, and
+    no cron value has more than two (leading zeros aside)."""
+    significant = digits.lstrip("0")
+    if len(significant) > 2:
+        raise CronError(f"{name} {shown(digits)} has {len(significant)} digits; allowed: at most {high}")
+    return int(significant or "0")
+

@@ -17,10 +17,11 @@ and after.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
-from infra.config import ConfigError, EnvironmentConfig, load_environment
+from infra import reader
+from infra.config import ConfigError, EnvironmentConfig, config_error, load_environment
 from infra.naming import registry_url, resource_names, service_account_email, workload_identity_provider
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -102,14 +103,7 @@ def default_outputs_file(env: str) -> Path:
 def deployed_outputs(path: Path | str, env: str) -> dict[str, str]:
     """Read the outputs of stack `env` from a `cdktn deploy --outputs-file` JSON file."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path, "<file>",
-                          f"cannot read ({exc.__class__.__name__}); allowed: a readable file") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(path, "<document>", f"not valid JSON at line {exc.lineno}; allowed: the CLI's "
-                                              "outputs file") from None
+    data = _read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get(env), dict):
         stacks = ", ".join(sorted(data)) if isinstance(data, dict) else "none"
         raise ConfigError(path, env, f"no outputs for stack {env!r} (stacks in file: {stacks or 'none'}); "
@@ -148,7 +142,19 @@ def resolve_outputs(env: str, outputs_file: Path | str | None = None) -> dict[st
 
 def _has_stack(path: Path, env: str) -> bool:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = _read_json(path)
+    except ConfigError:
         return True  # let deployed_outputs report the broken file
     return not isinstance(data, dict) or env in data
+
+
+def _read_json(path: Path) -> Any:
+    """The outputs file, read within infra.reader's limits (a regular file, size, depth, numbers)."""
+    allowed = "the CLI's outputs file"
+    try:
+        return reader.plain_json(reader.read_text(path, allowed), str(path), allowed)
+    except reader.SyntaxProblem as exc:
+        raise ConfigError(path, "<document>", f"not valid JSON at line {exc.line}; allowed: {allowed}") \
+            from None
+    except reader.InputError as exc:
+        raise config_error(path, exc) from None

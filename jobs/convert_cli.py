@@ -196,6 +196,9 @@ def _verify(text, name, conversion, legacy, env, outputs, repo_root, code_hash, 
             )
         except JobError as exc:
             problem = re.sub(r" \(line \d+\)", "", exc.problem)
+            if exc.path == "(file)":  # the converted file is over the size cap: its biggest value's doing
+                exc = exc.at(path=_largest(conversion))
+                problem = f"the converted definition would be {problem}"
             source = next(
                 (
                     s
@@ -209,6 +212,25 @@ def _verify(text, name, conversion, legacy, env, outputs, repo_root, code_hash, 
             raise legacy.error(source, f"{problem} (converted: {exc.path})", exc.allowed) from None
 
 
+def _largest(conversion) -> str:
+    """The blamed path of the converted definition whose value is the longest, to say which legacy value made
+    the converted file too big (a 1 MB label is `--labels`' doing, not the file's)."""
+    import json
+
+    def size(path: str) -> int:
+        value = conversion.definition
+        for key in path.split("."):
+            if isinstance(value, dict) and key in value:
+                value = value[key]
+            elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+                value = value[int(key)]
+            else:
+                return 0
+        return len(json.dumps(value, default=str))
+
+    return max((prefix for prefix, _ in conversion.blame), key=size, default="(file)")
+
+
 def _write(output: str, text: str, force: bool) -> None:
     """Write OUT atomically: a new file, or (with --force) a regular file replaced whole."""
     from jobs.errors import JobError
@@ -219,6 +241,12 @@ def _write(output: str, text: str, force: bool) -> None:
         info = os.lstat(target)
         import stat
 
+        if stat.S_ISLNK(info.st_mode):
+            # Writing through a link would put the definition wherever it points, outside what -o names.
+            raise JobError(
+                output, "-o", "is a symbolic link, and -o never writes through one (not even with --force)",
+                "a new .yaml file, or a regular file with --force",
+            )
         if not stat.S_ISREG(info.st_mode):
             raise JobError(output, "-o", f"exists and is {file_kind(info.st_mode)}", "a new .yaml file")
         if not force:

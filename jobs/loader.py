@@ -4,31 +4,24 @@ Stricter than ``yaml.safe_load`` on purpose: tab indentation, duplicate keys, me
 that is not a mapping are errors (a duplicate key silently dropping half a worker pool is the classic YAML
 accident), and every value keeps the line it came from so later errors can point at it.
 
-Hostile files fail fast with one line: only a regular file of at most ``MAX_FILE_BYTES`` is read (a FIFO, a
-device or a directory is refused without blocking on it), and a document may neither nest deeper than
-``MAX_DEPTH`` nor expand, through YAML aliases, to more than ``MAX_VALUES`` values (a few hundred bytes of
-nested aliases would otherwise expand to billions).
+Hostile files fail fast with one line: files are read, and documents composed, by infra/reader.py, the one
+bounded reader of every input the tools parse, which documents the limits (regular files of at most
+``MAX_FILE_BYTES``, printable text, at most ``MAX_DEPTH`` levels and ``MAX_VALUES`` values counting every
+use of a YAML alias, numbers of at most ``MAX_NUMBER_CHARS`` characters).
 """
 
 from __future__ import annotations
 
 import datetime
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from infra import reader
+from infra.reader import MAX_DEPTH, MAX_FILE_BYTES, MAX_NUMBER_CHARS, MAX_VALUES, file_kind  # noqa: F401
 from jobs.errors import JobError
-
-# Job definitions are a few KiB; a megabyte is a mistake (or an attack), never a job.
-MAX_FILE_BYTES = 1 << 20
-# The deepest Vertex AI job body (conditional parameters inside a study) is about a dozen levels.
-MAX_DEPTH = 32
-# Every value counted as often as aliases repeat it: far above any real study, far below a memory problem.
-MAX_VALUES = 50_000
 
 
 @dataclass
@@ -62,79 +55,24 @@ def load_file(path: str | Path) -> Document:
 
 
 def read_text_file(path: str | Path, allowed: str, *, missing: str = "no such job file") -> str:
-    """The UTF-8 text of a regular file of at most ``MAX_FILE_BYTES``; anything else is one-line JobError."""
-    file = str(path)
+    """The UTF-8 text of a regular file within infra.reader's limits; anything else is one-line JobError."""
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below refuses it anyway.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise JobError(file, "(file)", missing, allowed) from None
-    except OSError as exc:
-        raise JobError(file, "(file)", f"cannot open: {exc.strerror or exc}", allowed) from None
-    try:
-        info = os.fstat(fd)  # of what was opened: no window between checking a path and reading it
-        if not stat.S_ISREG(info.st_mode):
-            raise JobError(file, "(file)", f"not a regular file ({file_kind(info.st_mode)})", allowed)
-        if info.st_size > MAX_FILE_BYTES:
-            raise JobError(
-                file, "(file)", f"{info.st_size} bytes", f"at most {MAX_FILE_BYTES} bytes ({allowed})"
-            )
-        # Read one byte past the cap: a file that grows after fstat is still refused, not read whole.
-        with os.fdopen(fd, "rb", closefd=True) as handle:
-            fd = -1
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise JobError(file, "(file)", f"cannot read: {exc.strerror or exc}", allowed) from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(raw) > MAX_FILE_BYTES:
-        raise JobError(file, "(file)", "larger than the cap", f"at most {MAX_FILE_BYTES} bytes")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise JobError(file, "(file)", f"not UTF-8 (byte {exc.start})", allowed) from None
+        return reader.read_text(path, allowed, missing=missing)
+    except reader.InputError as exc:
+        raise job_error(exc) from None
 
 
-_FILE_KINDS = (
-    (stat.S_ISREG, "a regular file"),
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
+def job_error(exc: reader.InputError) -> JobError:
+    """The shared reader's refusal as the jobs layer's one-line error (same file, place and words)."""
+    return JobError(exc.file, exc.where, exc.problem, exc.allowed)
 
 
-def file_kind(mode: int) -> str:
-    """What an ``st_mode`` is, in words ("a FIFO"), for errors about a path that is the wrong kind."""
-    return next((name for test, name in _FILE_KINDS if test(mode)), "an unknown kind of file")
-
-
-class _Budget:
-    """How many values a document has expanded to so far: aliases count each time they are used."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.values = 0
-
+class _Budget(reader.Budget):
     def spend(self, path: str, depth: int, node: yaml.Node) -> None:
-        self.values += 1
-        if self.values > MAX_VALUES:
-            raise JobError(
-                self.file,
-                path or "(top level)",
-                f"the document expands to more than {MAX_VALUES} values (line {node.start_mark.line + 1}; "
-                "YAML aliases repeating aliases?)",
-                "a job definition without nested aliases",
-            )
-        if depth > MAX_DEPTH:
-            raise JobError(
-                self.file,
-                f"line {node.start_mark.line + 1}",
-                f"nested more than {MAX_DEPTH} levels deep",
-                f"at most {MAX_DEPTH} levels of mappings and lists",
-            )
+        try:
+            super().spend(path, depth, node)
+        except reader.InputError as exc:
+            raise job_error(exc) from None
 
 
 def load_text(text: str, file: str = "<string>") -> Document:
@@ -142,46 +80,26 @@ def load_text(text: str, file: str = "<string>") -> Document:
         indent = line[: len(line) - len(line.lstrip(" \t"))]
         if "\t" in indent:
             raise JobError(file, f"line {number}", "tab character in indentation", "spaces only")
-    if len(text) > MAX_FILE_BYTES:
-        raise JobError(file, "(file)", f"{len(text)} characters", f"at most {MAX_FILE_BYTES}")
-    loader = yaml.SafeLoader(text)
     try:
-        node = _compose(loader, file)
-        if node is None:
-            raise JobError(file, "(top level)", "the file is empty", "a YAML mapping of Vertex AI job fields")
-        if not isinstance(node, yaml.MappingNode):
-            raise JobError(
-                file,
-                f"line {node.start_mark.line + 1}",
-                f"the document is a {_kind(node)}, not a mapping",
-                "a YAML mapping of Vertex AI job fields",
-            )
-        lines: dict[str, int] = {}
-        occurrences: dict[int, list[str]] = {}
-        data = _build(loader, node, "", lines, file, occurrences, _Budget(file), 0)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(parse)"
-        problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        raise JobError(
-            file, where, f"malformed YAML: {problem}", "valid YAML (spaces for indentation)"
-        ) from None
-    except yaml.YAMLError as exc:
-        raise JobError(file, "(parse)", f"malformed YAML: {exc}", "valid YAML") from None
-    finally:
-        loader.dispose()
+        with reader.yaml_document(text, file, "valid YAML") as (loader, node):
+            if node is None:
+                raise JobError(
+                    file, "(top level)", "the file is empty", "a YAML mapping of Vertex AI job fields"
+                )
+            if not isinstance(node, yaml.MappingNode):
+                raise JobError(
+                    file,
+                    f"line {node.start_mark.line + 1}",
+                    f"the document is a {_kind(node)}, not a mapping",
+                    "a YAML mapping of Vertex AI job fields",
+                )
+            lines: dict[str, int] = {}
+            occurrences: dict[int, list[str]] = {}
+            data = _build(loader, node, "", lines, file, occurrences, _Budget(file), 0)
+    except reader.InputError as exc:
+        raise job_error(exc) from None
     shared = {path: tuple(paths) for paths in occurrences.values() if len(paths) > 1 for path in paths}
     return Document(file, data, lines, shared)
-
-
-def _compose(loader: yaml.SafeLoader, file: str) -> yaml.Node | None:
-    """The document's node graph. PyYAML composes nested nodes recursively: too deep a document ends there."""
-    try:
-        return loader.get_single_node()
-    except RecursionError:
-        raise JobError(
-            file, "(parse)", "nested too deep to parse", f"at most {MAX_DEPTH} levels of mappings and lists"
-        ) from None
 
 
 def _kind(node: yaml.Node) -> str:
@@ -239,23 +157,23 @@ def _build(
     if node.tag == "tag:yaml.org,2002:timestamp":
         # Vertex fields are strings or numbers; a date-looking value is meant as text, not a datetime.
         return node.value
-    return loader.construct_object(node, deep=True)
+    return reader.construct(loader, node, file, path)
 
 
 def parse_scalar(text: str, file: str = "<--set>") -> Any:
     """A --set value typed as the same text would be in the file (YAML rules and the file's limits)."""
     if len(text) > MAX_FILE_BYTES:
         raise JobError(file, "--set", f"a value of {len(text)} characters", f"at most {MAX_FILE_BYTES}")
-    loader = yaml.SafeLoader(text)
     try:
-        node = _compose(loader, file)
-        if node is None:
-            return None
-        value = _build(loader, node, "", {}, file, {}, _Budget(file), 0)
-    except yaml.YAMLError:
+        reader.check_printable(text, file, "--set")
+        with reader.yaml_document(text, file) as (loader, node):
+            if node is None:
+                return None
+            value = _build(loader, node, "", {}, file, {}, _Budget(file), 0)
+    except reader.SyntaxProblem:
         return text
-    finally:
-        loader.dispose()
+    except reader.InputError as exc:
+        raise job_error(exc) from None
     if value is None and text.strip() not in ("", "null", "~", "Null", "NULL"):
         return text
     if isinstance(value, (datetime.date, datetime.datetime)):

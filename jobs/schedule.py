@@ -97,7 +97,7 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
                 f"(scheduled by {cfg.source} {field}); allowed: a value with ${{job.id}}",
             )
     timeout = (spec.get("scheduling") or {}).get("timeout")
-    found = _DURATION.match(timeout) if isinstance(timeout, str) else None
+    found = _DURATION.fullmatch(timeout) if isinstance(timeout, str) else None
     return ScheduledRun(
         name=schedule.name,
         env=cfg.name,

@@ -59,7 +59,7 @@ class ScheduledJobProps:
                     "a service account email")
         for i, item in enumerate(self.late_values):
             v.check(where, f"late_values[{i}]", item, isinstance(item, tuple) and len(item) == 3
-                    and ENV_VAR.match(str(item[1])) is not None, "(placeholder, VARIABLE_NAME, value)")
+                    and ENV_VAR.fullmatch(str(item[1])) is not None, "(placeholder, VARIABLE_NAME, value)")
         v.check_labels(where, self.labels or {})
         v.check_kms_key(where, self.kms_key, self.run.region)
 

@@ -63,7 +63,7 @@ def check(where_: str, name: str, value: Any, ok: bool, allowed: str) -> None:
 
 
 def matches(pattern: re.Pattern[str], value: Any) -> bool:
-    return isinstance(value, str) and bool(pattern.match(value))
+    return isinstance(value, str) and pattern.fullmatch(value) is not None  # whole: no trailing newline
 
 
 def check_key(where_: str, name: str, value: Any) -> None:
@@ -123,7 +123,7 @@ def check_kms_key(where_: str, value: Any, location: str | None) -> None:
         return
     check_str(where_, "kms_key", value, KMS_KEY, "None or projects/P/locations/L/keyRings/R/cryptoKeys/K")
     if location is not None:
-        key_location = KMS_KEY.match(value)["location"]
+        key_location = KMS_KEY.fullmatch(value)["location"]
         check(where_, "kms_key", value, key_location == location.lower(),
               f"a key in the resource's location {location!r} (the key is in {key_location!r})")
 

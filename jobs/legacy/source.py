@@ -11,12 +11,12 @@ Every value remembers where it was written, so an error names that file, field a
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra import reader
 from jobs.errors import JobError, one_of
 from jobs.legacy import shell, tables
 from jobs.loader import Document, load_text, read_text_file
@@ -91,11 +91,9 @@ def read(path: str | Path, variables: dict[str, str] | None = None) -> LegacyJob
 def _config_document(file: str, text: str) -> tuple[Document, bool]:
     if text.lstrip().startswith(("{", "[")):
         try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise JobError(
-                file, f"line {exc.lineno}, column {exc.colno}", f"malformed JSON: {exc.msg}", "valid JSON"
-            ) from None
+            reader.plain_json(text, file)
+        except reader.InputError as exc:  # malformed, too deep, a number of thousands of digits
+            raise JobError(exc.file, exc.where, exc.problem, exc.allowed) from None
         # Valid JSON holds tabs only between tokens (a raw tab inside a string is invalid): YAML, which reads
         # it for the lines of its fields, does not allow them there.
         text = text.replace("\t", " ")
@@ -197,7 +195,7 @@ def _read_script(file: str, text: str, variables: dict[str, str]) -> LegacyJob:
     try:
         script = shell.parse(text, variables)
     except shell.ShellError as exc:
-        raise JobError(file, f"line {exc.line}", exc.problem, "a POSIX shell script") from None
+        raise JobError(file, f"line {exc.line}", exc.problem, exc.allowed) from None
     submits = [c for c in script.commands if _submit_words(c) is not None]
     if not submits:
         raise JobError(
@@ -413,10 +411,17 @@ def _config_path(file: str, line: int, config: str) -> Path:
     )
 
 
+def _is_count(text: str) -> bool:
+    """ASCII digits only (int() refuses '²', which isdigit() accepts), and not thousands of them (int() of
+    over 4,300 digits is a ValueError)."""
+    return text.isascii() and text.isdigit() and len(text) <= reader.MAX_NUMBER_CHARS
+
+
 def _typed(file: str, line: int, name: str, kind: str, text: str) -> Any:
     if kind == "int":
-        if not text.isdigit():
-            raise JobError(file, name, f"{text!r} is not a count (line {line})", "an integer >= 0")
+        if not _is_count(text):
+            problem = f"{reader.shown(text)} is not a count (line {line})"
+            raise JobError(file, name, problem, "an integer >= 0")
         return int(text)
     if kind == "boolean":
         if text.lower() not in ("true", "false"):
@@ -430,7 +435,7 @@ def _typed(file: str, line: int, name: str, kind: str, text: str) -> Any:
         spec: dict[str, Any] = {}
         for item in text.split(","):
             key, _, value = item.partition("=")
-            if key == "count" and value.isdigit():
+            if key == "count" and _is_count(value):
                 spec["count"] = int(value)
             elif key == "type" and value:
                 spec["type"] = value.upper().replace("-", "_")
@@ -440,9 +445,15 @@ def _typed(file: str, line: int, name: str, kind: str, text: str) -> Any:
     return text
 
 
+MAX_LABELS = 64  # what Vertex AI (and gcloud before it) takes on a job
+
+
 def _labels(file: str, line: int, text: str) -> dict[str, str]:
+    items = text.split(",")
+    if len(items) > MAX_LABELS:
+        raise JobError(file, "--labels", f"{len(items)} labels (line {line})", f"at most {MAX_LABELS}")
     labels = {}
-    for item in text.split(","):
+    for item in items:
         key, eq, value = item.partition("=")
         if not key or not eq:
             raise JobError(file, "--labels", f"{item!r} is not KEY=VALUE (line {line})", "KEY=VALUE,...")
