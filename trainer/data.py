@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import re
+import stat
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,11 @@ _BLOCK_BYTES = 4 << 20
 _MEMORY_SHARE = 0.5
 # The longest line a scan reads (a file without line breaks would otherwise be read into memory whole).
 MAX_LINE_BYTES = 8 << 20
+# The most lines a scan leaves out that are not data (blank or comment lines): each is kept as a position
+# for the pipeline to drop (80 MB at the limit); a file of a billion blank lines is refused at this one.
+MAX_NON_DATA_LINES = 10_000_000
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.strip() strips
 # Blocks whose vectorised checks run at once (see _blocks).
 _SCAN_THREADS = 4
 # Batches the training pipeline shuffles among (it reorders whole batches; see text_dataset).
@@ -172,21 +178,69 @@ def _is_uri(path: str) -> bool:
     return "://" in path
 
 
+# The most files one flag's paths and globs may name: every file is checked before training, and a
+# scan keeps per-file state. A data set of more shards than this is better merged into fewer, larger ones.
+MAX_FILES = 10_000
+_SHOWN_FILES = 3  # file names an error lists before "(+N more)"
+
+
+def name_files(files: Sequence[str]) -> str:
+    """The first few of ``files`` and how many more: an error's line stays short for any number of files."""
+    shown = ", ".join(files[:_SHOWN_FILES])
+    return shown + (f" (+{len(files) - _SHOWN_FILES} more)" if len(files) > _SHOWN_FILES else "")
+
+
 def expand_files(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
     """Resolve paths and globs (local or gs://) to a de-duplicated tuple of files, sorted per pattern.
 
     Local paths are expanded without TensorFlow, so a missing local file is reported before it is imported.
+    Matching directories are left out; any other match that is not a regular file (a FIFO, a socket, a
+    device) is refused, as are more than MAX_FILES files.
     """
     files: dict[str, None] = {}  # insertion-ordered and de-duplicated in linear time
     for pattern in patterns:
         if _is_uri(pattern):
             matches = _glob_uri(pattern, flag)
         else:
-            matches = [m for m in sorted(glob.glob(pattern)) if os.path.isfile(m)]
+            matches = local_files(sorted(glob.glob(pattern)), pattern, flag)
         if not matches:
             raise DataError(f"{flag}: no such file: {pattern}")
         files.update(dict.fromkeys(matches))
+        check_file_count(files, patterns, flag)
     return tuple(files)
+
+
+def local_files(matches: Sequence[str], pattern: str, flag: str) -> list[str]:
+    """The regular files among a local glob's ``matches``: directories are left out, anything else that is
+    not a regular file is refused (reading a FIFO blocks until a writer comes, forever for a training job).
+    ``os.stat`` opens nothing, so checking a FIFO or a device has no effect on it."""
+    check_file_count(matches, [pattern], flag)
+    kept = []
+    for path in matches:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:  # gone since the glob, or a dangling link: as if it had not matched
+            continue
+        if stat.S_ISREG(mode):
+            kept.append(path)
+        elif not stat.S_ISDIR(mode):
+            raise DataError(f"{flag}: {path}: is a {_file_kind(mode)}, not a regular file")
+    return kept
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def check_file_count(files, patterns: Sequence[str], flag: str) -> None:
+    if len(files) > MAX_FILES:
+        names = list(files)
+        raise DataError(f"{flag}: {len(names)} files match {name_files(list(patterns))}, more than the "
+                        f"{MAX_FILES} allowed (merge the data into fewer, larger files): {name_files(names)}")
 
 
 def _glob_uri(pattern: str, flag: str) -> list[str]:
@@ -196,6 +250,7 @@ def _glob_uri(pattern: str, flag: str) -> list[str]:
         matches = sorted(tf.io.gfile.glob(pattern))
     except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
         raise DataError(f"{flag}: cannot list {pattern}: {op_reason(exc)}") from None
+    check_file_count(matches, [pattern], flag)
     return [m for m in matches if not tf.io.gfile.isdir(m)]
 
 
@@ -251,13 +306,13 @@ class _Validator:
         for i, name, pattern, expected, transform, low, high in self.numeric:
             text = fields[i].strip()
             if not pattern.fullmatch(text):
-                return MALFORMED + f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}"
-            # Up to 18 digits always fit; only longer texts pay for the int() on this per-row path.
-            if pattern is _INT and len(text) > 18 and not _INT64_MIN <= int(text) <= _INT64_MAX:
-                return MALFORMED + f"field {name!r}: {text.decode()} is outside the int64 range"
+                return MALFORMED + f"field {name!r}: {_shown(text)!r} is not {expected}"
+            # Up to 18 digits always fit; only longer texts pay for the check on this per-row path.
+            if pattern is _INT and len(text) > 18 and not _fits_int64(text):
+                return MALFORMED + f"field {name!r}: {_shown(text)} is outside the int64 range"
             value = float(text)
             if not low <= value <= high:  # nan and +-inf are outside any range, _ANY_FINITE included
-                return IMPLAUSIBLE + _implausible(name, text.decode(), value, low, high)
+                return IMPLAUSIBLE + _implausible(name, _shown(text), value, low, high)
             values.append(transform(value))
         for i, text in enumerate(fields):
             if not text.strip():
@@ -271,9 +326,25 @@ class _Validator:
             y = 0
         else:
             allowed = ", ".join(self.schema.negative + self.schema.positive)
-            text = label.decode(errors="replace")
+            text = _shown(label)
             return MALFORMED + f"field {self.schema.label!r}: {text!r} is not one of {allowed}"
         return y, values
+
+
+def _fits_int64(text: bytes) -> bool:
+    """Whether an integer's text (``_INT``) parses into int64, as decode_csv's strtoll does (leading zeros
+    and all). More than 19 significant digits never fit: they are not handed to int(), which refuses texts
+    of over 4300 digits with a ValueError."""
+    digits = text.lstrip(b"-").lstrip(b"0")
+    if len(digits) > 19:
+        return False
+    return _INT64_MIN <= int((b"-" if text.startswith(b"-") else b"") + (digits or b"0")) <= _INT64_MAX
+
+
+def _shown(text: bytes, limit: int = 40) -> str:
+    """A field's text for an error: at most ``limit`` characters and how long it was."""
+    shown = text.decode(errors="replace")
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text)} bytes)"
 
 
 def _bound(value: float) -> str:
@@ -472,8 +543,25 @@ class _Sample:
         self.keys, self.values = keys, values
 
 
-def _blocks(path: str, flag: str, fast: _FastPath, columns: int):
-    """(block, line starts, line ends, fast-path verdict) for each block of ``path``, in order. The
+def _non_data(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, comment: bytes) -> np.ndarray:
+    """The lines ``a[starts:ends]`` that are not data, vectorised: blank once stripped, or starting with
+    ``comment`` once stripped (exactly :meth:`_Validator.is_data`'s negation)."""
+    solid = np.flatnonzero(~_WHITESPACE[a])
+    if not len(solid):
+        return np.ones(len(starts), dtype=bool)
+    at = np.searchsorted(solid, starts)
+    first = solid[np.minimum(at, len(solid) - 1)]
+    last = solid[np.maximum(np.searchsorted(solid, ends) - 1, 0)]  # the last non-blank byte before the end
+    blank = (at == len(solid)) | (first >= ends)
+    comment_line = ~blank
+    for j, byte in enumerate(comment):
+        comment_line &= (first + j <= last) & (a[np.minimum(first + j, len(a) - 1)] == byte)
+    return blank | comment_line
+
+
+def _blocks(path: str, flag: str, fast: _FastPath, columns: int, comment: bytes):
+    """(block, line starts, line ends, fast-path verdict, non-data lines) for each block of ``path``, in
+    order. The
     vectorised checks of the next blocks run on other cores (NumPy releases the GIL) while the caller
     handles this one; at most a few blocks are held at once."""
 
@@ -482,10 +570,11 @@ def _blocks(path: str, flag: str, fast: _FastPath, columns: int):
         ends = np.flatnonzero(a == 10)
         starts = np.concatenate(([0], ends[:-1] + 1))
         ends = ends - ((ends > starts) & (a[ends - 1] == 13))  # TextLineDataset drops a \r before \n
+        skip = _non_data(a, starts, ends, comment)
         if fast.usable:
-            return block, starts, ends, fast.rows(block, starts, ends)
+            return block, starts, ends, fast.rows(block, starts, ends), skip
         empty = np.zeros(len(ends), dtype=bool), np.zeros(len(ends), dtype=np.int64)
-        return block, starts, ends, (*empty, np.zeros((len(ends), columns)))
+        return block, starts, ends, (*empty, np.zeros((len(ends), columns))), skip
 
     threads = max(1, min(_SCAN_THREADS, os.cpu_count() or 1))
     with ThreadPoolExecutor(threads) as pool:
@@ -530,7 +619,7 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
     if len(scan.bad_rows) > max_bad_rows:
         raise too_many(scan.bad_rows, max_bad_rows)
     if scan.rows == 0 and require_rows:
-        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {name_files(files)}")
     return scan
 
 
@@ -634,21 +723,27 @@ def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, f
     sums, squares = np.zeros(len(numeric)), np.zeros(len(numeric))
     excluded: list[np.ndarray] = []
     bad: list[BadRow] = []
-    index = rows = positives = total_bytes = 0
+    index = rows = positives = total_bytes = non_data = 0
     for path in files:
         try:
             total_bytes += tf.io.gfile.stat(path).length
         except tf.errors.OpError as exc:
             raise _unreadable(path, exc, flag) from None
         number = 0  # lines of this file before the block
-        for block, starts, ends, verdict in _blocks(path, flag, fast, len(numeric)):
+        for block, starts, ends, verdict, skip in _blocks(path, flag, fast, len(numeric), v.comment):
             good, labels, values = verdict
             mine = (index + np.arange(len(ends))) % count_of == index_of
             good &= mine
-            for i in np.flatnonzero(mine & ~good).tolist():
+            skipped = np.flatnonzero(mine & skip & ~good)
+            if non_data + len(skipped) > MAX_NON_DATA_LINES:
+                line = number + int(skipped[MAX_NON_DATA_LINES - non_data]) + 1
+                raise DataError(f"{path}:{line}: more than {MAX_NON_DATA_LINES} blank or comment lines in "
+                                f"{flag or 'the data'} (each is a position to leave out of every epoch): "
+                                "remove them")
+            non_data += len(skipped)
+            # Only lines the fast path declined that are data: bad rows, or good rows it does not parse.
+            for i in np.flatnonzero(mine & ~good & ~skip).tolist():
                 line = block[starts[i]:ends[i]]
-                if not v.is_data(line):
-                    continue
                 result = v.check(line)
                 if isinstance(result, str):
                     bad.append(BadRow(path, number + i + 1, result))
@@ -667,7 +762,7 @@ def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, f
             index += len(ends)
             number += len(ends)
     if rows == 0 and require_rows:
-        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {name_files(files)}")
     stats = {}
     for k, name in enumerate(numeric):
         mean = sums[k] / rows if rows else 0.0
@@ -719,7 +814,7 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
         raise too_many(bad, max_bad_rows)
     rows = sum(other["rows"] for other in parts)
     if rows == 0:
-        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {name_files(files)}")
     empty = [i for i, other in enumerate(parts) if not other["rows"]]
     if empty and every_share:
         where = f"{flag}: " if flag else ""
