@@ -41,8 +41,8 @@ _MEMORY_SHARE = 0.5
 # The longest line a scan reads (a file without line breaks would otherwise be read into memory whole).
 MAX_LINE_BYTES = 8 << 20
 # The most lines a scan leaves out that are not data (blank or comment lines): each is kept as a position
-# for the pipeline to drop (80 MB at the limit); a file of a billion blank lines is refused at this one.
-MAX_NON_DATA_LINES = 10_000_000
+# for the pipeline to drop (8 MB at the limit); a file of a billion blank lines is refused at this one.
+MAX_NON_DATA_LINES = 1_000_000
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.strip() strips
 # Blocks whose vectorised checks run at once (see _blocks).
@@ -388,11 +388,12 @@ def _complete_lines(path: str, flag: str):
                 if not block:
                     break
                 cut = block.rfind(b"\n") + 1
+                # A line longer than a block is read on, within the bound, also where it ends in this block.
+                if len(tail) + (block.find(b"\n") if cut else len(block)) > MAX_LINE_BYTES:
+                    raise DataError(f"{path}:{lines + 1}: malformed row: longer than {MAX_LINE_BYTES} "
+                                    "bytes (a row of this data is a line of text)")
                 if not cut:
-                    tail += block  # a line longer than a block: keep reading, within a bound
-                    if len(tail) > MAX_LINE_BYTES:
-                        raise DataError(f"{path}:{lines + 1}: malformed row: longer than {MAX_LINE_BYTES} "
-                                        "bytes (a row of this data is a line of text)")
+                    tail += block
                     continue
                 chunk = tail + block[:cut]
                 lines += chunk.count(b"\n")
@@ -560,21 +561,24 @@ def _non_data(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, comment: byte
 
 
 def _blocks(path: str, flag: str, fast: _FastPath, columns: int, comment: bytes):
-    """(block, line starts, line ends, fast-path verdict, non-data lines) for each block of ``path``, in
-    order. The
-    vectorised checks of the next blocks run on other cores (NumPy releases the GIL) while the caller
-    handles this one; at most a few blocks are held at once."""
+    """(block, its line count, the data lines (indices in the block), their starts, their ends, the fast
+    path's verdict on them, the non-data lines (indices)) for each block of ``path``, in order. Only data
+    lines get per-line arrays: a block of blank lines costs a list of their positions. The vectorised
+    checks of the next blocks run on other cores (NumPy releases the GIL) while the caller handles this
+    one; at most a few blocks are held at once."""
 
     def lines(block: bytes):
         a = np.frombuffer(block, dtype=np.uint8)
-        ends = np.flatnonzero(a == 10)
-        starts = np.concatenate(([0], ends[:-1] + 1))
+        ends = np.flatnonzero(a == 10).astype(np.int32)  # a block is far below 2 GB
+        starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int32)
         ends = ends - ((ends > starts) & (a[ends - 1] == 13))  # TextLineDataset drops a \r before \n
         skip = _non_data(a, starts, ends, comment)
+        data = np.flatnonzero(~skip)
+        count, starts, ends, skip = len(skip), starts[data], ends[data], np.flatnonzero(skip)
         if fast.usable:
-            return block, starts, ends, fast.rows(block, starts, ends), skip
-        empty = np.zeros(len(ends), dtype=bool), np.zeros(len(ends), dtype=np.int64)
-        return block, starts, ends, (*empty, np.zeros((len(ends), columns))), skip
+            return block, count, data, starts, ends, fast.rows(block, starts, ends), skip
+        empty = np.zeros(len(data), dtype=bool), np.zeros(len(data), dtype=np.int64)
+        return block, count, data, starts, ends, (*empty, np.zeros((len(data), columns))), skip
 
     threads = max(1, min(_SCAN_THREADS, os.cpu_count() or 1))
     with ThreadPoolExecutor(threads) as pool:
@@ -730,37 +734,42 @@ def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, f
         except tf.errors.OpError as exc:
             raise _unreadable(path, exc, flag) from None
         number = 0  # lines of this file before the block
-        for block, starts, ends, verdict, skip in _blocks(path, flag, fast, len(numeric), v.comment):
+        for block, count, data, starts, ends, verdict, skip in _blocks(path, flag, fast, len(numeric),
+                                                                        v.comment):
             good, labels, values = verdict
-            mine = (index + np.arange(len(ends))) % count_of == index_of
+            mine = (index + data) % count_of == index_of
             good &= mine
-            skipped = np.flatnonzero(mine & skip & ~good)
-            if non_data + len(skipped) > MAX_NON_DATA_LINES:
-                line = number + int(skipped[MAX_NON_DATA_LINES - non_data]) + 1
+            if count_of > 1:
+                skip = skip[(index + skip) % count_of == index_of]
+            if non_data + len(skip) > MAX_NON_DATA_LINES:
+                line = number + int(skip[MAX_NON_DATA_LINES - non_data]) + 1
                 raise DataError(f"{path}:{line}: more than {MAX_NON_DATA_LINES} blank or comment lines in "
                                 f"{flag or 'the data'} (each is a position to leave out of every epoch): "
                                 "remove them")
-            non_data += len(skipped)
-            # Only lines the fast path declined that are data: bad rows, or good rows it does not parse.
-            for i in np.flatnonzero(mine & ~good & ~skip).tolist():
-                line = block[starts[i]:ends[i]]
+            non_data += len(skip)
+            # Only the data lines the fast path declined: bad rows, or good rows it does not parse.
+            for j in np.flatnonzero(mine & ~good).tolist():
+                line = block[starts[j]:ends[j]]
                 result = v.check(line)
                 if isinstance(result, str):
-                    bad.append(BadRow(path, number + i + 1, result))
+                    bad.append(BadRow(path, number + int(data[j]) + 1, result))
                     if len(bad) > max_bad_rows:
                         raise too_many(bad, max_bad_rows)
                 else:
-                    good[i] = True
-                    labels[i], values[i] = result
+                    good[j] = True
+                    labels[j], values[j] = result
             rows += int(good.sum())
             positives += int(labels[good].sum())
             kept = values[good]
             sums += kept.sum(axis=0)
             squares += (kept * kept).sum(axis=0)
             sample.add(kept)
-            excluded.append(index + np.flatnonzero(mine & ~good))
-            index += len(ends)
-            number += len(ends)
+            left_out = np.zeros(count, dtype=bool)  # this share's non-data and bad lines, in line order
+            left_out[skip] = True
+            left_out[data[mine & ~good]] = True
+            excluded.append(index + np.flatnonzero(left_out))
+            index += count
+            number += count
     if rows == 0 and require_rows:
         raise DataError(f"{flag + ': ' if flag else ''}no data rows in {name_files(files)}")
     stats = {}
