@@ -236,10 +236,6 @@ ATTEMPTS = (
             {"train": [(CENSUS_ROW + b"\n", 50), (b"9", 5000), (CENSUS_ROW[2:] + b"\n", 1)]}, CENSUS,
             "train.csv:51: malformed row: field 'age': 9999999999999999999999999999999999999999... "
             "(5000 bytes) is outside the int64 range"),
-    Attempt("census batch of only comments", "p_census",
-            {"train": [(CENSUS_ROW + b"\n", 100), (b"| a comment\n", 300),
-                       (CENSUS_ROW[:-5] + b">50K\n", 100)]},
-            (*CENSUS, "--train-batch-size", "100"), "done in", 0),
     Attempt("census line over 8 MiB", "p_census", {"train": [(CENSUS_ROW + b"\n", 5), (b"x", 9 << 20)]},
             CENSUS, "train.csv:6: malformed row: longer than 8388608 bytes"),
     # Scaled from 5M users (measured at full size in the report): reading 5M ratings alone takes ~5 s.

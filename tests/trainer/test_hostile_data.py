@@ -87,6 +87,21 @@ def test_a_huge_integer_is_a_bad_row_that_max_bad_rows_skips(tmp_path):
     assert scan.bad_rows[0].reason.endswith("(5001 bytes) is outside the int64 range")
 
 
+def test_a_batch_of_only_comment_lines_never_reaches_the_preprocessing(tmp_path):
+    """Issue 30 said such a batch reached HashedCrossing empty; text_dataset drops it before decoding (a
+    census training split with lines 100..399 comments: batches 2 and 3 of 100 lines hold no data)."""
+    from trainer.config import resolve_config
+    from trainer.tasks.census import TASK
+
+    hostile.p_census(tmp_path, [(hostile.CENSUS_ROW + b"\n", 100), (b"| a comment\n", 300),
+                                (hostile.CENSUS_ROW[:-5] + b">50K\n", 100)])
+    cfg = resolve_config(["--model", "wide_deep", "--train-files", str(tmp_path / "train.csv"),
+                          "--eval-files", str(tmp_path / "eval.csv")])
+    task_data = TASK.make_data(cfg, 100, 100)
+    sizes = [int(label.shape[0]) for _, label in task_data.train]
+    assert sorted(sizes) == [100, 100] and task_data.train_steps == 2
+
+
 def test_blank_and_comment_lines_are_bounded(tmp_path, monkeypatch):
     from trainer.tasks.census import SCHEMA
 
