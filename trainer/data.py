@@ -14,6 +14,10 @@ anything is written. The tf.data pipeline then reads the same lines with
 ``TextLineDataset``, batches them first and decodes whole batches with ``decode_csv`` in a parallel map: the
 lines to leave out (comments, blank lines, skipped bad rows) are removed per batch by their global line
 number, a vectorised lookup, so no per-line Python or per-element tf.data work is done.
+
+What a file may cost is bounded before it is paid: at most MAX_FILES files a flag, regular files only,
+lines of at most MAX_LINE_BYTES, integers checked for int64 without converting their text, and at most
+MAX_NON_DATA_LINES blank or comment lines (each is a position the pipeline drops).
 """
 
 from __future__ import annotations

@@ -20,6 +20,11 @@ with ``Shard.exchange``):
    IS the cache fill: the training pipeline then starts from memory, with no second decode before its
    first step. ``scan_images(decode=True)`` runs both passes.
 
+Every record's cost is bounded before it is paid: each file's record length headers are read before
+TensorFlow reads the file (at most MAX_RECORD_BYTES a record, none past the end; a GZIP file is named as
+one), an image's header size (and a GIF's frames) must be within MAX_IMAGE_PIXELS before it is decoded,
+and labels without declared classes below MAX_CLASSES: an image or label over its bound is a bad record.
+
 A bad record is a one-line :class:`~trainer.data.DataError` naming the file and record, or is skipped and
 reported while at most ``max_bad_records`` are bad (across all workers). Malformed and mislabelled records
 are found by the first pass, undecodable images by the second: with several bad records and no budget the
@@ -158,10 +163,12 @@ def expand_globs(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
     for pattern in patterns:
         try:
             matches = sorted(tf.io.gfile.glob(pattern))
-            check_file_count(matches, [pattern], flag)
             # Local matches: regular files only (a FIFO would block the reader forever); see local_files.
-            matches = (local_files(matches, pattern, flag) if "://" not in pattern
-                       else [m for m in matches if not tf.io.gfile.isdir(m)])
+            if "://" in pattern:
+                check_file_count(matches, [pattern], flag)
+                matches = [m for m in matches if not tf.io.gfile.isdir(m)]
+            else:
+                matches = local_files(matches, pattern, flag)
         except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
             raise DataError(f"{flag}: cannot list {pattern}: {op_reason(exc)}") from None
         if not matches:
@@ -372,7 +379,7 @@ def _check_framing(path: str, size: int, flag: str) -> None:
 
     offset = record = 0
     try:
-        with (tf.io.gfile.GFile(path, "rb") if "://" in path else open(path, "rb", buffering=1 << 20)) as f:
+        with (tf.io.gfile.GFile(path, "rb") if "://" in path else open(path, "rb")) as f:
             while offset + 12 <= size:
                 f.seek(offset)
                 head = f.read(12)

@@ -6,7 +6,9 @@ which names the file, line and column of the first bad row: a missing column, a 
 rating, an empty id. IDs are strings, never assumed dense: ``"1"`` and ``"01"`` are different users. The
 split (:func:`split_ratings`) is random by seed or by time, so local runs, tuning trials and benchmarks with
 the same flags evaluate on the same ratings. Everything here is NumPy; TensorFlow is imported only to read
-files.
+files. What one rating may cost is bounded: ids of at most MAX_ID_BYTES, lines of at most
+trainer.data.MAX_LINE_BYTES, float32 ratings, int64 timestamps, and training vocabularies of at most
+MAX_VOCABULARY users and items.
 """
 
 from __future__ import annotations
