@@ -20,7 +20,10 @@ from tests.trainer.image_helpers import example, write_records
 from trainer import data, image_data, ratings_data
 from trainer.data import DataError
 
-SECONDS = 10.0
+SECONDS = 10.0  # a refusal
+# An attempt that is handled by training (eight 2048x2048 JPEGs): a whole run, model build and export
+# included (~4 s on a quiet machine, 10 s on two cores under a load of 7).
+TRAINING_SECONDS = 30.0
 PEAK_GROWTH_MB = 1024.0
 ERROR = "trainer.task: error: "
 
@@ -55,7 +58,7 @@ def test_hostile_attempt(results, attempt):
         assert len(errors[0]) < 1000  # one short line, whatever the size of the input
     else:
         assert not errors and attempt.expect in r["stderr"]
-    assert r["seconds"] <= SECONDS
+    assert r["seconds"] <= (SECONDS if attempt.status else TRAINING_SECONDS)
     assert r["peak_growth_mb"] <= PEAK_GROWTH_MB
 
 
