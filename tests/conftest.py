@@ -21,7 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The modules whose fixtures run longest, handed to an xdist worker first: collected in path order they came
 # last, and a worker ran the prebuilt-stack module (~220 s) alone while the other sat idle at the end.
 LONG_FIRST = ("tests/trainer/test_prebuilt_compat.py", "tests/trainer/test_task.py",
-              "tests/jobs/local/test_shipped_model_jobs.py", "tests/trainer/test_multiworker.py")
+              "tests/jobs/local/test_shipped_model_jobs.py", "tests/trainer/test_multiworker.py",
+              "tests/trainer/test_hostile_data.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -14,6 +14,10 @@ anything is written. The tf.data pipeline then reads the same lines with
 ``TextLineDataset``, batches them first and decodes whole batches with ``decode_csv`` in a parallel map: the
 lines to leave out (comments, blank lines, skipped bad rows) are removed per batch by their global line
 number, a vectorised lookup, so no per-line Python or per-element tf.data work is done.
+
+What a file may cost is bounded before it is paid: at most MAX_FILES files a flag, regular files only,
+lines of at most MAX_LINE_BYTES, integers checked for int64 without converting their text, and at most
+MAX_NON_DATA_LINES blank or comment lines (each is a position the pipeline drops).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import logging
 import math
 import os
 import re
+import stat
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +44,11 @@ _BLOCK_BYTES = 4 << 20
 _MEMORY_SHARE = 0.5
 # The longest line a scan reads (a file without line breaks would otherwise be read into memory whole).
 MAX_LINE_BYTES = 8 << 20
+# The most lines a scan leaves out that are not data (blank or comment lines): each is kept as a position
+# for the pipeline to drop (8 MB at the limit); a file of a billion blank lines is refused at this one.
+MAX_NON_DATA_LINES = 1_000_000
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.strip() strips
 # Blocks whose vectorised checks run at once (see _blocks).
 _SCAN_THREADS = 4
 # Batches the training pipeline shuffles among (it reorders whole batches; see text_dataset).
@@ -172,21 +182,69 @@ def _is_uri(path: str) -> bool:
     return "://" in path
 
 
+# The most files one flag's paths and globs may name: every file is checked before training, and a
+# scan keeps per-file state. A data set of more shards than this is better merged into fewer, larger ones.
+MAX_FILES = 10_000
+_SHOWN_FILES = 3  # file names an error lists before "(+N more)"
+
+
+def name_files(files: Sequence[str]) -> str:
+    """The first few of ``files`` and how many more: an error's line stays short for any number of files."""
+    shown = ", ".join(files[:_SHOWN_FILES])
+    return shown + (f" (+{len(files) - _SHOWN_FILES} more)" if len(files) > _SHOWN_FILES else "")
+
+
 def expand_files(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
     """Resolve paths and globs (local or gs://) to a de-duplicated tuple of files, sorted per pattern.
 
     Local paths are expanded without TensorFlow, so a missing local file is reported before it is imported.
+    Matching directories are left out; any other match that is not a regular file (a FIFO, a socket, a
+    device) is refused, as are more than MAX_FILES files.
     """
     files: dict[str, None] = {}  # insertion-ordered and de-duplicated in linear time
     for pattern in patterns:
         if _is_uri(pattern):
             matches = _glob_uri(pattern, flag)
         else:
-            matches = [m for m in sorted(glob.glob(pattern)) if os.path.isfile(m)]
+            matches = local_files(sorted(glob.glob(pattern)), pattern, flag)
         if not matches:
             raise DataError(f"{flag}: no such file: {pattern}")
         files.update(dict.fromkeys(matches))
+        check_file_count(files, patterns, flag)
     return tuple(files)
+
+
+def local_files(matches: Sequence[str], pattern: str, flag: str) -> list[str]:
+    """The regular files among a local glob's ``matches``: directories are left out, anything else that is
+    not a regular file is refused (reading a FIFO blocks until a writer comes, forever for a training job).
+    ``os.stat`` opens nothing, so checking a FIFO or a device has no effect on it."""
+    check_file_count(matches, [pattern], flag)
+    kept = []
+    for path in matches:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:  # gone since the glob, or a dangling link: as if it had not matched
+            continue
+        if stat.S_ISREG(mode):
+            kept.append(path)
+        elif not stat.S_ISDIR(mode):
+            raise DataError(f"{flag}: {path}: is a {_file_kind(mode)}, not a regular file")
+    return kept
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def check_file_count(files, patterns: Sequence[str], flag: str) -> None:
+    if len(files) > MAX_FILES:
+        names = list(files)
+        raise DataError(f"{flag}: {len(names)} files match {name_files(list(patterns))}, more than the "
+                        f"{MAX_FILES} allowed (merge the data into fewer, larger files): {name_files(names)}")
 
 
 def _glob_uri(pattern: str, flag: str) -> list[str]:
@@ -196,6 +254,7 @@ def _glob_uri(pattern: str, flag: str) -> list[str]:
         matches = sorted(tf.io.gfile.glob(pattern))
     except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
         raise DataError(f"{flag}: cannot list {pattern}: {op_reason(exc)}") from None
+    check_file_count(matches, [pattern], flag)
     return [m for m in matches if not tf.io.gfile.isdir(m)]
 
 
@@ -251,13 +310,13 @@ class _Validator:
         for i, name, pattern, expected, transform, low, high in self.numeric:
             text = fields[i].strip()
             if not pattern.fullmatch(text):
-                return MALFORMED + f"field {name!r}: {text.decode(errors='replace')!r} is not {expected}"
-            # Up to 18 digits always fit; only longer texts pay for the int() on this per-row path.
-            if pattern is _INT and len(text) > 18 and not _INT64_MIN <= int(text) <= _INT64_MAX:
-                return MALFORMED + f"field {name!r}: {text.decode()} is outside the int64 range"
+                return MALFORMED + f"field {name!r}: {_shown(text)!r} is not {expected}"
+            # Up to 18 digits always fit; only longer texts pay for the check on this per-row path.
+            if pattern is _INT and len(text) > 18 and not _fits_int64(text):
+                return MALFORMED + f"field {name!r}: {_shown(text)} is outside the int64 range"
             value = float(text)
             if not low <= value <= high:  # nan and +-inf are outside any range, _ANY_FINITE included
-                return IMPLAUSIBLE + _implausible(name, text.decode(), value, low, high)
+                return IMPLAUSIBLE + _implausible(name, _shown(text), value, low, high)
             values.append(transform(value))
         for i, text in enumerate(fields):
             if not text.strip():
@@ -271,9 +330,25 @@ class _Validator:
             y = 0
         else:
             allowed = ", ".join(self.schema.negative + self.schema.positive)
-            text = label.decode(errors="replace")
+            text = _shown(label)
             return MALFORMED + f"field {self.schema.label!r}: {text!r} is not one of {allowed}"
         return y, values
+
+
+def _fits_int64(text: bytes) -> bool:
+    """Whether an integer's text (``_INT``) parses into int64, as decode_csv's strtoll does (leading zeros
+    and all). More than 19 significant digits never fit: they are not handed to int(), which refuses texts
+    of over 4300 digits with a ValueError."""
+    digits = text.lstrip(b"-").lstrip(b"0")
+    if len(digits) > 19:
+        return False
+    return _INT64_MIN <= int((b"-" if text.startswith(b"-") else b"") + (digits or b"0")) <= _INT64_MAX
+
+
+def _shown(text: bytes, limit: int = 40) -> str:
+    """A field's text for an error: at most ``limit`` characters and how long it was."""
+    shown = text.decode(errors="replace")
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text)} bytes)"
 
 
 def _bound(value: float) -> str:
@@ -317,11 +392,12 @@ def _complete_lines(path: str, flag: str):
                 if not block:
                     break
                 cut = block.rfind(b"\n") + 1
+                # A line longer than a block is read on, within the bound, also where it ends in this block.
+                if len(tail) + (block.find(b"\n") if cut else len(block)) > MAX_LINE_BYTES:
+                    raise DataError(f"{path}:{lines + 1}: malformed row: longer than {MAX_LINE_BYTES} "
+                                    "bytes (a row of this data is a line of text)")
                 if not cut:
-                    tail += block  # a line longer than a block: keep reading, within a bound
-                    if len(tail) > MAX_LINE_BYTES:
-                        raise DataError(f"{path}:{lines + 1}: malformed row: longer than {MAX_LINE_BYTES} "
-                                        "bytes (a row of this data is a line of text)")
+                    tail += block
                     continue
                 chunk = tail + block[:cut]
                 lines += chunk.count(b"\n")
@@ -472,20 +548,41 @@ class _Sample:
         self.keys, self.values = keys, values
 
 
-def _blocks(path: str, flag: str, fast: _FastPath, columns: int):
-    """(block, line starts, line ends, fast-path verdict) for each block of ``path``, in order. The
-    vectorised checks of the next blocks run on other cores (NumPy releases the GIL) while the caller
-    handles this one; at most a few blocks are held at once."""
+def _non_data(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, comment: bytes) -> np.ndarray:
+    """The lines ``a[starts:ends]`` that are not data, vectorised: blank once stripped, or starting with
+    ``comment`` once stripped (exactly :meth:`_Validator.is_data`'s negation)."""
+    solid = np.flatnonzero(~_WHITESPACE[a])
+    if not len(solid):
+        return np.ones(len(starts), dtype=bool)
+    at = np.searchsorted(solid, starts)
+    first = solid[np.minimum(at, len(solid) - 1)]
+    last = solid[np.maximum(np.searchsorted(solid, ends) - 1, 0)]  # the last non-blank byte before the end
+    blank = (at == len(solid)) | (first >= ends)
+    comment_line = ~blank
+    for j, byte in enumerate(comment):
+        comment_line &= (first + j <= last) & (a[np.minimum(first + j, len(a) - 1)] == byte)
+    return blank | comment_line
+
+
+def _blocks(path: str, flag: str, fast: _FastPath, columns: int, comment: bytes):
+    """(block, its line count, the data lines (indices in the block), their starts, their ends, the fast
+    path's verdict on them, the non-data lines (indices)) for each block of ``path``, in order. Only data
+    lines get per-line arrays: a block of blank lines costs a list of their positions. The vectorised
+    checks of the next blocks run on other cores (NumPy releases the GIL) while the caller handles this
+    one; at most a few blocks are held at once."""
 
     def lines(block: bytes):
         a = np.frombuffer(block, dtype=np.uint8)
-        ends = np.flatnonzero(a == 10)
-        starts = np.concatenate(([0], ends[:-1] + 1))
+        ends = np.flatnonzero(a == 10).astype(np.int32)  # a block is far below 2 GB
+        starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int32)
         ends = ends - ((ends > starts) & (a[ends - 1] == 13))  # TextLineDataset drops a \r before \n
+        skip = _non_data(a, starts, ends, comment)
+        data = np.flatnonzero(~skip)
+        count, starts, ends, skip = len(skip), starts[data], ends[data], np.flatnonzero(skip)
         if fast.usable:
-            return block, starts, ends, fast.rows(block, starts, ends)
-        empty = np.zeros(len(ends), dtype=bool), np.zeros(len(ends), dtype=np.int64)
-        return block, starts, ends, (*empty, np.zeros((len(ends), columns)))
+            return block, count, data, starts, ends, fast.rows(block, starts, ends), skip
+        empty = np.zeros(len(data), dtype=bool), np.zeros(len(data), dtype=np.int64)
+        return block, count, data, starts, ends, (*empty, np.zeros((len(data), columns))), skip
 
     threads = max(1, min(_SCAN_THREADS, os.cpu_count() or 1))
     with ThreadPoolExecutor(threads) as pool:
@@ -530,7 +627,7 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
     if len(scan.bad_rows) > max_bad_rows:
         raise too_many(scan.bad_rows, max_bad_rows)
     if scan.rows == 0 and require_rows:
-        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {name_files(files)}")
     return scan
 
 
@@ -622,40 +719,51 @@ def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, f
     sums, squares = np.zeros(len(numeric)), np.zeros(len(numeric))
     excluded: list[np.ndarray] = []
     bad: list[BadRow] = []
-    index = rows = positives = total_bytes = 0
+    index = rows = positives = total_bytes = non_data = 0
     for path in files:
         try:
             total_bytes += tf.io.gfile.stat(path).length
         except tf.errors.OpError as exc:
             raise _unreadable(path, exc, flag) from None
         number = 0  # lines of this file before the block
-        for block, starts, ends, verdict in _blocks(path, flag, fast, len(numeric)):
+        for block, count, data, starts, ends, verdict, skip in _blocks(path, flag, fast, len(numeric),
+                                                                        v.comment):
             good, labels, values = verdict
-            mine = (index + np.arange(len(ends))) % count_of == index_of
+            mine = (index + data) % count_of == index_of
             good &= mine
-            for i in np.flatnonzero(mine & ~good).tolist():
-                line = block[starts[i]:ends[i]]
-                if not v.is_data(line):
-                    continue
+            if count_of > 1:
+                skip = skip[(index + skip) % count_of == index_of]
+            if non_data + len(skip) > MAX_NON_DATA_LINES:
+                line = number + int(skip[MAX_NON_DATA_LINES - non_data]) + 1
+                raise DataError(f"{path}:{line}: more than {MAX_NON_DATA_LINES} blank or comment lines in "
+                                f"{flag or 'the data'} (each is a position to leave out of every epoch): "
+                                "remove them")
+            non_data += len(skip)
+            # Only the data lines the fast path declined: bad rows, or good rows it does not parse.
+            for j in np.flatnonzero(mine & ~good).tolist():
+                line = block[starts[j]:ends[j]]
                 result = v.check(line)
                 if isinstance(result, str):
-                    bad.append(BadRow(path, number + i + 1, result))
+                    bad.append(BadRow(path, number + int(data[j]) + 1, result))
                     if len(bad) > max_bad_rows:
                         raise too_many(bad, max_bad_rows)
                 else:
-                    good[i] = True
-                    labels[i], values[i] = result
+                    good[j] = True
+                    labels[j], values[j] = result
             rows += int(good.sum())
             positives += int(labels[good].sum())
             kept = values[good]
             sums += kept.sum(axis=0)
             squares += (kept * kept).sum(axis=0)
             sample.add(kept)
-            excluded.append(index + np.flatnonzero(mine & ~good))
-            index += len(ends)
-            number += len(ends)
+            left_out = np.zeros(count, dtype=bool)  # this share's non-data and bad lines, in line order
+            left_out[skip] = True
+            left_out[data[mine & ~good]] = True
+            excluded.append(index + np.flatnonzero(left_out))
+            index += count
+            number += count
     if rows == 0 and require_rows:
-        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {name_files(files)}")
     stats = {}
     for k, name in enumerate(numeric):
         mean = sums[k] / rows if rows else 0.0
@@ -707,7 +815,7 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
         raise too_many(bad, max_bad_rows)
     rows = sum(other["rows"] for other in parts)
     if rows == 0:
-        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {', '.join(files)}")
+        raise DataError(f"{flag + ': ' if flag else ''}no data rows in {name_files(files)}")
     empty = [i for i, other in enumerate(parts) if not other["rows"]]
     if empty and every_share:
         where = f"{flag}: " if flag else ""

@@ -20,6 +20,11 @@ with ``Shard.exchange``):
    IS the cache fill: the training pipeline then starts from memory, with no second decode before its
    first step. ``scan_images(decode=True)`` runs both passes.
 
+Every record's cost is bounded before it is paid: each file's record length headers are read before
+TensorFlow reads the file (at most MAX_RECORD_BYTES a record, none past the end; a GZIP file is named as
+one), an image's header size (and a GIF's frames) must be within MAX_IMAGE_PIXELS before it is decoded,
+and labels without declared classes below MAX_CLASSES: an image or label over its bound is a bad record.
+
 A bad record is a one-line :class:`~trainer.data.DataError` naming the file and record, or is skipped and
 reported while at most ``max_bad_records`` are bad (across all workers). Malformed and mislabelled records
 are found by the first pass, undecodable images by the second: with several bad records and no budget the
@@ -36,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from trainer.data import DataError, cache_budget, op_reason
+from trainer.data import DataError, cache_budget, check_file_count, local_files, name_files, op_reason
 from trainer.sharding import UNSHARDED, Shard, dataset_options
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
@@ -58,6 +63,17 @@ _CHECK_BATCH = 1024  # records the two checking passes read, parse and check tog
 _SMALL_BYTES = 256 << 10
 # Magic bytes tf.io.decode_image recognises (tensorflow/core/kernels/image/decode_image_op.cc).
 _JPEG, _PNG, _GIF, _BMP = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"BM"
+_GZIP = b"\x1f\x8b"
+# The largest TFRecord record read (an encoded image and its labels): checked from the length headers
+# before TensorFlow reads a file (see _check_framing).
+MAX_RECORD_BYTES = 64 << 20
+# The most pixels one image may take to decode, from its header before it is decoded (a GIF: its screen and
+# every frame, which giflib decodes before TensorFlow keeps the first). 50 megapixels is a 48 MP camera's
+# photo, 150 MB as RGB; a decompression bomb (a 1.5 MB PNG of 23000x23000) is a bad record instead.
+MAX_IMAGE_PIXELS = 50_000_000
+# The most classes labels may imply when neither the names nor the number of classes are given (a label of
+# 2**62 would otherwise make a class list of that length).
+MAX_CLASSES = 100_000
 
 
 @dataclass(frozen=True)
@@ -146,12 +162,19 @@ def expand_globs(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
     files: dict[str, None] = {}  # insertion-ordered and de-duplicated in linear time
     for pattern in patterns:
         try:
-            matches = sorted(m for m in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(m))
+            matches = sorted(tf.io.gfile.glob(pattern))
+            # Local matches: regular files only (a FIFO would block the reader forever); see local_files.
+            if "://" in pattern:
+                check_file_count(matches, [pattern], flag)
+                matches = [m for m in matches if not tf.io.gfile.isdir(m)]
+            else:
+                matches = local_files(matches, pattern, flag)
         except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
             raise DataError(f"{flag}: cannot list {pattern}: {op_reason(exc)}") from None
         if not matches:
             raise DataError(f"{flag}: no files match {pattern}")
         files.update(dict.fromkeys(matches))
+        check_file_count(files, patterns, flag)
     return tuple(files)
 
 
@@ -219,14 +242,15 @@ def _check_example(raw: bytes, classes: int | None) -> tuple[str | None, int, by
             return MALFORMED + f"feature {key!r} has {len(value)} values, expected 1", 0, b"", b""
         values.append(value[0])
     encoded, label, text = values
-    if label < 0 or (classes is not None and label >= classes):
+    if label < 0 or label >= (MAX_CLASSES if classes is None else classes):
         return _label_reason(label, classes), 0, b"", b""
     return None, label, encoded, text
 
 
 def _label_reason(label: int, classes: int | None) -> str:
-    allowed = f"0..{classes - 1}" if classes is not None else "0 or more"
-    return BAD_LABEL + f"label {label} is outside {allowed}"
+    if classes is None:
+        return BAD_LABEL + f"label {label} is outside 0..{MAX_CLASSES - 1} (at most {MAX_CLASSES} classes)"
+    return BAD_LABEL + f"label {label} is outside 0..{classes - 1}"
 
 
 def _undecodable(channels: int) -> str:
@@ -253,6 +277,46 @@ def _header_size(encoded: bytes) -> tuple[int, int]:
         except tf.errors.OpError:
             return 0, 0
     return 0, 0
+
+
+def _decode_pixels(encoded: bytes, height: int, width: int) -> int:
+    """Pixels decoding ``encoded`` takes: height x width from its header, and for a GIF its screen plus
+    every frame's raster (each frame descriptor's own size; see :func:`_gif_frames`)."""
+    if encoded.startswith(_GIF):
+        return height * width + sum(w * h for w, h in _gif_frames(encoded))
+    return height * width
+
+
+def _gif_frames(data: bytes) -> list[tuple[int, int]]:
+    """(width, height) of each frame of a GIF, from its image descriptors (the data sub-blocks are skipped,
+    not decoded). Stops where the structure is damaged: the decode then fails on it."""
+    frames = []
+    end = len(data)
+    pos = 13
+    if end > 10 and data[10] & 0x80:  # a global colour table
+        pos += 3 * (2 << (data[10] & 7))
+
+    def skip_blocks(pos):
+        while pos < end:
+            size = data[pos]
+            pos += 1 + size
+            if not size:
+                break
+        return pos
+
+    while pos < end:
+        kind = data[pos]
+        if kind == 0x21:  # an extension: label, then sub-blocks
+            pos = skip_blocks(pos + 2)
+        elif kind == 0x2C and pos + 10 <= end:  # an image descriptor
+            frames.append((int.from_bytes(data[pos + 5:pos + 7], "little"),
+                           int.from_bytes(data[pos + 7:pos + 9], "little")))
+            flags = data[pos + 9]
+            pos += 10 + (3 * (2 << (flags & 7)) if flags & 0x80 else 0)
+            pos = skip_blocks(pos + 1)  # after the LZW code size
+        else:  # the trailer, or damage
+            break
+    return frames
 
 
 def _header_sizes(encoded):
@@ -297,6 +361,45 @@ def _plain(fn):
 def _op_reason(exc) -> str:
     """An iterator error's first line without TensorFlow's "{{function_node ...}}" and "[Op:...]" noise."""
     return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*$", "", op_reason(exc)).strip() or type(exc).__name__
+
+
+def _damaged(path: str, record: int, reason: str) -> DataError:
+    return DataError(f"{path}: not a TFRecord file, or record {record} is corrupt or truncated ({reason})")
+
+
+def _check_framing(path: str, size: int, flag: str) -> None:
+    """Walk the file's record headers (an 8-byte little-endian length, its 4-byte CRC, then the data and its
+    CRC) before TensorFlow reads it: a length over MAX_RECORD_BYTES, or past the end of the file, is refused
+    here. TFRecordDataset allocates whatever a length header claims before reading the data (a claim of
+    6 GB, 1 TB or 2 EB ends the process with signal 11). The CRCs stay TensorFlow's to check. A file cut
+    inside a header is left to :func:`_records`, which words it. Costs a seek and a 12-byte read a record."""
+    import struct
+
+    import tensorflow as tf
+
+    offset = record = 0
+    try:
+        with (tf.io.gfile.GFile(path, "rb") if "://" in path else open(path, "rb")) as f:
+            while offset + 12 <= size:
+                f.seek(offset)
+                head = f.read(12)
+                if record == 0 and head.startswith(_GZIP):
+                    raise DataError(f"{path}: not a TFRecord file: it starts with GZIP's magic bytes; a "
+                                    "compressed TFRecord file is not read, decompress it (gunzip) first")
+                if len(head) < 12:
+                    return
+                (length,) = struct.unpack("<Q", head[:8])
+                if length > MAX_RECORD_BYTES:
+                    raise _damaged(path, record, f"its length header claims {length} bytes, more than the "
+                                                 f"{MAX_RECORD_BYTES} a record may hold")
+                if offset + 16 + length > size:
+                    raise _damaged(path, record, f"its length header claims {length} bytes, past the end of "
+                                                 f"the file ({size - offset - 16} left)")
+                offset += 16 + length
+                record += 1
+    except (OSError, tf.errors.OpError) as exc:
+        reason = op_reason(exc) if isinstance(exc, tf.errors.OpError) else exc.strerror or str(exc)
+        raise DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {reason}") from None
 
 
 def _records(path: str, size: int, flag: str):
@@ -360,17 +463,24 @@ class _Found:
     total: int = 0
     read: int = 0
 
-    def add(self, file_index: int, path: str, records, labels, hashes, texts, sizes, classes, channels):
-        """One file's (or batch's) parsed records: label range and header checks, vectorised."""
+    def add(self, file_index: int, path: str, records, labels, hashes, texts, sizes, pixels, classes,
+            channels):
+        """One file's (or batch's) parsed records: label range and header checks (``pixels``: what each
+        image takes to decode, see :func:`_decode_pixels`), vectorised."""
         keys = (np.int64(file_index) << _KEY_BITS) + records
         self.read += len(keys)
-        bad_label = (labels < 0) | (labels >= classes if classes is not None else False)
-        empty = ~bad_label & (sizes[:, 0] * sizes[:, 1] <= 0)
+        bad_label = (labels < 0) | (labels >= (MAX_CLASSES if classes is None else classes))
+        empty = ~bad_label & ((sizes[:, 0] <= 0) | (sizes[:, 1] <= 0))
+        huge = ~bad_label & ~empty & (pixels > MAX_IMAGE_PIXELS)
         for i in np.flatnonzero(bad_label):
             self.bad.append((int(keys[i]), _label_reason(int(labels[i]), classes)))
         for i in np.flatnonzero(empty):
             self.bad.append((int(keys[i]), _undecodable(channels)))
-        good = ~(bad_label | empty)
+        for i in np.flatnonzero(huge):
+            self.bad.append((int(keys[i]), UNDECODABLE + f"{sizes[i, 1]}x{sizes[i, 0]} (width x height) "
+                             f"takes {int(pixels[i])} pixels to decode, more than the {MAX_IMAGE_PIXELS} an "
+                             "image may take"))
+        good = ~(bad_label | empty | huge)
         keys, labels, hashes, sizes = keys[good], labels[good], hashes[good], sizes[good]
         texts = np.asarray(texts, dtype=object)[good]
         self.keys.append(keys)
@@ -412,6 +522,7 @@ def _scan_files(files: Sequence[str], local: Sequence[tuple[int, str]], stride: 
             sizes[index] = tf.io.gfile.stat(path).length
         except tf.errors.OpError as exc:
             raise DataError(f"{flag + ': ' if flag else ''}cannot read {path}: {op_reason(exc)}") from None
+        _check_framing(path, sizes[index], flag)
     if sum(sizes.values()) <= _SMALL_BYTES:
         found, counts = _Found(), []
         for index, path in local:
@@ -434,8 +545,10 @@ def _scan_files(files: Sequence[str], local: Sequence[tuple[int, str]], stride: 
             mine = tf.equal(records % stride, offset)
             raw, records = tf.boolean_mask(raw, mine), tf.boolean_mask(records, mine)
         parsed = tf.io.parse_example(raw, spec)
+        # GIFs come back whole: their frames are counted in Python (see _decode_pixels).
+        gif = tf.equal(tf.strings.substr(parsed[ENCODED], 0, len(_GIF)), _GIF)
         return (index, batch, count, nbytes, records, parsed[LABEL], _text_hashes(parsed[TEXT]), parsed[TEXT],
-                _header_sizes(parsed[ENCODED]))
+                _header_sizes(parsed[ENCODED]), tf.where(gif)[:, 0], tf.boolean_mask(parsed[ENCODED], gif))
 
     read, check = _plain(read), _plain(check)
     # Any failure (a damaged file, a record that does not parse) drops its batch: the bookkeeping below
@@ -455,8 +568,12 @@ def _scan_files(files: Sequence[str], local: Sequence[tuple[int, str]], stride: 
                     and sum(int(p[2]) for p in batches) == sizes[index])
         if complete:
             records = 0
-            for _, count, _, recs, labels, hashes, texts, shape in batches:
-                found.add(index, path, recs, labels, hashes, texts, shape.reshape(-1, 2), classes, channels)
+            for _, count, _, recs, labels, hashes, texts, shape, gif_at, gifs in batches:
+                shape = shape.reshape(-1, 2)
+                pixels = shape[:, 0].astype(np.float64) * shape[:, 1]  # sides up to 2**32: no int64 overflow
+                for i, encoded in zip(gif_at, gifs, strict=True):
+                    pixels[i] = _decode_pixels(encoded, *map(int, shape[i]))
+                found.add(index, path, recs, labels, hashes, texts, shape, pixels, classes, channels)
                 records += int(count)
         else:
             records = _scan_file_slowly(found, index, path, sizes[index], stride, offset, classes, channels,
@@ -482,14 +599,16 @@ def _scan_file_slowly(found: _Found, index: int, path: str, size: int, stride: i
             found.bad.append(((index << _KEY_BITS) + record, reason))
             found.read += 1
             continue
-        rows.append((record, label, text, _header_size(encoded)))
+        height, width = _header_size(encoded)
+        rows.append((record, label, text, (height, width), float(_decode_pixels(encoded, height, width))))
     if rows:
         records = np.array([r[0] for r in rows], np.int64)
         labels = np.array([r[1] for r in rows], np.int64)
         texts = [r[2] for r in rows]
         hashes = _text_hashes(texts).numpy()
         sizes = np.array([r[3] for r in rows], np.int64)
-        found.add(index, path, records, labels, hashes, texts, sizes, classes, channels)
+        found.add(index, path, records, labels, hashes, texts, sizes, np.array([r[4] for r in rows]), classes,
+                  channels)
     return count
 
 
@@ -529,7 +648,8 @@ def scan_images(files: Sequence[str], *, channels: int = 3, num_classes: int | N
         num_classes = len(class_names)
     files = tuple(files)
     mine, by_record = shard.files(files, flag)
-    local = [(i, f) for i, f in enumerate(files) if f in set(mine)]
+    mine = set(mine)  # once: a set per file would make this quadratic in the number of files
+    local = [(i, f) for i, f in enumerate(files) if f in mine]
     stride, offset = (shard.count, shard.index) if by_record else (1, 0)
 
     value: dict = {"error": None}
@@ -578,7 +698,7 @@ def scan_images(files: Sequence[str], *, channels: int = 3, num_classes: int | N
             pending.append((int(keys[i]), label, BAD_LABEL + f"text {text.decode(errors='replace')!r} for "
                             f"label {label}, but {first.decode(errors='replace')!r} at {path}: "
                             f"record {record}"))
-    where = f"{flag + ': ' if flag else ''}{', '.join(files)}"
+    where = f"{flag + ': ' if flag else ''}{name_files(files)}"
     records = sum(counts.values())
     if records == 0:
         raise DataError(f"{where}: no usable records")
@@ -638,7 +758,7 @@ def load_images(scan: ImageScan, *, channels: int, image_size: int | None = None
     except DataError as exc:
         value["error"] = str(exc)
     except tf.errors.OpError as exc:
-        value["error"] = f"cannot read {', '.join(scan.files)}: {_op_reason(exc)}"
+        value["error"] = f"cannot read {name_files(scan.files)}: {_op_reason(exc)}"
     bad = sorted([(k, r) for k, _, r in (*pending, *undecodable)])
     removed: dict[str, int] = {}
     for _, label, _ in (*pending, *undecodable):
@@ -660,7 +780,7 @@ def load_images(scan: ImageScan, *, channels: int, image_size: int | None = None
                 counts[int(label)] -= n
     records = scan.records - sum(sum(v["removed"].values()) for v in values)
     if records <= 0:
-        raise DataError(f"{', '.join(scan.files)}: no usable records")
+        raise DataError(f"{name_files(scan.files)}: no usable records")
     final = replace(scan, records=records, class_counts=tuple(counts),
                     excluded=np.union1d(scan.excluded, np.array([k for k, _, _ in undecodable], np.int64)),
                     bad_records=tuple(_bad(scan.files, k, r) for k, r in every),

@@ -6,7 +6,9 @@ which names the file, line and column of the first bad row: a missing column, a 
 rating, an empty id. IDs are strings, never assumed dense: ``"1"`` and ``"01"`` are different users. The
 split (:func:`split_ratings`) is random by seed or by time, so local runs, tuning trials and benchmarks with
 the same flags evaluate on the same ratings. Everything here is NumPy; TensorFlow is imported only to read
-files.
+files. What one rating may cost is bounded: ids of at most MAX_ID_BYTES, lines of at most
+trainer.data.MAX_LINE_BYTES, float32 ratings, int64 timestamps, and training vocabularies of at most
+MAX_VOCABULARY users and items.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ from trainer.data import DataError, read_lines
 # Damping of the bias-only baseline (Koren's lambda): an item or user with few ratings keeps a bias near 0.
 BASELINE_DAMPING = 5.0
 _MAX_BAD_FIELD = 40  # characters of a bad value quoted in an error
+# Limits on what one rating may cost. An id is at most MAX_ID_BYTES (ids live in fixed-width arrays, as wide
+# as the longest: one 10 MB id among a million would take gigabytes); the training vocabularies hold at most
+# MAX_VOCABULARY users and as many items (the model's factors, optimiser slots and exported top-k lists grow
+# with them); a rating must be a float32 (a larger one overflows to inf and reads as a diverged training);
+# a timestamp an int64.
+MAX_ID_BYTES = 256
+MAX_VOCABULARY = 1_000_000
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -170,25 +180,33 @@ def _read_plain(path: str, columns: RatingColumns, flags: dict[str, str | None],
         times = np.concatenate(out["timestamp"]).astype(np.int64) if "timestamp" in where else None
     except (ValueError, UnicodeDecodeError, OverflowError):
         return None  # not a number, or a non-ASCII id: the line reader words it (or reads it)
-    if not np.isfinite(ratings).all():
+    if not (np.abs(ratings) <= _FLOAT32_MAX).all():  # not a finite float32: the line reader words it
         return None
     return users, items, ratings.astype(np.float32), times
 
 
 def _fixed_width(body: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray | None:
-    """The fields ``body[begin:end]`` as a fixed-width bytes array; None for an empty field or one with a
-    blank or control character at either end (the line reader strips or refuses those)."""
+    """The fields ``body[begin:end]`` as a fixed-width bytes array; None for an empty field, one with a
+    blank or control character at either end (the line reader strips or refuses those) or one longer than
+    MAX_ID_BYTES (the line reader names it)."""
     lengths = end - begin
     if not len(lengths) or lengths.min() < 1:
         return None
     if (body[begin] <= 32).any() or (body[end - 1] <= 32).any():
         return None
     width = int(lengths.max())
+    if width > MAX_ID_BYTES:
+        return None
     offsets = np.arange(width)
-    where = begin[:, None] + offsets[None, :]
-    inside = offsets[None, :] < lengths[:, None]
-    chars = np.where(inside, body[np.minimum(where, len(body) - 1)], 0).astype(np.uint8)
-    return chars.view(f"S{width}").ravel()
+    out = np.empty(len(begin), f"S{width}")
+    step = max(1, (1 << 22) // width)  # rows at a time: the index arrays stay ~32 MB however wide the field
+    for first in range(0, len(begin), step):
+        rows = slice(first, first + step)
+        where = begin[rows, None] + offsets[None, :]
+        inside = offsets[None, :] < lengths[rows, None]
+        chars = np.where(inside, body[np.minimum(where, len(body) - 1)], 0).astype(np.uint8)
+        out[rows] = chars.view(f"S{width}").ravel()
+    return out
 
 
 def _read_lines(path: str, columns: RatingColumns, flags: dict[str, str | None], flag: str):
@@ -203,7 +221,10 @@ def _read_lines(path: str, columns: RatingColumns, flags: dict[str, str | None],
             continue
         text = _text(line, path, number)
         # Plain split unless the line quotes a field (csv's parser is several times slower per line).
-        row = next(csv.reader([text])) if '"' in text else text.split(",")
+        try:
+            row = next(csv.reader([text])) if '"' in text else text.split(",")
+        except csv.Error as exc:  # e.g. a quoted field over csv's field size limit (128 KiB)
+            raise DataError(f"{path}: line {number}: not a CSV row: {exc}") from None
         if where is None:  # the first non-blank line is the header
             where, width = _header(path, row, columns, flags), len(row)
             continue
@@ -213,6 +234,10 @@ def _read_lines(path: str, columns: RatingColumns, flags: dict[str, str | None],
         for role, value in (("user", user), ("item", item)):
             if not value:
                 raise DataError(f"{path}: line {number}: empty {getattr(columns, role)} ({flags[role]})")
+            if len(value) > MAX_ID_BYTES and len(value.encode()) > MAX_ID_BYTES:
+                raise DataError(f"{path}: line {number}: {getattr(columns, role)} ({flags[role]}) is "
+                                f"{len(value.encode())} bytes long, more than the {MAX_ID_BYTES} an id may "
+                                f"have: {_quote(value)}")
         ratings.append(_number(row[where["rating"]], path, number, columns.rating, flags["rating"]))
         users.append(user)
         items.append(item)
@@ -240,15 +265,22 @@ def _number(text: str, path: str, number: int, column: str, flag: str) -> float:
     if not math.isfinite(value):
         raise DataError(f"{path}: line {number}: {column} ({flag}) must be a finite number, "
                         f"got {_quote(text)}")
+    if abs(value) > _FLOAT32_MAX:  # ratings are float32: this one would be inf
+        raise DataError(f"{path}: line {number}: {column} ({flag}) must be a float32 number (at most "
+                        f"{_FLOAT32_MAX:.6g} in magnitude), got {_quote(text)}")
     return value
 
 
 def _timestamp(text: str, path: str, number: int, column: str) -> int:
     try:
-        return int(text.strip())
+        value = int(text.strip()) if len(text) <= 100 else None  # int() refuses 4300 digits itself
     except ValueError:
-        raise DataError(f"{path}: line {number}: {column} (--timestamp-column) must be an integer time, "
-                        f"got {_quote(text)}") from None
+        value = None
+    if value is None or not -(2**63) <= value < 2**63:
+        kind = "an integer time" if value is None else "an integer time in the int64 range"
+        raise DataError(f"{path}: line {number}: {column} (--timestamp-column) must be {kind}, "
+                        f"got {_quote(text)}")
+    return value
 
 
 def split_ratings(ratings: Ratings, how: str, fraction: float, seed: int) -> tuple[Ratings, Ratings]:
@@ -281,6 +313,34 @@ class Indexed:
 def vocabulary(ids: np.ndarray) -> np.ndarray:
     """The distinct ids, sorted (a deterministic order for the same data)."""
     return np.unique(ids)
+
+
+def vocabularies(train: Ratings, columns: RatingColumns, flag: str = "--train-files",
+                 limit: int = MAX_VOCABULARY) -> tuple[np.ndarray, np.ndarray]:
+    """(users, items): the training ratings' vocabularies, each of at most ``limit`` ids. Too many ids are
+    refused from a count of their hashes (a sort of integers) before the sorted vocabulary of strings is
+    built: on 5 million ids that is a second instead of five."""
+    found = []
+    for role, ids, option in (("user", train.users, "--user-column"), ("item", train.items, "--item-column")):
+        count = _distinct_hashes(ids) if len(ids) > limit and ids.dtype.kind == "U" else 0
+        vocab = vocabulary(ids) if count <= limit else None
+        count = count if vocab is None else len(vocab)
+        if count > limit:
+            raise DataError(f"{flag}: {count} distinct {role}s ({getattr(columns, role)}, {option}) in the "
+                            f"training ratings, more than the {limit} the model may hold")
+        found.append(vocab)
+    return found[0], found[1]
+
+
+def _distinct_hashes(ids: np.ndarray) -> int:
+    """The number of distinct 64-bit hashes of fixed-width ``str_`` ids: their distinct count, barring a
+    collision (one in ~2**64 per pair), without sorting strings."""
+    codes = ids.view(np.uint32).reshape(len(ids), -1)
+    hashed = np.zeros(len(ids), np.uint64)
+    for column in range(codes.shape[1]):  # FNV-1a over the characters, wrapping in uint64
+        hashed = (hashed ^ codes[:, column]) * np.uint64(0x100000001B3)
+    hashed.sort()  # in place: np.unique's hash table is ~50x slower on integers (NumPy 2.4)
+    return int(np.count_nonzero(hashed[1:] != hashed[:-1])) + 1
 
 
 def index(ratings: Ratings, users: np.ndarray, items: np.ndarray) -> Indexed:

@@ -47,6 +47,7 @@ AUGMENT = ("none", "flip", "crop", "flip_crop")
 TOP_K_METRICS = ("top_k_accuracy", "train_top_k_accuracy")
 # With no --image-size: the data's own size when every training image has one, else this.
 FALLBACK_IMAGE_SIZE = 128
+MAX_IMAGE_SIZE = 1024  # --image-size's largest, and the largest size taken from the data
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,10 @@ class ImageConfig(TaskConfig):
                                   "(default 0)", type=integral, metavar="N")
 
     def validate(self) -> None:
-        check(self.image_size == 0 or 8 <= self.image_size <= 1024, "image_size", "0 (the data's size) or "
-              "8..1024", self.image_size)
+        from trainer.image_data import MAX_CLASSES
+
+        check(self.image_size == 0 or 8 <= self.image_size <= MAX_IMAGE_SIZE, "image_size",
+              f"0 (the data's size) or 8..{MAX_IMAGE_SIZE}", self.image_size)
         check(self.backbone == "cnn" or self.image_size == 0 or self.image_size >= 32, "image_size",
               f"at least 32 for --backbone {self.backbone}", self.image_size)
         check(self.backbone == "cnn" or self.channels == 3, "channels", f"3 for --backbone {self.backbone} "
@@ -91,8 +94,8 @@ class ImageConfig(TaskConfig):
               "used with --backbone mobilenet_v2 or resnet50 only", self.base_weights)
         check(not self.fine_tune or self.backbone != "cnn", "fine_tune",
               "used with --backbone mobilenet_v2 or resnet50 only", self.fine_tune)
-        check(self.num_classes == 0 or self.num_classes >= 2, "num_classes", "0 (from the data) or >= 2",
-              self.num_classes)
+        check(self.num_classes == 0 or 2 <= self.num_classes <= MAX_CLASSES, "num_classes",
+              f"0 (from the data) or 2..{MAX_CLASSES}", self.num_classes)
         check(self.max_bad_records >= 0, "max_bad_records", "an integer >= 0", self.max_bad_records)
 
     def augmentations(self) -> tuple[str, ...]:
@@ -138,7 +141,9 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     size = task.image_size
     if not size:
         (height, width), largest = train_scan.min_size, train_scan.max_size
-        size = height if (height, width) == largest and height == width >= 8 else FALLBACK_IMAGE_SIZE
+        # The data's size within the flag's range: 2048x2048 photos would otherwise size the model for them.
+        size = (height if (height, width) == largest and MAX_IMAGE_SIZE >= height == width >= 8
+                else FALLBACK_IMAGE_SIZE)
     # The second pass decodes every image once; where the share's preprocessed images fit this process's
     # memory budget, that decode fills the cache training reads from (no second decode before the first
     # step). Training data has the first claim on the budget.

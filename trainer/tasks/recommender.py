@@ -134,7 +134,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     import tensorflow as tf
 
     from trainer import ratings_data as rd
-    from trainer.data import DataError, expand_files
+    from trainer.data import DataError, expand_files, name_files
     from trainer.recommender_model import IdLookup, rated_by_user
     from trainer.sharding import dataset_options
 
@@ -144,20 +144,20 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     flags = {"timestamp": "--timestamp-column" if task.split == "time" and not cfg.eval_files else None}
     given = rd.read_ratings(expand_files(cfg.train_files, "--train-files"), columns, "--train-files", flags)
     if not len(given):
-        raise DataError(f"--train-files: no ratings in {', '.join(given.sources)}")
+        raise DataError(f"--train-files: no ratings in {name_files(given.sources)}")
     if cfg.eval_files:
         train = given
         evaluation = rd.read_ratings(expand_files(cfg.eval_files, "--eval-files"), columns, "--eval-files",
                                      flags)
         if not len(evaluation):
-            raise DataError(f"--eval-files: no ratings in {', '.join(evaluation.sources)}")
+            raise DataError(f"--eval-files: no ratings in {name_files(evaluation.sources)}")
         split = {"how": "files"}
         held_out = "--eval-files " + ", ".join(evaluation.sources)
     else:
         train, evaluation = rd.split_ratings(given, task.split, task.eval_fraction, cfg.seed)
         split = {"how": task.split, "eval_fraction": task.eval_fraction, "seed": cfg.seed}
         held_out = f"the --eval-fraction {task.eval_fraction:g} held out of --train-files"
-    users, items = rd.vocabulary(train.users), rd.vocabulary(train.items)
+    users, items = rd.vocabularies(train, columns)
     if task.top_k > len(items):
         raise DataError(f"--top-k {task.top_k}: larger than the catalogue of {len(items)} items in the "
                         f"training ratings")
