@@ -251,3 +251,20 @@ def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
     assert "not reading the kept baselines" in caplog.text
     # Without a place to keep them (a plain local run), every run computes them.
     assert kept_baselines(None, [str(ratings)], [], lambda: {"x": 1}) == {"x": 1}
+
+
+def test_top_k_lists_too_large_to_export_are_refused_before_training(tmp_path, monkeypatch):
+    import trainer.tasks.recommender as recommender
+    from trainer.config import resolve_config
+    from trainer.data import DataError
+
+    ratings = tmp_path / "ratings.csv"
+    ratings.write_text(RATINGS_HEAD)
+    users = len({line.split(",")[0] for line in RATINGS_HEAD.splitlines()[1:]})
+    monkeypatch.setattr(recommender, "MAX_LIST_ENTRIES", 50 * (users + 1))  # row 0: the unknown user
+    cfg = resolve_config(["--model", "recommender", "--train-files", str(ratings), "--top-k", "60"])
+    with pytest.raises(DataError) as refused:
+        recommender.make_data(cfg, 64, 64)
+    entries, allowed = 60 * (users + 1), 50 * (users + 1)
+    assert str(refused.value) == (f"--top-k 60: {users} users x 60 recommendations would export {entries} "
+                                  f"list entries, more than the {allowed} allowed; use --top-k 50 or less")

@@ -57,6 +57,7 @@ log = logging.getLogger("trainer")
 
 SPLITS = ("random", "time")
 DEFAULT_TOP_K = 100  # the top_k signature's largest k when --top-k is 0
+MAX_LIST_ENTRIES = 1 << 27  # users x k of the exported top_k lists: 512 MB of int32, under protobuf's 2 GB
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,12 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         raise DataError(f"--positive-threshold {task.positive_threshold:g}: outside the training ratings' "
                         f"range {low:g}..{high:g}")
     max_k = task.top_k or min(DEFAULT_TOP_K, len(items))
+    if (len(users) + 1) * max_k > MAX_LIST_ENTRIES:
+        # The lists are one constant of the SavedModel's graph, which protobuf caps at 2 GB: refuse before
+        # training rather than fail (or crash) at export.
+        raise DataError(f"--top-k {max_k}: {len(users)} users x {max_k} recommendations would export "
+                        f"{(len(users) + 1) * max_k} list entries, more than the {MAX_LIST_ENTRIES} allowed; "
+                        f"use --top-k {max(1, MAX_LIST_ENTRIES // (len(users) + 1))} or less")
     fit, score = rd.index(train, users, items), rd.index(evaluation, users, items)
     rated = rated_by_user(fit.users, fit.items, len(users))
     ranked = rd.eval_users(fit, evaluation, score, rated, task.positive_threshold, task.eval_users, cfg.seed)
