@@ -35,6 +35,8 @@ nothing after the damage can be read reliably.
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -787,6 +789,81 @@ def load_images(scan: ImageScan, *, channels: int, image_size: int | None = None
                     local_records=value["records"], decoded=True, pending=(),
                     good_keys=np.setdiff1d(good, np.array([k for k, _, _ in undecodable], np.int64)))
     return final, cached
+
+
+# Kept scans (trainer.kept): a study's trials and a restarted worker reuse the checked scans of the same files
+# and flags instead of reading and decoding every record again.
+_KEPT_FORMAT = 1  # bump when what a scan checks or keeps changes: older kept scans are then not read
+_MAX_KEPT_BYTES = 1 << 30
+_SCAN_FIELDS = ("records", "total_records", "total_bytes", "class_names", "class_counts", "min_size",
+                "max_size", "file_indices", "stride", "offset", "file_records", "local_records",
+                "records_read")
+
+
+def kept_scans_path(folder: str | None, splits: Sequence[Sequence[str]], depends: list) -> str | None:
+    """Where this worker's checked scans of ``splits`` (each a list of files) are kept, for ``depends``
+    (the flags the checks depend on and the worker's share); None when there is no place or a file cannot
+    be stat'ed (the scans are then simply not kept)."""
+    import tensorflow as tf
+
+    from trainer import kept
+
+    if not folder:
+        return None
+    try:
+        identity = [kept.files_identity(files) for files in splits]
+    except tf.errors.OpError:
+        return None
+    return f"{folder}/images-{kept.key(_KEPT_FORMAT, identity, repr(depends))}.npz"
+
+
+def load_kept_scans(path: str | None, splits: Sequence[Sequence[str]]) -> list[ImageScan] | None:
+    """The scans :func:`keep_scans` kept at ``path`` (decoded: nothing left to check), or None."""
+    import io
+
+    from trainer import kept
+
+    raw = kept.read(path, _MAX_KEPT_BYTES, "image scans") if path else None
+    if raw is None:
+        return None
+    try:
+        arrays = np.load(io.BytesIO(raw), allow_pickle=False)
+        metas = json.loads(arrays["meta"].tobytes())
+        scans = []
+        for i, (files, meta) in enumerate(zip(splits, metas, strict=True)):
+            values = {name: tuple(v) if isinstance(v, list) else v for name, v in meta["fields"].items()}
+            scans.append(ImageScan(
+                files=tuple(files), excluded=arrays[f"excluded_{i}"], good_keys=arrays[f"good_{i}"],
+                bad_records=tuple(BadRecord(*b) for b in meta["bad_records"]), decoded=True, **values))
+        return scans
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logging.getLogger("trainer").warning("not reading the kept image scans %s (%s): checking the data",
+                                             path, exc)
+        return None
+
+
+def keep_scans(path: str | None, scans: Sequence[ImageScan]) -> None:
+    """Keep the decoded (fully checked) ``scans`` at ``path`` for the job's later trials and restarts."""
+    import io
+
+    from trainer import kept
+
+    if not path:
+        return
+    metas, arrays = [], {}
+    for i, scan in enumerate(scans):
+        metas.append({"fields": {name: getattr(scan, name) for name in _SCAN_FIELDS},
+                      "bad_records": [[b.file, b.record, b.reason] for b in scan.bad_records]})
+        arrays[f"excluded_{i}"], arrays[f"good_{i}"] = scan.excluded, scan.good_keys
+    buffer = io.BytesIO()
+    np.savez(buffer, meta=np.frombuffer(json.dumps(metas).encode(), np.uint8), **arrays)
+    kept.write(path, buffer.getvalue(), "image scans")
+
+
+def cache_share(scan: ImageScan, *, channels: int, image_size: int):
+    """The in-memory cache of a kept scan's share (what :func:`load_images` keeps with ``keep``): the
+    checked records decoded once more, now only to fill the cache."""
+    return _decode_share(scan, scan.good_keys, channels, image_size)[1]
 
 
 def _decode_share(scan: ImageScan, good: np.ndarray, channels: int, image_size: int | None):

@@ -93,6 +93,8 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
 
     with strategy.scope():
         model = task.build_model(cfg, data)
+    if data.keep:
+        data.keep()
     if replicas > 1:
         fix_distributed_symbolic_build(model)
     if kind == "multi_worker":

@@ -341,3 +341,45 @@ def test_a_bad_record_in_the_second_workers_share_fails_every_worker_alike(
     assert [len(s.bad_records) for s in scans] == [1, 1]
     good = len(records) - 1 + SHARD_RECORDS * (len(files) - 1)
     assert scans[0].records == scans[1].records == sum(s.share_records for s in scans) == good
+
+
+def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path, monkeypatch, caplog):
+    """A study's later trial (same files, same flags) reads neither headers nor pixels to check them: it
+    reports the same records, classes and skipped record, and still fills its cache. Changed data, or a
+    damaged kept file, is checked again."""
+    from trainer.config import resolve_config
+    from trainer.sharding import Shard
+    from trainer.tasks import image_classifier
+
+    images, labels = digit_images(40, seed=3)
+    records = png_records(images, labels)
+    train = write_records(tmp_path / "train.tfrecord", records[:30] + [example(b"not an image", 1)])
+    evaluation = write_records(tmp_path / "eval.tfrecord", records[30:])
+    cfg = resolve_config(["--model", "image_classifier", "--train-files", str(train), "--eval-files",
+                          str(evaluation), "--channels", "1", "--max-bad-records", "1"])
+    shard = Shard(cache_dir=str(tmp_path / "kept"))
+    caplog.set_level("INFO", logger="trainer")
+
+    def run():
+        data = image_classifier.make_data(cfg, 8, 8, shard)
+        if data.keep:  # what the loop does once the data and the model were accepted
+            data.keep()
+        return data.report, sum(int(y.shape[0]) for _, y in data.train)
+
+    first, delivered = run()
+    assert first["train"]["skipped"]["undecodable"] == 1 and first["train"]["share"]["cached"]
+    with monkeypatch.context() as m:
+        for name in ("scan_images", "load_images"):
+            m.setattr(image_data, name, lambda *a, **k: pytest.fail("checked the data again"))
+        again, delivered_again = run()
+    assert again == first and delivered_again == delivered == 30
+    assert "the checks of a run before this one" in caplog.text
+
+    (old,) = (tmp_path / "kept").iterdir()
+    write_records(train, records[:29])  # changed data: a different key, checked anew
+    changed, _ = run()
+    assert changed["train"]["records"] == 29 and not changed["train"]["skipped_records"]
+    (kept,) = set((tmp_path / "kept").iterdir()) - {old}
+    kept.write_bytes(b"damaged")
+    assert run()[0] == changed
+    assert "not reading the kept image scans" in caplog.text

@@ -236,7 +236,10 @@ def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
         def compute():
             calls.append(flags)
             return {"popularity": {"recall_at_k": compute_value}}
-        return kept_baselines(folder, [str(ratings)], flags, compute)
+        figures, keep = kept_baselines(folder, [str(ratings)], flags, compute)
+        if keep:  # what the loop does once the data and the model were accepted
+            keep()
+        return figures
 
     first = baselines(["k", 10])
     assert baselines(["k", 10], compute_value=0.9) == first and calls == [["k", 10]]  # a later trial reads it
@@ -250,7 +253,7 @@ def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
     assert baselines(["k", 10], compute_value=0.5) == {"popularity": {"recall_at_k": 0.5}}
     assert "not reading the kept baselines" in caplog.text
     # Without a place to keep them (a plain local run), every run computes them.
-    assert kept_baselines(None, [str(ratings)], [], lambda: {"x": 1}) == {"x": 1}
+    assert kept_baselines(None, [str(ratings)], [], lambda: {"x": 1}) == ({"x": 1}, None)
 
 
 def test_top_k_lists_too_large_to_export_are_refused_before_training(tmp_path, monkeypatch):

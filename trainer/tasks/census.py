@@ -285,8 +285,6 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
                                                      flag="--train-files", every_share=True, keeper=keeper)
     eval_share, eval_scan, eval_keep = scan_share(eval_files, SCHEMA, shard, max_bad_rows=bad,
                                                   flag="--eval-files", keeper=keeper)
-    if keeper:
-        keeper.flush()  # both splits were accepted
     # Every statistic of the preprocessing (means, variances, bin edges) comes from the training split only.
     edges = numeric_edges(train_scan, cfg.task.numeric_bins) if cfg.task.numeric_bins else {}
     preprocessor = _preprocessor_class()(train_scan.stats, edges, name="census_preprocessor")
@@ -315,7 +313,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     else:
         train_steps = count_batches(train_scan, global_train_batch)
     return TaskData(train=train, eval=evaluation, train_rows=train_scan.rows, eval_rows=eval_scan.rows,
-                    train_steps=train_steps, preprocessor=preprocessor, report=report, state={"edges": edges})
+                    train_steps=train_steps, preprocessor=preprocessor, report=report, state={"edges": edges},
+                    keep=keeper.flush if keeper else None)
 
 
 def build_model(cfg, data: TaskData):

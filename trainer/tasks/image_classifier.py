@@ -25,6 +25,7 @@ This module imports no TensorFlow at import time: the job tooling reads its spec
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -40,6 +41,8 @@ from trainer.tasks.base import (
     integral,
     option,
 )
+
+log = logging.getLogger("trainer")
 
 BACKBONES = ("cnn", "mobilenet_v2", "resnet50")
 OPTIMIZERS = ("sgd", "adam")
@@ -119,20 +122,40 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
 
     from trainer.data import DataError, cache_budget
-    from trainer.image_data import expand_globs, image_dataset, load_images, scan_images
+    from trainer.image_data import (
+        cache_share,
+        expand_globs,
+        image_dataset,
+        keep_scans,
+        kept_scans_path,
+        load_images,
+        load_kept_scans,
+        scan_images,
+    )
 
     task = cfg.task
     train_files = expand_globs(cfg.train_files, "--train-files")
     eval_files = expand_globs(cfg.eval_files, "--eval-files")
-    # Each worker checks only its share (shard) and the workers combine what they found. The first pass
-    # reads records and image headers only: the image size and what a cache would hold are known before
-    # any image is decoded.
     common = {"channels": task.channels, "max_bad_records": task.max_bad_records, "shard": shard}
-    train_scan = scan_images(train_files, num_classes=task.num_classes or None, flag="--train-files",
-                             decode=False, **common)
-    # Evaluation is labelled in the training data's classes: a label beyond them is a bad record there.
-    eval_scan = scan_images(eval_files, class_names=train_scan.class_names, flag="--eval-files",
-                            decode=False, **common)
+    # A trial or restart before this one may have checked the same files with the same flags: reuse its
+    # scans only if every worker has its own (the checks below are collectives every worker must join).
+    kept_path = kept_scans_path(shard.cache_dir, [train_files, eval_files],
+                                [task.channels, task.num_classes, task.max_bad_records, shard.index,
+                                 shard.count])
+    kept = load_kept_scans(kept_path, [train_files, eval_files])
+    reuse = all(shard.exchange(kept is not None))
+    if reuse:
+        train_scan, eval_scan = kept
+        log.info("data: the checks of a run before this one, from %s", kept_path)
+    else:
+        # Each worker checks only its share (shard) and the workers combine what they found. The first
+        # pass reads records and image headers only: the image size and what a cache would hold are known
+        # before any image is decoded.
+        train_scan = scan_images(train_files, num_classes=task.num_classes or None, flag="--train-files",
+                                 decode=False, **common)
+        # Evaluation is labelled in the training data's classes: a label beyond them is a bad record there.
+        eval_scan = scan_images(eval_files, class_names=train_scan.class_names, flag="--eval-files",
+                                decode=False, **common)
     if train_scan.num_classes < 2:
         raise DataError(f"--train-files: {train_scan.num_classes} class: a classifier needs at least 2")
     if cfg.hypertune_metric in TOP_K_METRICS and train_scan.num_classes <= 5:
@@ -149,10 +172,14 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     # step). Training data has the first claim on the budget.
     budget = cache_budget(cfg.cache_limit_mb)
     held = train_scan.held_bytes(size, task.channels)
-    train_scan, train_cache = load_images(train_scan, image_size=size, keep=held <= budget, **common)
-    budget -= held if train_cache is not None else 0
-    eval_scan, eval_cache = load_images(eval_scan, image_size=size,
-                                        keep=eval_scan.held_bytes(size, task.channels) <= budget, **common)
+    train_keep = held <= budget
+    eval_keep = eval_scan.held_bytes(size, task.channels) <= budget - (held if train_keep else 0)
+    if reuse:  # nothing left to check: decode only what a cache will hold
+        train_cache = cache_share(train_scan, channels=task.channels, image_size=size) if train_keep else None
+        eval_cache = cache_share(eval_scan, channels=task.channels, image_size=size) if eval_keep else None
+    else:
+        train_scan, train_cache = load_images(train_scan, image_size=size, keep=train_keep, **common)
+        eval_scan, eval_cache = load_images(eval_scan, image_size=size, keep=eval_keep, **common)
     options = {"image_size": size, "channels": task.channels, "seed": cfg.seed, "cache_limit_mb": 0}
     train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_cache,
                           augment=task.augmentations(), repeat=cfg.steps_per_epoch is not None, **options)
@@ -184,8 +211,10 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
                           f"{shares}")
     # The model takes preprocessed pixels; the serving function decodes, resizes and scales in front of it,
     # with no state to export (preprocessor None).
+    checked = [train_scan, eval_scan]
     return TaskData(train=train, eval=evaluation, train_rows=train_scan.records, eval_rows=eval_scan.records,
-                    train_steps=max(1, math.ceil(train_scan.records / global_train_batch)), report=report)
+                    train_steps=max(1, math.ceil(train_scan.records / global_train_batch)), report=report,
+                    keep=None if reuse else lambda: keep_scans(kept_path, checked))
 
 
 def build_model(cfg, data: TaskData):

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainer.sharding import UNSHARDED, Shard
@@ -228,12 +229,13 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     eval_ds = eval_ds.ragged_batch(global_eval_batch).map(
         lambda x, y: ({"user": x["user"], "seen": x["seen"].to_tensor()}, y.to_tensor()))
 
-    baselines = {}
+    baselines, keep = {}, None
     if shard.index == 0:
         depends = [columns, split, cfg.seed, task.positive_threshold, task.ranking_k, task.eval_users,
                    task.ease_max_items]
-        baselines = kept_baselines(shard.cache_dir, [*given.sources, *evaluation.sources], depends, lambda: (
-            rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items)))
+        baselines, keep = kept_baselines(shard.cache_dir, [*given.sources, *evaluation.sources], depends,
+                                         lambda: rd.ranking_baselines(fit, ranked, len(items), task.ranking_k,
+                                                                      task.ease_max_items))
     report = {
         "train": {"files": list(given.sources), "ratings": len(train), "users": len(users),
                   "items": len(items), "this_worker_ratings": len(mine)},
@@ -263,16 +265,19 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         train_steps=max(1, math.ceil(len(train) / global_train_batch)),
         preprocessor=lookup, report=report,
         state={"items": items.tolist(), "rated": rated, "num_users": len(users), "max_k": max_k,
-               "popularity": np.bincount(fit.items, minlength=len(items) + 1)})
+               "popularity": np.bincount(fit.items, minlength=len(items) + 1)},
+        keep=keep)
 
 
 _BASELINES_FORMAT = 1  # bump when what the baselines compute changes: older kept figures are then not read
 
 
-def kept_baselines(folder: str | None, files: list[str], depends: list, compute) -> dict:
-    """``compute()`` (popularity's and EASE's figures; EASE inverts an items x items matrix, over a minute
-    and GBs on the shipped data), or the figures a trial or run before this one computed from the same
-    files and flags, kept in ``folder`` (trainer.kept): a study pays for them once."""
+def kept_baselines(folder: str | None, files: list[str], depends: list,
+                   compute) -> tuple[dict, Callable | None]:
+    """(``compute()``: popularity's and EASE's figures, and what keeps them in ``folder`` (trainer.kept) for
+    the job's later trials and restarts), or (the figures a run before this one kept for the same files and
+    flags, None): EASE inverts an items x items matrix (over a minute and GBs on the shipped data), and a
+    study pays for it once."""
     import json
 
     import tensorflow as tf
@@ -280,11 +285,11 @@ def kept_baselines(folder: str | None, files: list[str], depends: list, compute)
     from trainer import kept
 
     if not folder:
-        return compute()
+        return compute(), None
     try:
         identity = kept.files_identity(files)
     except tf.errors.OpError:
-        return compute()
+        return compute(), None
     path = f"{folder}/baselines-{kept.key(_BASELINES_FORMAT, identity, repr(depends))}.json"
     raw = kept.read(path, 1 << 20, "baselines")
     if raw is not None:
@@ -292,13 +297,12 @@ def kept_baselines(folder: str | None, files: list[str], depends: list, compute)
             figures = json.loads(raw)
             if isinstance(figures, dict):
                 log.info("baselines: read from %s", path)
-                return figures
+                return figures, None
         except ValueError:
             pass
         log.warning("not reading the kept baselines %s: computing them again", path)
     figures = compute()
-    kept.write(path, json.dumps(figures).encode(), "baselines")
-    return figures
+    return figures, lambda: kept.write(path, json.dumps(figures).encode(), "baselines")
 
 
 def build_model(cfg, data: TaskData):
