@@ -139,7 +139,10 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
             "value": "job",
             "in": '${default(map.get(recent, "customJobs"), [])}',
             "steps": [{"check_job": {"switch": [{
-                "condition": f'${{not("endTime" in job) or time.parse(job.createTime) > started - '
+                # Vertex writes createTime with up to nine fractional digits and time.parse takes at most
+                # six: compare whole seconds (the window is hours).
+                "condition": f'${{not("endTime" in job) or '
+                             f'time.parse(text.substring(job.createTime, 0, 19) + "Z") > started - '
                              f'{DUPLICATE_WINDOW_S}}}',
                 # Any match will do (duplicates are rare), so no `break`: the loop is over a handful of jobs.
                 "steps": [{"remember": {"assign": [{"duplicate_of": "${job}"}]}}],

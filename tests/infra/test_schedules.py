@@ -150,11 +150,14 @@ def test_each_run_gets_its_own_id_and_output_directory(nightly):
     ],
     ids=["retry-finished", "retry-running", "still-running", "yesterday", "after-window", "other-job"],
 )
-def test_a_retried_trigger_never_starts_a_second_run(nightly, existing, duplicate):
+@pytest.mark.parametrize("digits", [0, 3, 9])  # Vertex's createTime has up to nine fractional digits
+def test_a_retried_trigger_never_starts_a_second_run(nightly, existing, duplicate, digits):
     _, run, workflow, _ = nightly
+    created = iso(int(NOW - existing["age"]))
+    if digits:
+        created = created.replace("Z", "." + "123456789"[:digits] + "Z")
     job = {"name": f"{run.parent}/customJobs/77", "state": "JOB_STATE_RUNNING",
-           "labels": {run.label: existing.get("label", run.submission_hash)},
-           "createTime": iso(NOW - existing["age"])}
+           "labels": {run.label: existing.get("label", run.submission_hash)}, "createTime": created}
     if existing["ended"]:
         job.update(state="JOB_STATE_SUCCEEDED", endTime=iso(NOW - existing["age"] + 60))
     vertex = FakeVertex([job])
@@ -260,3 +263,24 @@ def test_the_schedule_account_holds_exactly_what_a_run_needs(bootstraps, configs
 )
 def test_request_strings_become_workflows_values(text, substitutions, expected):
     assert expression(text, substitutions) == expected
+
+
+@pytest.mark.parametrize(("text", "accepted"), [
+    ("2026-11-23T03:00:00Z", True), ("2026-11-23T03:00:00.123456Z", True),
+    ("2026-11-23T03:00:00.123456789Z", False), ("2026-11-23T03:00:00+01:00", True), ("yesterday", False),
+])
+def test_the_interpreter_parses_times_as_strictly_as_workflows(text, accepted):
+    from tests.infra.workflows_interpreter import _parse
+
+    if accepted:
+        assert _parse(text) > 0
+    else:
+        with pytest.raises(ValueError, match="at most microsecond precision"):
+            _parse(text)
+
+
+def test_the_interpreters_map_get_is_null_for_a_missing_key_or_a_non_map():
+    from tests.infra.workflows_interpreter import _map_get
+
+    assert _map_get({"a": 1}, "a") == 1 and _map_get({"a": 1}, "b") is None
+    assert _map_get([1, 2], "a") is None and _map_get(None, "a") is None

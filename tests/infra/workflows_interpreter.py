@@ -72,8 +72,20 @@ def _format(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# time.parse takes RFC 3339 with at most microsecond precision (Workflows' documentation): Vertex AI's own
+# timestamps may carry nine fractional digits, which the real function refuses, so this one does too.
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)")
+
+
 def _parse(text: str) -> float:
+    if not isinstance(text, str) or not _RFC3339.fullmatch(text):
+        raise ValueError(f"time.parse: {text!r} is not an RFC 3339 time with at most microsecond precision")
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _map_get(value: Any, key: str) -> Any:
+    """map.get: the key's value, or null when it is missing or ``value`` is not a map."""
+    return value.get(key) if isinstance(value, dict) else None
 
 
 class Interpreter:
@@ -176,7 +188,7 @@ class Interpreter:
             "time": SimpleNamespace(format=_format, parse=_parse),
             "text": SimpleNamespace(substring=lambda s, a, b: s[a:b],
                                     replace_all_regex=lambda s, p, r: re.sub(p, r, s)),
-            "map": SimpleNamespace(get=lambda m, k: m.get(k)),
+            "map": SimpleNamespace(get=_map_get),
             "default": lambda value, fallback: fallback if value is None else value,
             "len": len,
             **variables,
