@@ -18,18 +18,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.body import CUSTOM_JOB, TUNING_JOB
-from jobs.compile import CONTAINER, PYTHON_PACKAGE
-from jobs.errors import JobError, one_of
+from infra.outputs import BUCKET_OUTPUTS as INFRA_BUCKET_OUTPUTS
+from jobs.definition.body import CUSTOM_JOB, TUNING_JOB
+from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.machines import FAMILY_NAMES, family_of
+from jobs.definition.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
 from jobs.legacy import tables
 from jobs.legacy.shell import Unknown, Word
 from jobs.legacy.source import TRAINING_INPUT, LegacyJob, shell_values
-from jobs.machines import FAMILY_NAMES, family_of
-from jobs.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
 
 T = TRAINING_INPUT
-# The outputs whose buckets a legacy gs:// path may turn out to be, in the order they are tried.
-BUCKET_OUTPUTS = ("data_bucket", "models_bucket", "staging_bucket", "tensorboard_logs_bucket")
+# The outputs whose buckets a legacy gs:// path may turn out to be (infra's bucket outputs), in the order they
+# are tried and listed: by name.
+BUCKET_OUTPUTS = tuple(sorted(INFRA_BUCKET_OUTPUTS))
 PREBUILT = {
     "cpu": "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest",
     "gpu": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",

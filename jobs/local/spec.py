@@ -1,8 +1,8 @@
 """Typed view of the compiled Vertex AI REST body (camelCase), limited to what a local run needs.
 
 The body was already validated against ``google.cloud.aiplatform_v1`` by ``jobs/``; this module reads it
-through ``jobs.body`` (the reader validate and compile use too) and raises :class:`LocalRunError` (one line
-naming the field by its dotted body path) for what cannot run on this machine.
+through ``jobs.definition.body`` (the reader validate and compile use too) and raises :class:`LocalRunError`
+(one line naming the field by its dotted body path) for what cannot run on this machine.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import body as job_body
-from jobs.body import GOALS, TUNING_JOB, VALUE_SPECS, image_name, join, spec_field
+from jobs.definition import body as job_body
+from jobs.definition.body import GOALS, TUNING_JOB, VALUE_SPECS, image_name, join, spec_field
 from trainer.contract import TRAINER_MODULE, WORKER_POOLS
 
 

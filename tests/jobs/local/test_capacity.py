@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from jobs.body import spec_field
-from jobs.local import capacity, run_local, spec
+from jobs.definition.body import spec_field
+from jobs.local import capacity, spec
+from jobs.local.run import run_local
 from jobs.local.spec import LocalRunError
 from tests.jobs.helpers import JOBS_DIR, compile_text
 from tests.jobs.helpers import OUTPUTS as JOB_OUTPUTS

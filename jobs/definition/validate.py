@@ -15,8 +15,8 @@ from typing import Any
 
 # Job labels follow the Google Cloud label rules the infra config already checks: one spelling of them.
 from infra.config import LABEL_KEY, LABEL_VALUE
-from jobs import image, machines
-from jobs.body import (
+from jobs.definition import image, machines
+from jobs.definition.body import (
     CONTAINER_SPEC,
     GOALS,
     PROGRAMS,
@@ -30,9 +30,9 @@ from jobs.body import (
     spec_field,
     split_image,
 )
-from jobs.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
-from jobs.errors import JobError, one_of
-from jobs.trainer_contract import TrainerArgsError, TrainerContract
+from jobs.definition.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
 from trainer.contract import METRIC_FLAG, REPLICA_VARIABLES, TRAINER_MODULE, WORKER_POOLS
 
 SERVICE_ACCOUNT = re.compile(
@@ -63,8 +63,8 @@ def validate(
     ``accounts``: the service accounts a job may run as (the environment's runtime account first, then those
     its config lists in ``job_service_accounts``).
     """
-    from jobs.schema import SchemaError, check_message
-    from jobs.vertex_types import job_message_classes
+    from jobs.definition.schema import SchemaError, check_message
+    from jobs.definition.vertex_types import job_message_classes
 
     custom_cls, tuning_cls = job_message_classes()
     try:

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobs import body as job_body
-from jobs.body import CUSTOM_JOB, KINDS, TUNING_JOB
-from jobs.errors import JobError, one_of
-from jobs.loader import Document
-from jobs.references import resolve
+from jobs.definition import body as job_body
+from jobs.definition.body import CUSTOM_JOB, KINDS, TUNING_JOB
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.loader import Document
+from jobs.definition.references import resolve
 
 PYTHON_PACKAGE = "python-package"
 CONTAINER = "container"
@@ -53,7 +53,7 @@ class Context:
     code_hash: str
     now: datetime
     sdist_name: str = "trainer-0.1.0.tar.gz"
-    # Content hash of the trainer image's build context (jobs.image): the tag in ${job.image_tag}.
+    # Content hash of the trainer image's build context (jobs.definition.image): the tag in ${job.image_tag}.
     image_hash: str = ""
     flags: JobFlags = field(default_factory=JobFlags)
     overrides: tuple[str, ...] = ()
@@ -101,7 +101,7 @@ class CompiledJob:
         return JobError(self.file, path, f"{problem} (line {line})" if line else problem, allowed)
 
     def pools(self) -> list[job_body.Pool]:
-        """Each worker pool, whichever kind of job this is (read by jobs.body)."""
+        """Each worker pool, whichever kind of job this is (read by jobs.definition.body)."""
         return job_body.job_pools(self.body, self.kind)
 
     def worker_pools(self) -> list[tuple[str, dict[str, Any]]]:

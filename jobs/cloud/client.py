@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from jobs.body import split_gs
-from jobs.compile import CUSTOM_JOB, TUNING_JOB
+from jobs.definition.body import split_gs
+from jobs.definition.compile import CUSTOM_JOB, TUNING_JOB
 
 TERMINAL_STATES = frozenset(
     {
