@@ -20,6 +20,7 @@ from typing import Any
 from jobs.definition import body as job_body
 from jobs.definition.body import CUSTOM_JOB, KINDS, TUNING_JOB
 from jobs.definition.errors import JobError, one_of
+from jobs.definition.kinds import JOB_KINDS
 from jobs.definition.loader import Document
 from jobs.definition.references import resolve
 
@@ -29,9 +30,6 @@ DELIVERIES = (PYTHON_PACKAGE, CONTAINER)
 # Underscore, not hyphen: the key is used in a list filter (labels.<key>="<value>"), where a hyphen could be
 # read as the filter language's minus; label keys allow both.
 SUBMISSION_LABEL = "submission_hash"
-
-# What the request field is called in Create{Custom,HyperparameterTuning}JobRequest (JSON names).
-REQUEST_FIELD = {CUSTOM_JOB: "customJob", TUNING_JOB: "hyperparameterTuningJob"}
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ class CompiledJob:
 
     @property
     def request_field(self) -> str:
-        return REQUEST_FIELD[self.kind]
+        return JOB_KINDS[self.kind].request_field
 
     def request(self) -> dict[str, Any]:
         """The Create*JobRequest in its JSON form: what --dry-run prints and what the client sends."""
