@@ -1,6 +1,6 @@
 """The one bounded reader of every YAML, JSON and text input the tools parse: job files and `--set` values
-(jobs/loader.py), legacy configs and submit scripts (`run_job.py convert`, jobs/legacy/), environment configs
-(infra/config.py) and deployed outputs files (infra/outputs.py).
+(jobs/definition/loader.py), legacy configs and submit scripts (`run_job.py convert`, jobs/legacy/),
+environment configs (infra/config.py) and deployed outputs files (infra/outputs.py).
 
 Pure (stdlib + yaml) and under infra/ because infra/ may not import jobs/ while jobs/ imports infra/: both
 layers use it. Its errors are `InputError` (file, where, problem, allowed); each door turns them into its own

@@ -68,7 +68,7 @@ class ScheduledRun:
     job_name: str
     run_id_placeholder: str
     submission_hash: str
-    label: str  # the label key holding submission_hash (jobs.compile.SUBMISSION_LABEL)
+    label: str  # the label key holding submission_hash (jobs.definition.compile.SUBMISSION_LABEL)
     timeout_s: int
 
     def body_dict(self) -> dict[str, Any]:

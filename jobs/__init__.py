@@ -1,12 +1,22 @@
-"""Job definitions (jobs/*.yaml) and the code that validates them, compiles them into Vertex AI requests and
-submits them. Entry point: ``python scripts/run_job.py JOB_FILE [--dry-run | --local]``.
+"""Job definitions (jobs/*.yaml) and the code that validates them, compiles them into Vertex AI requests, and
+runs them on Vertex AI or on this machine. Entry point: ``python scripts/run_job.py JOB_FILE [--dry-run |
+--local]``; as a library, ``jobs.api``.
 
-Modules, in the order a run uses them: ``loader`` (strict YAML) -> ``overrides`` (--set) -> ``references``
-(${infra.*}, ${job.*}) -> ``compile`` (the pure definition -> request function) -> ``validate`` (the real
-aiplatform_v1 schema via ``schema``/``vertex_types``, ``machines``, ``trainer_contract``, the images in
-``image``) -> ``plan`` (steps, executed through the one SDK factory in ``cloud``: the trainer image builds of
-``builds``, the trainer sdist from ``package``). ``body`` is the one reader of a compiled body they all use;
-``local`` runs a compiled job on this machine; ``build_cli`` is scripts/build_image.py; ``legacy`` and
-``convert_cli`` are `run_job.py convert` (legacy AI Platform Training -> a definition). Importing this package
-imports nothing heavy.
+Layers, each importing only those above it in this list (tests/jobs/test_layers.py checks it):
+
+- ``definition/``: the definition model, pure and offline: ``kinds`` (the job kinds' table), ``errors``,
+  ``loader`` (strict YAML) -> ``overrides`` (--set) -> ``references`` (${infra.*}, ${job.*}) -> ``compile``
+  (definition -> request) -> ``validate`` (the aiplatform_v1 schema via ``schema``/``vertex_types``,
+  ``study`` (a StudySpec, typed), ``machines``, ``trainer_contract``, the images and tags of ``image``,
+  the sdist of ``package``); ``body`` is the one reader of a compiled body.
+- ``cloud/``: the cloud runner: ``plan`` (steps, executed through the SDK clients of ``client``), the
+  trainer image builds of ``builds``.
+- ``local/``: the local runner (``local.run.run_local``), Optuna studies with Vertex semantics.
+- ``legacy/``: legacy AI Platform Training -> a definition (``run_job.py convert``).
+- ``api``: the library entry point the command lines, synthesis and tests call.
+- ``schedule``: an environment's schedules compiled for synthesis (scripts/synth.py).
+- ``cli/``: the command lines (run_job.py, its ``convert`` subcommand, build_image.py); nothing imports them
+  but scripts/ and tests.
+
+Importing this package imports nothing heavy.
 """

@@ -24,11 +24,11 @@ from pathlib import Path
 from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
 from infra.outputs import planned_outputs
 from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRun
-from jobs.body import CUSTOM_JOB
-from jobs.compile import CONTAINER, SUBMISSION_LABEL, job_name
-from jobs.errors import JobError
+from jobs.api import REPO_ROOT
+from jobs.definition.body import CUSTOM_JOB
+from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
+from jobs.definition.errors import JobError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # Ids look like <name>-<yyyymmdd>-<hhmmss>-<6 chars>; the placeholder has that shape, spelled out.
 PLACEHOLDER_SUFFIX = "yyyymmdd-hhmmss-xxxxxx"
 # Only the job id depends on the clock, and a schedule's id is the placeholder: any fixed time will do.
@@ -43,7 +43,7 @@ def compile_schedules(cfg: EnvironmentConfig, repo_root: Path = REPO_ROOT) -> tu
 
 
 def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_root: Path) -> ScheduledRun:
-    from jobs.cli import compile_file
+    from jobs.api import compile_file
 
     field = f"schedules.{schedule.name}.job"
     placeholder = f"{job_name(schedule.job)}-{PLACEHOLDER_SUFFIX}"

@@ -20,9 +20,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from jobs.cli import build_parser, load_outputs, prepare  # noqa: E402 - after the path setup above
-from jobs.errors import JobError  # noqa: E402
-from jobs.image import parse_prebuilt, split_image, variant_for_machine  # noqa: E402
+from jobs.api import DEFAULT_ENV, compile_file, load_outputs  # noqa: E402 - after the path setup above
+from jobs.definition.errors import JobError  # noqa: E402
+from jobs.definition.image import parse_prebuilt, split_image, variant_for_machine  # noqa: E402
 
 
 def pinned(variant: str, package: str) -> str:
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("files", nargs="*", type=Path, help="job definitions (default: jobs/*.yaml)")
-    parser.add_argument("--env", default="dev")
+    parser.add_argument("--env", default=DEFAULT_ENV)
     args = parser.parse_args(argv)
     files = args.files or sorted((REPO_ROOT / "jobs").glob("*.yaml"))
     try:
@@ -62,10 +62,15 @@ def main(argv=None) -> int:
     print(f"{'job':<20} {'pool':<5} {'image':<30} {'tensorflow':<11} {'keras':<10} check")
     failed = 0
     for path in files:
-        # run_job.py's own parser, so the namespace carries exactly what prepare() reads.
-        ns = build_parser().parse_args([str(path), "--env", args.env])
-        try:
-            job = prepare(ns, now=datetime.now(timezone.utc), repo_root=REPO_ROOT, outputs=outputs)
+        try:  # what `run_job.py FILE --dry-run --env ENV` compiles and validates
+            job = compile_file(
+                str(path),
+                env=args.env,
+                overrides=(),
+                outputs=outputs,
+                repo_root=REPO_ROOT,
+                now=datetime.now(timezone.utc),
+            )
             verdict, pools = "pass", job.worker_pools()
         except JobError as exc:
             failed += 1

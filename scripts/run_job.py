@@ -34,7 +34,7 @@ from pathlib import Path
 # Run as a script: make the repo root importable (jobs/, infra/, trainer/).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobs.cli import main  # noqa: E402 - after the path setup above
+from jobs.cli.run_job import main  # noqa: E402 - after the path setup above
 
 if __name__ == "__main__":
     sys.exit(main(description=__doc__))

@@ -18,18 +18,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.body import CUSTOM_JOB, TUNING_JOB
-from jobs.compile import CONTAINER, PYTHON_PACKAGE
-from jobs.errors import JobError, one_of
+from infra.outputs import BUCKET_OUTPUTS as INFRA_BUCKET_OUTPUTS
+from jobs.definition.body import CUSTOM_JOB, TUNING_JOB
+from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.machines import FAMILY_NAMES, family_of
+from jobs.definition.study import StudyError, parse_study
+from jobs.definition.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
 from jobs.legacy import tables
 from jobs.legacy.shell import Unknown, Word
 from jobs.legacy.source import TRAINING_INPUT, LegacyJob, shell_values
-from jobs.machines import FAMILY_NAMES, family_of
-from jobs.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
 
 T = TRAINING_INPUT
-# The outputs whose buckets a legacy gs:// path may turn out to be, in the order they are tried.
-BUCKET_OUTPUTS = ("data_bucket", "models_bucket", "staging_bucket", "tensorboard_logs_bucket")
+# The outputs whose buckets a legacy gs:// path may turn out to be (infra's bucket outputs), in the order they
+# are tried and listed: by name.
+BUCKET_OUTPUTS = tuple(sorted(INFRA_BUCKET_OUTPUTS))
 PREBUILT = {
     "cpu": "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest",
     "gpu": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
@@ -166,11 +169,12 @@ def _type(value: Any) -> str:
     )
 
 
-def _count(legacy: LegacyJob, path: str, value: Any, minimum: int = 0) -> int:
+def _count(legacy: LegacyJob, path: str, value: Any, minimum: int | None = 0) -> int:
+    """An integer count; ``minimum=None`` leaves its range to the caller (the study's counts: study.py)."""
     # The REST API writes int64 as a JSON string ("9"); YAML configs write a number.
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
         raise legacy.error(path, f"{value!r} is not a possible count", f"an integer >= {minimum}")
     return value
 
@@ -587,14 +591,15 @@ def _study(
     algorithm = _enum(
         legacy, f"{path}.algorithm", spec.get("algorithm", "ALGORITHM_UNSPECIFIED"), tables.ALGORITHMS
     )
-    trials = _count(legacy, f"{path}.maxTrials", spec.get("maxTrials", 1), 1)
-    parallel = _count(legacy, f"{path}.maxParallelTrials", spec.get("maxParallelTrials", 1), 1)
-    failed = _count(legacy, f"{path}.maxFailedTrials", spec.get("maxFailedTrials", 0), 0)
+    # Their ranges are the study's rules (jobs.definition.study), checked with the rest below.
+    trials = _count(legacy, f"{path}.maxTrials", spec.get("maxTrials", 1), None)
+    parallel = _count(legacy, f"{path}.maxParallelTrials", spec.get("maxParallelTrials", 1), None)
+    failed = _count(legacy, f"{path}.maxFailedTrials", spec.get("maxFailedTrials", 0), None)
     params = spec.get("params")
     if not isinstance(params, list) or not params:
-        raise legacy.error(f"{path}.params", "no parameters to tune", "a list of ParameterSpecs")
+        raise legacy.error(f"{path}.params", "no parameters to tune", "one or more ParameterSpecs")
     parameters = [
-        _parameter(legacy, contract, model, args, f"{path}.params.{i}", p, algorithm, out, i)
+        _parameter(legacy, contract, model, args, f"{path}.params.{i}", p, out, i)
         for i, p in enumerate(params)
     ]
     if spec.get("enableTrialEarlyStopping"):
@@ -622,6 +627,12 @@ def _study(
         "metrics": [{"metricId": tag, "goal": goal}],
         "parameters": parameters,
     }
+    # The StudySpec rules are validation's and --local's (jobs.definition.study), said of the legacy field.
+    try:
+        parse_study(study)
+    except StudyError as exc:
+        raise legacy.error(_legacy_field(exc.path, path), exc.problem, exc.allowed) from None
+    study["studySpec"]["parameters"] = [_settled(p) for p in parameters]
     out.blame.append(("studySpec.metrics", f"{path}.hyperparameterMetricTag"))
     for key, legacy_key in (
         ("maxTrialCount", "maxTrials"),
@@ -645,7 +656,6 @@ def _parameter(
     args: list[str],
     path: str,
     raw: Any,
-    algorithm: str,
     out: Conversion,
     index: int,
 ) -> dict[str, Any]:
@@ -667,37 +677,22 @@ def _parameter(
     out.blame.append((f"studySpec.parameters.{index}", path))
     spec: dict[str, Any] = {"parameterId": name}
     if kind in ("INTEGER", "DOUBLE"):
-        if algorithm == "GRID_SEARCH" and kind == "DOUBLE":
-            raise legacy.error(f"{path}.type", "DOUBLE with GRID_SEARCH", "INTEGER, DISCRETE or CATEGORICAL")
         low = _number(legacy, f"{path}.minValue", raw.get("minValue"))
         high = _number(legacy, f"{path}.maxValue", raw.get("maxValue"))
-        if kind == "INTEGER" and (low != int(low) or high != int(high)):
-            raise legacy.error(f"{path}.minValue", f"{low}..{high} for an INTEGER", "whole numbers")
-        if low >= high:
-            raise legacy.error(f"{path}.maxValue", f"{high} is not above minValue {low}", f"a number > {low}")
-        if scale in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE") and low <= 0:
-            raise legacy.error(f"{path}.minValue", f"{low} on a log scale", "a number > 0")
-        if kind == "INTEGER":
-            spec["integerValueSpec"] = {"minValue": int(low), "maxValue": int(high)}
-        else:
-            spec["doubleValueSpec"] = {"minValue": low, "maxValue": high}
+        spec[tables.VALUE_SPECS[kind]] = {"minValue": low, "maxValue": high}
     elif kind == "DISCRETE":
         values = raw.get("discreteValues")
         if not isinstance(values, list) or not values:
             raise legacy.error(f"{path}.discreteValues", "missing or empty", "a list of numbers")
         numbers = [_number(legacy, f"{path}.discreteValues.{i}", v) for i, v in enumerate(values)]
-        if numbers != sorted(set(numbers)):
-            raise legacy.error(
-                f"{path}.discreteValues", f"{numbers} is not increasing", "distinct numbers, ascending"
-            )
-        if _integer_flag(contract, args, name, numbers):
+        spec["discreteValueSpec"] = {"values": numbers}
+        if numbers == sorted(set(numbers)) and _integer_flag(contract, args, name, numbers):
             out.decisions.append(
                 f"params.{index} {name}: DISCRETE {numbers} -> categoricalValueSpec of the same whole "
                 f"numbers: Vertex AI passes DISCRETE values as doubles (--{name}=64.0), which an integer "
                 "flag refuses"
             )
-            return {"parameterId": name, "categoricalValueSpec": {"values": [str(int(v)) for v in numbers]}}
-        spec["discreteValueSpec"] = {"values": numbers}
+            spec[_AS_CATEGORICAL] = True  # once the study passed its rules (see _settled)
     else:
         values = raw.get("categoricalValues")
         if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
@@ -709,6 +704,56 @@ def _parameter(
     if scale != "NONE":
         spec["scaleType"] = scale
     return spec
+
+
+# Marks a DISCRETE spec that becomes categoricalValueSpec of its whole numbers after the study's checks.
+_AS_CATEGORICAL = "_as_categorical"
+
+
+def _settled(spec: dict[str, Any]) -> dict[str, Any]:
+    """A checked ParameterSpec as written: INTEGER bounds as ints, a marked DISCRETE as CATEGORICAL."""
+    if spec.pop(_AS_CATEGORICAL, False):
+        values = spec["discreteValueSpec"]["values"]
+        whole = [str(int(v)) for v in values]
+        return {"parameterId": spec["parameterId"], "categoricalValueSpec": {"values": whole}}
+    if "integerValueSpec" in spec:
+        spec["integerValueSpec"] = {k: int(v) for k, v in spec["integerValueSpec"].items()}
+    return spec
+
+
+# A StudySpec field -> the legacy hyperparameters field it came from.
+_LEGACY_STUDY_FIELDS = {
+    "maxTrialCount": "maxTrials",
+    "parallelTrialCount": "maxParallelTrials",
+    "maxFailedTrialCount": "maxFailedTrials",
+    "studySpec.algorithm": "algorithm",
+    "studySpec.metrics": "hyperparameterMetricTag",
+    "studySpec.metrics.0.metricId": "hyperparameterMetricTag",
+    "studySpec.metrics.0.goal": "goal",
+    "studySpec.parameters": "params",
+}
+
+
+def _legacy_field(body_path: str, hyperparameters: str) -> str:
+    """The legacy field a StudySpec body path was converted from, e.g. maxTrialCount -> <hp>.maxTrials,
+    studySpec.parameters.0.doubleValueSpec.minValue -> <hp>.params.0.minValue."""
+    if body_path in _LEGACY_STUDY_FIELDS:
+        return f"{hyperparameters}.{_LEGACY_STUDY_FIELDS[body_path]}"
+    parts = body_path.split(".")
+    if parts[:2] != ["studySpec", "parameters"] or len(parts) < 3:
+        return hyperparameters
+    where = f"{hyperparameters}.params.{parts[2]}"
+    rest = parts[3:]
+    if not rest:
+        return where
+    if rest[0] == "parameterId":
+        return f"{where}.parameterName"
+    if len(rest) == 1:  # the value spec as a whole: what its type chose
+        return f"{where}.type"
+    if rest[1] == "values":
+        values = "discreteValues" if rest[0] == "discreteValueSpec" else "categoricalValues"
+        return ".".join([where + "." + values, *rest[2:]])
+    return f"{where}.{rest[1]}"
 
 
 def _keras_metric(tag: str) -> str:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from infra import reader
-from jobs.errors import JobError, one_of
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.loader import Document, load_text, read_text_file
 from jobs.legacy import shell, tables
-from jobs.loader import Document, load_text, read_text_file
 
 ALLOWED_FILE = (
     "a legacy AI Platform config (YAML or JSON TrainingInput/job) or a shell script with its submit command"

@@ -3,7 +3,7 @@
 Sources: the AI Platform Training v1 REST reference (TrainingInput, ReplicaConfig, HyperparameterSpec,
 ParameterSpec) and its "Specifying machine types or scale tiers" guide; the Vertex AI AcceleratorType enum,
 which marks NVIDIA_TESLA_K80 "reached end of support" (Compute Engine's K80 end-of-life notice points to T4
-and L4); the Vertex AI custom-training machine list, which is what ``jobs.machines`` encodes.
+and L4); the Vertex AI custom-training machine list, which is what ``jobs.definition.machines`` encodes.
 """
 
 from __future__ import annotations

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
 
-from jobs.body import GS, gs_bucket, gs_uris, rebase_gs
+from jobs.definition.body import GS, gs_bucket, gs_uris, rebase_gs
 from jobs.local.spec import JobSpec, LocalRunError, PoolSpec
 from trainer.contract import (
     CLUSTER_SPEC,
@@ -278,3 +279,13 @@ def check_module_root(argv: tuple[str, ...], repo_root: Path, path: str) -> None
 
         if importlib.util.find_spec(top) is None:
             raise LocalRunError(path, f"module {argv[1]!r} is not in this repo ({repo_root}) nor installed")
+
+
+def slug(name: str) -> str:
+    """A display name as a folder and study name: letters, digits, _ . - only, at most 100 characters."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:100] or "study"
+
+
+def local_job_id(name: str) -> str:
+    """The job id (CLOUD_ML_JOB_ID) of a local run (Vertex AI sets the job's numeric id)."""
+    return f"local-{slug(name)}"

@@ -22,8 +22,8 @@ from typing import Any
 
 import optuna
 
+from jobs.definition.validate import format_trial_value
 from jobs.local.spec import ParameterSpec, StudyConfig, grid_points
-from jobs.validate import format_trial_value
 
 SEED = 0
 

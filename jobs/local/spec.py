@@ -1,32 +1,34 @@
 """Typed view of the compiled Vertex AI REST body (camelCase), limited to what a local run needs.
 
 The body was already validated against ``google.cloud.aiplatform_v1`` by ``jobs/``; this module reads it
-through ``jobs.body`` (the reader validate and compile use too) and raises :class:`LocalRunError` (one line
-naming the field by its dotted body path) for what cannot run on this machine.
+through ``jobs.definition.body`` (the reader validate and compile use too) and raises :class:`LocalRunError`
+(one line naming the field by its dotted body path) for what cannot run on this machine.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import body as job_body
-from jobs.body import GOALS, TUNING_JOB, VALUE_SPECS, image_name, join, spec_field
+from jobs.definition import body as job_body
+from jobs.definition.body import STUDY_FIELD, TUNING_JOB, image_name, join, spec_field
+from jobs.definition.study import Parameter, StudyError, grid_points, parse_study
 from trainer.contract import TRAINER_MODULE, WORKER_POOLS
 
 
 class LocalRunError(ValueError):
     """A job that cannot run locally; ``str()`` is one line, ``<field.path>: <problem>``, as a JobError's."""
 
-    def __init__(self, path: str, problem: str) -> None:
+    def __init__(self, path: str, problem: str, allowed: str = "") -> None:
         self.path = path
         self.problem = problem
+        self.allowed = allowed
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        return " ".join(f"{self.path}: {self.problem}".split())
+        allowed = f"; allowed: {self.allowed}" if self.allowed else ""
+        return " ".join(f"{self.path}: {self.problem}{allowed}".split())
 
 
 @dataclass(frozen=True)
@@ -57,14 +59,7 @@ class JobSpec:
         return sum(p.replica_count for p in self.pools)
 
 
-@dataclass(frozen=True)
-class ParameterSpec:
-    parameter_id: str
-    kind: str  # DOUBLE | INTEGER | DISCRETE | CATEGORICAL
-    scale: str = "UNIT_LINEAR_SCALE"
-    low: float = 0.0
-    high: float = 0.0
-    values: tuple[Any, ...] = ()
+ParameterSpec = Parameter  # the study model's typed parameter (jobs.definition.study)
 
 
 @dataclass(frozen=True)
@@ -81,10 +76,6 @@ class StudyConfig:
     raw_study_spec: dict[str, Any] = field(default_factory=dict)
 
 
-# The most trials one study holds. Vertex AI's tuning jobs run on Vizier, whose quota page documents "Maximum
-# number of trials in a study: 1,000" (AI Platform Vizier: https://cloud.google.com/ai-platform/optimizer/docs/
-# quotas); neither the API reference nor this repo's validation gives another bound for maxTrialCount.
-MAX_TRIALS = 1000
 # The most points a local GRID_SEARCH enumerates: Optuna's GridSampler lists and shuffles every point of the
 # grid up front, so an INTEGER range of 1..10**9 would exhaust memory before the first trial. A local limit.
 MAX_GRID_POINTS = 100_000
@@ -234,143 +225,36 @@ def _duration(value: Any, path: str) -> float | None:
     return float(match.group(1)) or None
 
 
-# The body's value spec field -> the ParameterSpec type it makes.
-_KINDS = {spec_name: kind for kind, spec_name in VALUE_SPECS.items()}
-
-
-def _parameter(raw: Any, path: str) -> ParameterSpec:
-    if not isinstance(raw, dict) or not raw.get("parameterId"):
-        raise LocalRunError(join(path, "parameterId"), "required")
-    if raw.get("conditionalParameterSpecs"):
-        raise LocalRunError(
-            join(path, "conditionalParameterSpecs"), "conditional parameters are not supported locally"
-        )
-    kinds = [k for k in _KINDS if k in raw]
-    if len(kinds) != 1:
-        raise LocalRunError(path, f"needs exactly one of {', '.join(_KINDS)}")
-    key = kinds[0]
-    kind, body = _KINDS[key], raw[key] or {}
-    if not isinstance(body, dict):
-        raise LocalRunError(join(path, key), f"expected an object, got {body!r}")
-    scale = str(raw.get("scaleType") or "UNIT_LINEAR_SCALE")
-    if scale == "SCALE_TYPE_UNSPECIFIED":
-        scale = "UNIT_LINEAR_SCALE"
-    pid = str(raw["parameterId"])
-    if kind in ("DOUBLE", "INTEGER"):
-        conv = float if kind == "DOUBLE" else _int_value
-        try:
-            low, high = conv(body.get("minValue")), conv(body.get("maxValue"))
-        except (TypeError, ValueError, OverflowError):
-            raise LocalRunError(join(path, key), "minValue and maxValue must be numbers") from None
-        if not (math.isfinite(low) and math.isfinite(high)):
-            raise LocalRunError(join(path, key), f"minValue {low} and maxValue {high} must be finite numbers")
-        if low > high or (kind == "DOUBLE" and low == high):
-            raise LocalRunError(join(path, key), f"minValue {low} must be below maxValue {high}")
-        if scale != "UNIT_LINEAR_SCALE" and low <= 0:
-            raise LocalRunError(join(path, key, "minValue"), f"{scale} needs minValue > 0, got {low}")
-        return ParameterSpec(pid, kind, scale, low, high)
-    raw_values = body.get("values") or ()
-    if not isinstance(raw_values, list | tuple):
-        raise LocalRunError(join(path, key, "values"), f"expected a list, got {raw_values!r}")
-    values = tuple(raw_values)
-    if not values:
-        raise LocalRunError(join(path, key, "values"), "at least one value is required")
-    if kind == "DISCRETE":
-        try:
-            values = tuple(float(v) for v in values)
-        except (TypeError, ValueError):
-            raise LocalRunError(join(path, key, "values"), f"{list(values)} are not all numbers") from None
-        if not all(math.isfinite(v) for v in values):
-            raise LocalRunError(join(path, key, "values"), f"{list(values)} are not all finite numbers")
-    else:
-        values = tuple(str(v) for v in values)
-    return ParameterSpec(pid, kind, scale, values=values)
-
-
-def grid_points(params: tuple[ParameterSpec, ...]) -> int:
-    """How many points GRID_SEARCH visits: every INTEGER in [min, max] times every listed value, counted."""
-    return math.prod(int(p.high) - int(p.low) + 1 if p.kind == "INTEGER" else len(p.values) for p in params)
-
-
-def _int_value(value: Any) -> int:
-    number = float(value)
-    if not number.is_integer():
-        raise ValueError(value)
-    return int(number)
-
-
 def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConfig:
-    study_path = job_body.STUDY_FIELD
-    spec = body.get(study_path)
-    if not isinstance(spec, dict):
-        raise LocalRunError(study_path, f"required for a {TUNING_JOB}")
-    metrics = spec.get("metrics") or []
-    if (
-        not isinstance(metrics, list)
-        or len(metrics) != 1
-        or not isinstance(metrics[0], dict)
-        or not metrics[0].get("metricId")
-    ):
-        raise LocalRunError(join(study_path, "metrics"), "exactly one metric {metricId, goal} is supported")
-    goal = str(metrics[0].get("goal", ""))
-    if goal not in GOALS:
-        raise LocalRunError(join(study_path, "metrics", 0, "goal"), f"{goal!r}; use {' or '.join(GOALS)}")
-    params_path = join(study_path, "parameters")
-    raw_params = spec.get("parameters") or []
-    if not isinstance(raw_params, list):
-        raise LocalRunError(params_path, f"expected a list of parameters, got {raw_params!r}")
-    params = tuple(_parameter(p, join(params_path, i)) for i, p in enumerate(raw_params))
-    if not params:
-        raise LocalRunError(params_path, "at least one parameter is required")
-    ids = [p.parameter_id for p in params]
-    if len(set(ids)) != len(ids):
-        raise LocalRunError(params_path, f"parameterId values must be unique, got {ids}")
-    algorithm = str(spec.get("algorithm") or "ALGORITHM_UNSPECIFIED")
-    if algorithm not in ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH"):
-        raise LocalRunError(
-            join(study_path, "algorithm"),
-            f"{algorithm!r}; use ALGORITHM_UNSPECIFIED, GRID_SEARCH or RANDOM_SEARCH",
-        )
-    if algorithm == "GRID_SEARCH":
-        for i, p in enumerate(params):
-            if p.kind == "DOUBLE":
-                raise LocalRunError(
-                    join(params_path, i),
-                    "GRID_SEARCH takes INTEGER, DISCRETE or CATEGORICAL parameters, not DOUBLE "
-                    f"({p.parameter_id})",
-                )
-        points = grid_points(params)
+    """The study (by the rules of jobs.definition.study, as validation applies them) and what runs its trials,
+    refusing what this machine cannot do: conditional parameters, a grid too big to enumerate."""
+    try:
+        study = parse_study(body)
+    except StudyError as exc:
+        raise LocalRunError(exc.path, exc.problem, exc.allowed) from None
+    for p in study.parameters:
+        if p.has_children:
+            raise LocalRunError(
+                join(p.path, "conditionalParameterSpecs"), "conditional parameters are not supported locally"
+            )
+    if study.algorithm == "GRID_SEARCH":
+        points = grid_points(study.parameters)
         if points > MAX_GRID_POINTS:
             raise LocalRunError(
-                params_path,
+                join(STUDY_FIELD, "parameters"),
                 f"the grid has {points} points; --local enumerates at most {MAX_GRID_POINTS} (narrow the "
                 "INTEGER ranges or the value lists)",
             )
-    selection = str(spec.get("measurementSelectionType") or "LAST_MEASUREMENT")
-    if selection == "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED":
-        selection = "LAST_MEASUREMENT"
-    max_trials = _int(body.get("maxTrialCount", 0), "maxTrialCount")
-    parallel = _int(body.get("parallelTrialCount", 1) or 1, "parallelTrialCount")
-    max_failed = _int(body.get("maxFailedTrialCount", 0) or 0, "maxFailedTrialCount")
-    if not 1 <= max_trials <= MAX_TRIALS:
-        raise LocalRunError(
-            "maxTrialCount",
-            f"{max_trials}; use 1..{MAX_TRIALS} (the most trials one Vizier study of a tuning job holds)",
-        )
-    if not 1 <= parallel <= max_trials:
-        raise LocalRunError("parallelTrialCount", f"{parallel}; use 1..maxTrialCount ({max_trials})")
-    if max_failed < 0:
-        raise LocalRunError("maxFailedTrialCount", f"{max_failed}; use 0 (Vertex AI decides) or more")
     trial_path = spec_field(TUNING_JOB)
     return StudyConfig(
-        metric_id=str(metrics[0]["metricId"]),
-        goal=goal,
-        parameters=params,
-        algorithm=algorithm,
-        measurement_selection=selection,
-        max_trials=max_trials,
-        parallel_trials=parallel,
-        max_failed_trials=max_failed,
+        metric_id=study.metric_id,
+        goal=study.goal,
+        parameters=study.parameters,
+        algorithm=study.algorithm,
+        measurement_selection=study.measurement_selection,
+        max_trials=study.max_trials,
+        parallel_trials=study.parallel_trials,
+        max_failed_trials=study.max_failed_trials,
         trial_job=parse_job_spec(body.get(trial_path), trial_path, trainer_image),
-        raw_study_spec=spec,
+        raw_study_spec=study.raw,
     )

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from jobs.body import TUNING_JOB, join, spec_field
-from jobs.local import capacity, environment, launcher, local_job_id, report, search_space, spec
+from jobs.definition.body import TUNING_JOB, join, spec_field
+from jobs.local import capacity, environment, launcher, report, search_space, spec
+from jobs.local.environment import local_job_id, slug
 from jobs.local.spec import LocalRunError, StudyConfig
 from trainer.contract import HP_METRIC_FILE, JOB_ID, MODEL_DIR, TRIAL_ID
 
@@ -61,10 +61,6 @@ def read_metric(
     if selection == "BEST_MEASUREMENT":
         return (max(values) if goal == "MAXIMIZE" else min(values)), measurements
     return values[-1], measurements
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:100] or "study"
 
 
 @dataclass

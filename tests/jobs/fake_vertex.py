@@ -12,8 +12,15 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from jobs.cloud import Clients, CloudBuilds, ImageRegistry, LocalDirStorage, VertexJobs, tag_resource_name
-from jobs.image import VARIANTS
+from jobs.cloud.client import (
+    Clients,
+    CloudBuilds,
+    ImageRegistry,
+    LocalDirStorage,
+    VertexJobs,
+    tag_resource_name,
+)
+from jobs.definition.image import VARIANTS
 from tests.jobs.helpers import IMAGE_HASH, OUTPUTS
 
 COLLECTIONS = ("customJobs", "hyperparameterTuningJobs")

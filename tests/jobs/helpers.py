@@ -11,11 +11,11 @@ import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
 
-from jobs.cli import main
-from jobs.compile import Context, JobFlags, compile_job
-from jobs.loader import load_text
-from jobs.trainer_contract import load_trainer_contract
-from jobs.validate import validate
+from jobs.cli.run_job import main
+from jobs.definition.compile import Context, JobFlags, compile_job
+from jobs.definition.loader import load_text
+from jobs.definition.trainer_contract import load_trainer_contract
+from jobs.definition.validate import validate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOBS_DIR = REPO_ROOT / "jobs"
@@ -259,7 +259,7 @@ def make_repo(root: Path, dockerignore: str | None = None) -> Path:
 def arg_path(job_file: Path, flag: str, pool: str = "jobSpec.workerPoolSpecs.0") -> str:
     """The --set path of the arg ``flag=...`` in a shipped definition's pool, found by the flag's name (so a
     reordered args list moves the path with it), e.g. ``jobSpec.workerPoolSpecs.0.containerSpec.args.3``."""
-    from jobs.loader import load_file
+    from jobs.definition.loader import load_file
 
     node = load_file(job_file).data
     for key in pool.split("."):

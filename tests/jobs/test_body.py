@@ -1,11 +1,12 @@
-"""jobs.body, the one reader of a compiled job body, and the readers built on it agreeing with each other."""
+"""jobs.definition.body, the one reader of a compiled job body, and the readers built on it agreeing with each
+other."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobs import body
-from jobs.body import CUSTOM_JOB, TUNING_JOB
+from jobs.definition import body
+from jobs.definition.body import CUSTOM_JOB, TUNING_JOB
 from jobs.local import spec as local_spec
 from tests.jobs.helpers import JOBS_DIR, OUTPUTS, compile_text
 
@@ -34,9 +35,8 @@ def test_pools_keep_their_positions_and_dotted_paths_for_either_kind(kind, field
     assert (
         pools[0].field("machineSpec", "machineType") == f"{field}.workerPoolSpecs.0.machineSpec.machineType"
     )
-    assert (
-        body.job_spec(job, kind) is job[field] and body.job_spec(job, body.KINDS[kind == CUSTOM_JOB]) is None
-    )
+    other = TUNING_JOB if kind == CUSTOM_JOB else CUSTOM_JOB
+    assert body.job_spec(job, kind) is job[field] and body.job_spec(job, other) is None
 
 
 def test_a_pool_reads_its_program_whichever_spec_it_has():

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from jobs.compile import JobFlags, job_name
-from jobs.errors import JobError
-from jobs.loader import load_text
-from jobs.overrides import Override, apply_overrides
+from jobs.definition.compile import JobFlags, job_name
+from jobs.definition.errors import JobError
+from jobs.definition.loader import load_text
+from jobs.definition.overrides import Override, apply_overrides
 from tests.jobs.helpers import CUSTOM, GCLOUD_CUSTOM, IMAGE_HASH, NOW, OUTPUTS, TUNING, check, compile_text
 
 # ---- strict YAML -------------------------------------------------------------------------------------------
@@ -331,7 +331,7 @@ def test_set_on_the_multiworker_chief_changes_its_workers(cli):
     ids=["repo-trainer", "own-package"],
 )
 def test_the_sdist_is_staged_only_when_a_pool_installs_it(mutations, stages):
-    from jobs.plan import StagePackage, build_plan
+    from jobs.cloud.plan import StagePackage, build_plan
 
     plan = build_plan(compile_text(CUSTOM, mutations))
     assert any(isinstance(step, StagePackage) for step in plan.steps) is stages

@@ -679,7 +679,7 @@ BAD_INPUT = [
             extra="",
             param="{parameterName: learning-rate, type: DOUBLE, minValue: 1, maxValue: 0.1}",
         ),
-        ["params.0.maxValue: 0.1 is not above minValue 1"],
+        ["params.0.minValue: minValue 1.0 >= maxValue 0.1", "allowed: minValue < maxValue"],
     ),
     (
         STUDY.format(
@@ -688,7 +688,7 @@ BAD_INPUT = [
             param="{parameterName: learning-rate, type: DOUBLE, minValue: 0, maxValue: 1,"
             " scaleType: UNIT_LOG_SCALE}",
         ),
-        ["params.0.minValue: 0 on a log scale"],
+        ["params.0.minValue: UNIT_LOG_SCALE with minValue 0.0", "allowed: minValue > 0 on a log scale"],
     ),
     (
         STUDY.format(
@@ -696,7 +696,7 @@ BAD_INPUT = [
             extra="algorithm: GRID_SEARCH",
             param="{parameterName: learning-rate, type: DOUBLE, minValue: 0.1, maxValue: 1}",
         ),
-        ["params.0.type: DOUBLE with GRID_SEARCH"],
+        ["params.0.type: GRID_SEARCH cannot enumerate the DOUBLE parameter 'learning-rate'"],
     ),
     (
         STUDY.format(
@@ -725,7 +725,7 @@ BAD_INPUT = [
     (
         "hyperparameters: {goal: MAXIMIZE, maxTrials: 0,"
         " params: [{parameterName: num-layers, type: INTEGER, minValue: 1, maxValue: 3}]}\n",
-        ["hyperparameters.maxTrials: 0 is not a possible count"],
+        ["hyperparameters.maxTrials: maxTrialCount is 0"],
     ),
     ("scaleTier: BASIC\nargs: [--num-layers=0]\n", ["args: the trainer refuses them"]),
 ]

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import pytest
 
-from jobs.cloud import GcsStorage
+from jobs.cloud.client import GcsStorage
 from tests.jobs.fake_vertex import send_json
 
 

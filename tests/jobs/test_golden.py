@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from jobs.image import RUNNABLE_PREBUILT, variant_for_machine
+from jobs.definition.image import RUNNABLE_PREBUILT, variant_for_machine
 from tests.jobs.helpers import IMAGE_HASH, OUTPUTS, REPO_ROOT, SHIPPED, run_cli
 
 GOLDEN = REPO_ROOT / "tests" / "jobs" / "golden"

@@ -1,6 +1,6 @@
-"""The trainer image: build context and tag (jobs.image), validation of the image a pool runs, and builds
-through Cloud Build at submission, against the fake REST endpoint (Artifact Registry, Cloud Build, Vertex AI)
-and a directory standing in for gs://."""
+"""The trainer image: build context and tag (jobs.definition.image), validation of the image a pool runs, and
+builds through Cloud Build at submission, against the fake REST endpoint (Artifact Registry, Cloud Build,
+Vertex AI) and a directory standing in for gs://."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import tarfile
 
 import pytest
 
-import jobs.plan
-from jobs.builds import job_builds
-from jobs.cloud import tag_resource_name
-from jobs.errors import JobError
-from jobs.image import (
+import jobs.cloud.plan
+from jobs.cloud.builds import job_builds
+from jobs.cloud.client import tag_resource_name
+from jobs.definition.errors import JobError
+from jobs.definition.image import (
     ImageError,
     context_files,
     image_hash,
@@ -46,7 +46,7 @@ V3 = {"machineType": "cloud-tpu", "acceleratorType": "TPU_V3", "acceleratorCount
 
 @pytest.fixture(autouse=True)
 def no_poll_sleep(monkeypatch):
-    monkeypatch.setattr(jobs.plan, "POLL_SECONDS", 0)
+    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
 
 
 # ---- context and tag --------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_unreadable_or_irregular_inputs_are_refused(tmp_path):
 
 
 def test_hostile_contexts_fail_before_anything_is_read(tmp_path, monkeypatch):
-    import jobs.image
+    import jobs.definition.image
 
     repo = make_repo(tmp_path / "repo")
     outside = tmp_path / "outside"
@@ -160,7 +160,7 @@ def test_hostile_contexts_fail_before_anything_is_read(tmp_path, monkeypatch):
         image_hash(repo)  # would block forever reading a FIFO
     assert caught.value.file == "trainer/pipe"
     (repo / "trainer/pipe").unlink()
-    monkeypatch.setattr(jobs.image, "MAX_CONTEXT_BYTES", 10)
+    monkeypatch.setattr(jobs.definition.image, "MAX_CONTEXT_BYTES", 10)
     with pytest.raises(ImageError) as caught:
         image_hash(repo)
     assert caught.value.file == ".dockerignore" and "over" in caught.value.problem
@@ -392,7 +392,7 @@ def test_a_missing_image_is_built_once_then_reused(repo, tmp_path, monkeypatch):
         assert "build QUEUED" in out and "build SUCCESS" in out and f"trainer image: built {image}" in out
 
         # Same code again: found in Artifact Registry, nothing uploaded or built.
-        monkeypatch.setattr(jobs.plan, "write_context", _must_not_run)
+        monkeypatch.setattr(jobs.cloud.plan, "write_context", _must_not_run)
         rc, out, err = submit(server, repo, gcs, "--no-wait")
         assert rc == 0, err
         assert len(server.fake.created_builds()) == 1 and "already built" in out
@@ -400,7 +400,7 @@ def test_a_missing_image_is_built_once_then_reused(repo, tmp_path, monkeypatch):
         # Changed code: a new tag, a new build.
         (repo / "trainer/task.py").write_text("print('changed')\n")
         monkeypatch.undo()
-        monkeypatch.setattr(jobs.plan, "POLL_SECONDS", 0)
+        monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
         rc, out, err = submit(server, repo, gcs, "--no-wait")
         assert rc == 0, err
         assert len(server.fake.created_builds()) == 2
@@ -454,11 +454,11 @@ def test_a_retried_submit_follows_the_running_build(repo, tmp_path):
             if len(calls) == 2:
                 raise KeyboardInterrupt
 
-        jobs.plan._sleep, original = interrupt, jobs.plan._sleep
+        jobs.cloud.plan._sleep, original = interrupt, jobs.cloud.plan._sleep
         try:
             rc, out, err = submit(server, repo, tmp_path / "gcs")
         finally:
-            jobs.plan._sleep = original
+            jobs.cloud.plan._sleep = original
         assert rc == 130 and "running the same command again" in err
         fake.build_states = ["WORKING", "SUCCESS"]
         rc, out, err = submit(server, repo, tmp_path / "gcs", "--no-wait")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from jobs.package import code_hash, sdist_filename, source_files
+from jobs.definition.package import code_hash, sdist_filename, source_files
 from tests.jobs.helpers import REPO_ROOT
 
 
@@ -53,7 +53,7 @@ def test_light_type_import_is_the_real_package():
     # After the light import, the full SDK still imports normally and shares the very same classes.
     script = textwrap.dedent("""\
         import sys
-        from jobs.vertex_types import job_message_classes
+        from jobs.definition.vertex_types import job_message_classes
         custom, tuning = job_message_classes()
         assert "google.cloud.aiplatform_v1.services" not in sys.modules
         from google.cloud import aiplatform_v1

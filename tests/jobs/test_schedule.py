@@ -12,7 +12,7 @@ import yaml
 from infra.config import ConfigError, parse_environment
 from infra.outputs import planned_outputs
 from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S
-from jobs.cli import REPO_ROOT, compile_file
+from jobs.api import REPO_ROOT, compile_file
 from jobs.schedule import compile_schedules
 
 CONFIG = """

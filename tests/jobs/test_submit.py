@@ -12,7 +12,7 @@ import tarfile
 import pytest
 from google.protobuf import json_format
 
-import jobs.plan
+import jobs.cloud.plan
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer, Request
 from tests.jobs.helpers import CODE_HASH, IMAGE_HASH, JOBS_DIR, OUTPUTS, PLANNED_OUTPUTS, run_cli
 
@@ -24,7 +24,7 @@ PACKAGE = f"demo-project-staging/packages/{CODE_HASH}/trainer-0.1.0.tar.gz"
 
 @pytest.fixture(autouse=True)
 def no_poll_sleep(monkeypatch):
-    monkeypatch.setattr(jobs.plan, "POLL_SECONDS", 0)
+    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_uploaded_package_is_the_trainer_sdist_and_is_not_uploaded_twice(vertex,
     def no_build(*args, **kwargs):
         raise AssertionError("identical code must not be rebuilt or re-uploaded")
 
-    monkeypatch.setattr(jobs.plan, "build_sdist", no_build)
+    monkeypatch.setattr(jobs.cloud.plan, "build_sdist", no_build)
     before = sdist.stat().st_mtime_ns
     rc, out, err = run_cli(
         [CPU, "--no-wait", "--set", "jobSpec.scheduling.timeout=600s"], factory=vertex.factory(gcs_root)
@@ -179,7 +179,7 @@ def test_ctrl_c_stops_following_not_the_job(gcs_root, monkeypatch):
     def interrupt(seconds):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(jobs.plan, "_sleep", interrupt)
+    monkeypatch.setattr(jobs.cloud.plan, "_sleep", interrupt)
     with FakeVertexServer(FakeVertex(states=["JOB_STATE_PENDING", "JOB_STATE_RUNNING"])) as server:
         rc, out, err = run_cli([CPU], factory=server.factory(gcs_root))
         name = next(iter(server.fake.jobs))
@@ -188,7 +188,7 @@ def test_ctrl_c_stops_following_not_the_job(gcs_root, monkeypatch):
         assert "keeps running" in err
         assert not [r for r in server.fake.requests if ":cancel" in r.path]
         # ... and following again picks it up.
-        monkeypatch.setattr(jobs.plan, "_sleep", lambda seconds: None)
+        monkeypatch.setattr(jobs.cloud.plan, "_sleep", lambda seconds: None)
         server.fake.states = ["JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
         rc, out, err = run_cli(["--follow", name], factory=server.factory(gcs_root))
         assert rc == 0, err
@@ -228,7 +228,7 @@ def test_tuning_progress_reports_trials_and_best(monkeypatch):
         def flush(self):
             pass
 
-    remote = jobs.plan.follow(
+    remote = jobs.cloud.plan.follow(
         Jobs(), "HyperparameterTuningJob", {"name": "n", "state": "JOB_STATE_RUNNING"}, Out()
     )
     assert remote["state"] == "JOB_STATE_SUCCEEDED"
@@ -323,7 +323,7 @@ def test_ctrl_c_before_the_job_exists_says_a_rerun_is_safe(vertex, gcs_root, mon
     def interrupted_list(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("jobs.cloud.VertexJobs.find_live", interrupted_list)
+    monkeypatch.setattr("jobs.cloud.client.VertexJobs.find_live", interrupted_list)
     rc, out, err = run_cli([CPU], factory=vertex.factory(gcs_root))
     assert rc == 130
     assert "running the same command again reuses the job" in err and "Traceback" not in err

@@ -1,5 +1,5 @@
-"""Table-driven tests of jobs.validate: each row breaks one thing in a valid definition and names the field
-path and the words the one-line error must contain."""
+"""Table-driven tests of jobs.definition.validate: each row breaks one thing in a valid definition and names
+the field path and the words the one-line error must contain."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.errors import JobError
+from jobs.definition.errors import JobError
 from tests.jobs.helpers import (
     CUSTOM,
     DELETE,
@@ -953,7 +953,7 @@ FUZZED = ["census_tuning", "census_tuning_grid", "census_multiworker", "census_t
 def _fuzz(name: str) -> list[list]:
     """Break each field of a shipped definition in turn: every outcome must be one JobError line or an
     acceptance; the acceptances are returned as [path, value]."""
-    from jobs.loader import load_file
+    from jobs.definition.loader import load_file
     from tests.jobs.helpers import JOBS_DIR
 
     text = (JOBS_DIR / f"{name}.yaml").read_text()

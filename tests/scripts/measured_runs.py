@@ -32,8 +32,8 @@ def main() -> None:
     import infra.config  # noqa: F401
     import infra.main  # noqa: F401
     import infra.outputs  # noqa: F401
-    import jobs.cli  # noqa: F401
-    import jobs.convert_cli  # noqa: F401
+    import jobs.cli.convert  # noqa: F401
+    import jobs.cli.run_job  # noqa: F401
     import jobs.legacy.convert  # noqa: F401
     import jobs.schedule  # noqa: F401
 

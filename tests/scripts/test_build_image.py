@@ -9,16 +9,16 @@ import json
 import pytest
 import yaml
 
-import jobs.plan
-from jobs.build_cli import main
-from jobs.image import image_hash
+import jobs.cloud.plan
+from jobs.cli.build_image import main
+from jobs.definition.image import image_hash
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import OUTPUTS, REPO_ROOT, make_repo
 
 
 @pytest.fixture(autouse=True)
 def no_poll_sleep(monkeypatch):
-    monkeypatch.setattr(jobs.plan, "POLL_SECONDS", 0)
+    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
 
 
 def build(argv, **kwargs):

@@ -169,7 +169,7 @@ def test_bad_input_is_one_line_exit_2(text, args, path, tmp_path, script_env):
 
 
 def test_local_passes_the_compiled_job_to_the_local_runner(cli, monkeypatch, tmp_path):
-    import jobs.local
+    import jobs.local.run
 
     calls = []
 
@@ -177,7 +177,7 @@ def test_local_passes_the_compiled_job_to_the_local_runner(cli, monkeypatch, tmp
         calls.append((kind, body, outputs, kwargs))
         return 0
 
-    monkeypatch.setattr(jobs.local, "run_local", fake_run_local)
+    monkeypatch.setattr(jobs.local.run, "run_local", fake_run_local)
     rc, out, err = cli(
         [
             JOBS_DIR / "census_tuning.yaml",
@@ -199,9 +199,9 @@ def test_local_passes_the_compiled_job_to_the_local_runner(cli, monkeypatch, tmp
 
 
 def test_exit_status_of_the_local_run_is_returned(cli, monkeypatch):
-    import jobs.local
+    import jobs.local.run
 
-    monkeypatch.setattr(jobs.local, "run_local", lambda *a, **k: 3)
+    monkeypatch.setattr(jobs.local.run, "run_local", lambda *a, **k: 3)
     assert cli([JOBS_DIR / "census_cpu.yaml", "--local"])[0] == 3
 
 

@@ -163,7 +163,7 @@ def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rew
 
     from infra.outputs import planned_outputs
     from infra.schedules import CREATE_CONNECTOR, LIST_CONNECTOR
-    from jobs.cli import main as run_job
+    from jobs.cli.run_job import main as run_job
     from tests.infra.workflows_interpreter import Interpreter
 
     results, _ = shipped_and_rewritten

@@ -52,7 +52,7 @@ def tiny_task_registered():
     """Register the test-only ``tiny`` task beside the real ones, as one registry line would."""
     import pytest
 
-    from jobs.trainer_contract import load_trainer_contract
+    from jobs.definition.trainer_contract import load_trainer_contract
     from trainer import registry
 
     with pytest.MonkeyPatch.context() as mp:

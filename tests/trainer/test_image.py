@@ -156,8 +156,9 @@ def effective_env(stages: list[Stage], target: str) -> dict[str, str]:
 
 
 def read_allowlist(text: str) -> tuple[list[str], list[str]]:
-    """(included paths, excluded `**/` patterns) of a .dockerignore in the allowlist subset that jobs/image.py
-    reads: comments, `*`, then `!path` lines, then `**/<name>` or `**/*.<ext>` lines; ValueError otherwise."""
+    """(included paths, excluded `**/` patterns) of a .dockerignore in the allowlist subset that
+    jobs/definition/image.py reads: comments, `*`, then `!path` lines, then `**/<name>` or `**/*.<ext>` lines;
+    ValueError otherwise."""
     rules = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
     if not rules or rules[0] != "*":
         raise ValueError("the first rule must be `*`")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.package import build_sdist
+from jobs.definition.package import build_sdist
 from tests.helpers import summary_section
 from tests.trainer.compat_env import (
     IndexUnreachable,

@@ -132,7 +132,7 @@ def test_contracts_import_no_tensorflow():
     # What the job tooling loads for every registered model (the tiny task too): specs, parsers, contract.
     code = (f"import sys, trainer.config as c, trainer.registry as r; r.TASK_MODULES[{TINY_MODEL!r}] = "
             f"{TINY_MODULE!r}\n"
-            "from jobs.trainer_contract import load_trainer_contract\n"
+            "from jobs.definition.trainer_contract import load_trainer_contract\n"
             "contract = load_trainer_contract()\n"
             "for name in r.models(): r.load_task(name); c.build_parser(name)\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras'))"
@@ -206,7 +206,7 @@ LAYERS = {"parameterId": "first-layer-size", "integerValueSpec": {"minValue": 16
 
 
 def test_job_definitions_are_checked_against_the_tasks_contract(tiny):
-    from jobs.errors import JobError
+    from jobs.definition.errors import JobError
     from tests.jobs.helpers import check
 
     check(*_tuning(["--model=tiny"], UNITS))  # its own flag, its own metric and goal
@@ -230,7 +230,7 @@ def test_job_definitions_are_checked_against_the_tasks_contract(tiny):
 
 
 def test_a_tuned_model_checks_each_models_parameters(tiny):
-    from jobs.errors import JobError
+    from jobs.definition.errors import JobError
     from tests.jobs.helpers import check
 
     def per_model(children: dict) -> dict:

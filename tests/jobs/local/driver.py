@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from jobs.local import run_local
+from jobs.local.run import run_local
 from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def refused(body, tmp_path: Path, capsys, outputs=OUTPUTS, root=None, **kw) -> s
     """Run body on root (default tmp_path/root): exit status 2, one line, nothing under tmp_path changed.
 
     Returns the error line."""
-    from jobs.local import run_local
+    from jobs.local.run import run_local
 
     root = root or tmp_path / "root"
     before = snapshot(tmp_path)

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from jobs.body import spec_field
-from jobs.local import capacity, run_local, spec
+from jobs.definition.body import spec_field
+from jobs.local import capacity, spec
+from jobs.local.run import run_local
 from jobs.local.spec import LocalRunError
 from tests.jobs.helpers import JOBS_DIR, compile_text
 from tests.jobs.helpers import OUTPUTS as JOB_OUTPUTS
@@ -97,7 +98,7 @@ def test_each_replica_gets_its_share_of_the_usable_cpus(tmp_path, cpus):
 
 
 LIMITS = [
-    (tuning_job([], trials=1001, parallel=1), "maxTrialCount: 1001; use 1..1000"),
+    (tuning_job([], trials=1001, parallel=1), "maxTrialCount: maxTrialCount is 1001; allowed: 1..1000"),
     (
         tuning_job(
             [],
@@ -109,17 +110,20 @@ LIMITS = [
     ),
     (
         tuning_job([], params=[{"parameterId": "d", "discreteValueSpec": {"values": [1, "x"]}}]),
-        "studySpec.parameters.0.discreteValueSpec.values: [1, 'x'] are not all numbers",
+        "studySpec.parameters.0.discreteValueSpec.values.1: 'x' is not a number",
     ),
     (
         tuning_job([], params=[{"parameterId": "d", "doubleValueSpec": {"minValue": 0, "maxValue": "inf"}}]),
-        "studySpec.parameters.0.doubleValueSpec: minValue 0.0 and maxValue inf must be finite",
+        "studySpec.parameters.0.doubleValueSpec.maxValue: inf is not a number; allowed: a finite number",
     ),
     (
         tuning_job([], params=[{"parameterId": "d", "doubleValueSpec": ["0", "1"]}]),
         "studySpec.parameters.0.doubleValueSpec: expected an object",
     ),
-    (tuning_job([], params=[]) | {"studySpec": {"metrics": ["accuracy"]}}, "studySpec.metrics: exactly one"),
+    (
+        tuning_job([], params=[]) | {"studySpec": {"metrics": ["accuracy"]}},
+        "studySpec.metrics.0.metricId: missing",
+    ),
     (
         custom_job(pool()) | {"jobSpec": {"workerPoolSpecs": [pool()], "baseOutputDirectory": "gs://b/x"}},
         "jobSpec.baseOutputDirectory: expected an object",

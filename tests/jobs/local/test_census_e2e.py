@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from jobs.local import run_local
+from jobs.local.run import run_local
 from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, job_spec, pool
 
 # Runs the real trainer (a minute): complete runs only, not `make test-fast`.

@@ -6,7 +6,8 @@ import time
 import uuid
 from pathlib import Path
 
-from jobs.local import capacity, run_local
+from jobs.local import capacity
+from jobs.local.run import run_local
 from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, alive, custom_job, dumps, pool
 
 

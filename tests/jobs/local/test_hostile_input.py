@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from jobs.local import _registry, environment, launcher, run_local, spec
+from jobs.local import environment, launcher, spec
+from jobs.local.run import _registry, run_local
 from jobs.local.spec import LocalRunError
 from tests.jobs.local.helpers import (
     OUTPUTS,

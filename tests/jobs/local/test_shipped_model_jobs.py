@@ -54,7 +54,7 @@ DISTRIBUTION = {
 
 def _replaced_flag(job: str, override: str) -> None:
     """An override must replace the same flag it sets (the file's arg order is what the index means)."""
-    from jobs.loader import load_file
+    from jobs.definition.loader import load_file
 
     path, _, value = override.partition("=")
     if not path.startswith(("jobSpec", "trialJobSpec")):

@@ -6,7 +6,8 @@ import math
 import optuna
 import pytest
 
-from jobs.local import run_local, search_space, spec, tuning
+from jobs.local import search_space, spec, tuning
+from jobs.local.run import run_local
 from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, custom_job, pool, tuning_job
 
 
@@ -100,7 +101,7 @@ def test_bad_input_is_one_line_naming_the_field_exit_2_nothing_written(kind, bod
     assert run_local(kind, body, OUTPUTS, repo_root=REPO_ROOT, local_root=tmp_path / "local") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and field in err and "Traceback" not in err
-    # Body paths are spelled as jobs.validate spells them: dotted, never `workerPoolSpecs[0]`.
+    # Body paths are spelled as jobs.definition.validate spells them: dotted, never `workerPoolSpecs[0]`.
     assert "[" not in err.split(": ")[2], err
     assert not (tmp_path / "local").exists()
 

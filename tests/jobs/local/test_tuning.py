@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from jobs.local import run_local
+from jobs.local.run import run_local
 from tests.jobs.local.helpers import OUTPUTS, REPO_ROOT, alive, dumps, tuning_job
 
 BASE = "gs/demo-models/runs/study-1"

@@ -15,8 +15,8 @@ from typing import Any
 
 # Job labels follow the Google Cloud label rules the infra config already checks: one spelling of them.
 from infra.config import LABEL_KEY, LABEL_VALUE
-from jobs import image, machines
-from jobs.body import (
+from jobs.definition import image, machines
+from jobs.definition.body import (
     CONTAINER_SPEC,
     GOALS,
     PROGRAMS,
@@ -30,16 +30,16 @@ from jobs.body import (
     spec_field,
     split_image,
 )
-from jobs.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
-from jobs.errors import JobError, one_of
-from jobs.trainer_contract import TrainerArgsError, TrainerContract
+from jobs.definition.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.study import StudyError, parse_study
+from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
 from trainer.contract import METRIC_FLAG, REPLICA_VARIABLES, TRAINER_MODULE, WORKER_POOLS
 
 SERVICE_ACCOUNT = re.compile(
     r"[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com|[0-9]+-compute@developer\.gserviceaccount\.com"
 )
 TENSORBOARD = re.compile(r"projects/[^/]+/locations/([^/]+)/tensorboards/[^/]+")
-LOG_SCALES = ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
 # Vertex AI's EnvVar.name: "a valid C identifier".
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Set by Vertex AI (and by --local) for each replica: a job's own value would fight the runtime contract.
@@ -63,8 +63,8 @@ def validate(
     ``accounts``: the service accounts a job may run as (the environment's runtime account first, then those
     its config lists in ``job_service_accounts``).
     """
-    from jobs.schema import SchemaError, check_message
-    from jobs.vertex_types import job_message_classes
+    from jobs.definition.schema import SchemaError, check_message
+    from jobs.definition.vertex_types import job_message_classes
 
     custom_cls, tuning_cls = job_message_classes()
     try:
@@ -383,42 +383,11 @@ def _check_machine(job: CompiledJob, path: str, machine: dict[str, Any]) -> None
 
 
 def _check_study(job: CompiledJob) -> None:
-    body = job.body
-    max_trials = int(body.get("maxTrialCount", 0))
-    parallel = int(body.get("parallelTrialCount", 0))
-    if max_trials < 1:
-        raise job.error("maxTrialCount", f"maxTrialCount is {max_trials}", "an integer >= 1")
-    if parallel < 1:
-        raise job.error("parallelTrialCount", f"parallelTrialCount is {parallel}", "an integer >= 1")
-    if parallel > max_trials:
-        raise job.error(
-            "parallelTrialCount",
-            f"{parallel} parallel trials but maxTrialCount is {max_trials}",
-            f"1..{max_trials}",
-        )
-    failures = int(body.get("maxFailedTrialCount", 0))
-    if failures < 0 or failures > max_trials:
-        raise job.error("maxFailedTrialCount", f"maxFailedTrialCount is {failures}", f"0..{max_trials}")
-    study = body.get("studySpec")
-    if not isinstance(study, dict):
-        raise job.error("studySpec", "missing", "a StudySpec with metrics and parameters")
-    metrics = study.get("metrics") or []
-    if not metrics:
-        raise job.error("studySpec.metrics", "no metric to optimize", "one metric: {metricId, goal}")
-    for i, metric in enumerate(metrics):
-        if not metric.get("metricId"):
-            raise job.error(f"studySpec.metrics.{i}.metricId", "missing", "a metric tag the trainer reports")
-        if metric.get("goal") not in GOALS:
-            raise job.error(
-                f"studySpec.metrics.{i}.goal", f"goal is {metric.get('goal', 'unset')}", one_of(GOALS)
-            )
-    parameters = study.get("parameters") or []
-    if not parameters:
-        raise job.error("studySpec.parameters", "no parameters to tune", "one or more ParameterSpecs")
-    grid = study.get("algorithm") == "GRID_SEARCH"
-    seen: set[str] = set()
-    for where, parameter in tuned_parameters(study):
-        _check_parameter(job, where, parameter, grid, seen)
+    """The StudySpec rules of jobs.definition.study, addressed to the definition's field."""
+    try:
+        parse_study(job.body)
+    except StudyError as exc:
+        raise job.error(exc.path, exc.problem, exc.allowed) from None
 
 
 def tuned_parameters(study: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -436,67 +405,6 @@ def tuned_parameters(study: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     for i, parameter in enumerate(study.get("parameters") or []):
         collect(f"studySpec.parameters.{i}", parameter)
     return found
-
-
-def _check_parameter(
-    job: CompiledJob, where: str, parameter: dict[str, Any], grid: bool, seen: set[str]
-) -> None:
-    pid = parameter.get("parameterId", "")
-    if not pid:
-        raise job.error(f"{where}.parameterId", "missing", "the trainer flag name without '--'")
-    if pid in seen:
-        raise job.error(f"{where}.parameterId", f"parameter {pid!r} is tuned twice", "unique parameterIds")
-    seen.add(pid)
-    specs = [k for k in VALUE_SPECS.values() if k in parameter]
-    if len(specs) != 1:
-        raise job.error(
-            where, f"parameter {pid!r} has {len(specs)} value specs", one_of(VALUE_SPECS.values())
-        )
-    spec_name = specs[0]
-    spec = parameter[spec_name] or {}
-    spec_path = f"{where}.{spec_name}"
-    if spec_name in ("doubleValueSpec", "integerValueSpec"):
-        number = float if spec_name == "doubleValueSpec" else int
-        if "minValue" not in spec or "maxValue" not in spec:
-            raise job.error(spec_path, "needs minValue and maxValue", "minValue < maxValue")
-        low, high = number(spec["minValue"]), number(spec["maxValue"])
-        if low >= high:
-            raise job.error(
-                f"{spec_path}.minValue", f"minValue {low} >= maxValue {high}", "minValue < maxValue"
-            )
-        if parameter.get("scaleType") in LOG_SCALES and low <= 0:
-            raise job.error(
-                f"{spec_path}.minValue",
-                f"{parameter['scaleType']} with minValue {low}",
-                "minValue > 0 on a log scale, or UNIT_LINEAR_SCALE",
-            )
-    elif spec_name == "discreteValueSpec":
-        values = [float(v) for v in spec.get("values") or []]
-        if not values:
-            raise job.error(f"{spec_path}.values", "no values", "one or more numbers, increasing")
-        bad = next((k for k in range(1, len(values)) if values[k] <= values[k - 1]), None)
-        if bad is not None:
-            raise job.error(
-                f"{spec_path}.values.{bad}",
-                f"{values[bad]:g} after {values[bad - 1]:g}: values are not strictly increasing",
-                "strictly increasing numbers",
-            )
-        if parameter.get("scaleType") in LOG_SCALES and values[0] <= 0:
-            raise job.error(
-                f"{spec_path}.values.0",
-                f"{parameter['scaleType']} with value {values[0]:g}",
-                "values > 0 on a log scale",
-            )
-    else:
-        values = spec.get("values") or []
-        if not values or len(set(values)) != len(values):
-            raise job.error(f"{spec_path}.values", "values are empty or repeated", "distinct strings")
-    if grid and spec_name == "doubleValueSpec":
-        raise job.error(
-            spec_path,
-            f"GRID_SEARCH cannot enumerate the DOUBLE parameter {pid!r}",
-            "integerValueSpec, discreteValueSpec or categoricalValueSpec with GRID_SEARCH",
-        )
 
 
 def _check_image(job: CompiledJob, pool: Pool, trainer_image: str) -> None:

@@ -7,7 +7,7 @@ image reference splits into name and tag, and how a ``gs://`` URI splits into bu
 validate, the submission plan and the local executor all read bodies through it, so a field has one spelling
 in every error: the dotted path ``jobSpec.workerPoolSpecs.0.replicaCount``.
 
-Pure and cheap to import: no I/O, no SDK, nothing from the rest of ``jobs``.
+Pure and cheap to import: no I/O, no SDK, nothing from the rest of ``jobs`` but the kinds' table.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-CUSTOM_JOB = "CustomJob"
-TUNING_JOB = "HyperparameterTuningJob"
-KINDS = (CUSTOM_JOB, TUNING_JOB)
-# The field holding the CustomJobSpec the replicas run: the job's own, or the one every trial runs.
-SPEC_FIELD = {CUSTOM_JOB: "jobSpec", TUNING_JOB: "trialJobSpec"}
+# The kinds are re-exported: readers of a body name them through it.
+from jobs.definition.kinds import CUSTOM_JOB, KINDS, TUNING_JOB, spec_field  # noqa: F401
+
 STUDY_FIELD = "studySpec"
 POOLS_FIELD = "workerPoolSpecs"
 PYTHON_PACKAGE_SPEC = "pythonPackageSpec"
@@ -47,13 +45,9 @@ def join(path: str, *keys: object) -> str:
     return path
 
 
-def spec_field(kind: str) -> str:
-    return SPEC_FIELD[kind]
-
-
 def job_spec(body: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """The CustomJobSpec the replicas of a ``kind`` body run, or None when the body has none."""
-    spec = body.get(SPEC_FIELD[kind])
+    spec = body.get(spec_field(kind))
     return spec if isinstance(spec, dict) else None
 
 
@@ -141,7 +135,7 @@ def pools(spec: Any, spec_path: str) -> list[Pool]:
 
 def job_pools(body: dict[str, Any], kind: str) -> list[Pool]:
     """The worker pools the replicas of a ``kind`` body run in, whichever kind of job it is."""
-    return pools(body.get(SPEC_FIELD[kind]), SPEC_FIELD[kind])
+    return pools(body.get(spec_field(kind)), spec_field(kind))
 
 
 def split_image(uri: str) -> tuple[str, str]:

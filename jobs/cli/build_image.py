@@ -1,7 +1,7 @@
 """The command line behind scripts/build_image.py (see its docstring for usage).
 
-The same steps run_job.py runs before a submission (jobs.plan: look up each tag in Artifact Registry, build
-the missing ones with Cloud Build), for the variants asked for rather than those a job uses: the deploy
+The same steps run_job.py runs before a submission (jobs.cloud.plan: look up each tag in Artifact Registry,
+build the missing ones with Cloud Build), for the variants asked for rather than those a job uses: the deploy
 workflow runs it after the apply, so merged code is ready to run under exactly the tag run_job.py computes.
 """
 
@@ -14,13 +14,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from jobs.cli import DEFAULT_ENV, EXIT_BAD_INPUT, EXIT_INTERRUPTED, REPO_ROOT, _Parser, print_plan
+from jobs.api import DEFAULT_ENV, REPO_ROOT
+from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser, cloud_failure, print_plan
 
 
-def build_parser(description: str | None = None) -> _Parser:
-    from jobs.image import VARIANTS
+def build_parser(description: str | None = None) -> Parser:
+    from jobs.definition.image import VARIANTS
 
-    p = _Parser(
+    p = Parser(
         prog="build_image.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--env", default=DEFAULT_ENV, help=f"infra environment (default {DEFAULT_ENV})")
@@ -51,30 +52,26 @@ def main(
     repo_root: Path = REPO_ROOT,
     outputs: Mapping[str, str] | None = None,
 ) -> int:
-    from jobs.cli import _clients, _cloud_failure, load_outputs, trainer_image_hash
-    from jobs.errors import JobError
+    from jobs import api
+    from jobs.definition.errors import JobError
 
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser(description).parse_args(argv)
     variants = tuple(dict.fromkeys(args.variant or ("cpu", "gpu", "tpu")))
     try:
-        digest = trainer_image_hash(repo_root, needed=True)
+        digest = api.trainer_image_hash(repo_root, needed=True)
         if args.print_tag:
             print(json.dumps({v: f"{v}-{digest}" for v in variants}), file=out)
             return 0
         if outputs is None:
-            outputs = load_outputs(args.env, args.outputs_file, "build_image.py")
-        from jobs.builds import image_build, variant_image
-        from jobs.plan import build_only_plan
-
-        builds = [image_build(variant_image(outputs, v, digest), outputs, digest) for v in variants]
-        plan = build_only_plan(builds)
+            outputs = api.load_outputs(args.env, args.outputs_file, "build_image.py")
+        plan = api.plan_image_builds(outputs, variants, digest)
         if args.dry_run:
             print_plan(plan, err)
             return 0
         try:
-            plan.execute(_clients(factory, outputs["project"], outputs["region"]), repo_root, out)
+            plan.execute(api.clients(factory, outputs["project"], outputs["region"]), repo_root, out)
         except JobError:
             raise
         except KeyboardInterrupt:
@@ -84,7 +81,7 @@ def main(
             )
             return EXIT_INTERRUPTED
         except Exception as exc:  # noqa: BLE001 - a failed build or a cloud error: one line, exit 1
-            return _cloud_failure(exc, err)
+            return cloud_failure(exc, err)
         return 0
     except JobError as exc:
         print(str(exc), file=err)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from jobs.body import split_gs
-from jobs.compile import CUSTOM_JOB, TUNING_JOB
+from jobs.definition.body import split_gs
+from jobs.definition.kinds import JOB_KINDS
 
 TERMINAL_STATES = frozenset(
     {
@@ -85,41 +85,30 @@ class LocalDirStorage:
 class VertexJobs:
     """Create, find and read jobs through the generated JobServiceClient, in REST JSON form."""
 
-    _METHODS = {
-        CUSTOM_JOB: ("custom_job", "create_custom_job", "get_custom_job", "list_custom_jobs"),
-        TUNING_JOB: (
-            "hyperparameter_tuning_job",
-            "create_hyperparameter_tuning_job",
-            "get_hyperparameter_tuning_job",
-            "list_hyperparameter_tuning_jobs",
-        ),
-    }
-
     def __init__(self, client: Any) -> None:
         self.client = client
 
     def _message(self, kind: str, body: dict[str, Any]) -> Any:
         from google.cloud import aiplatform_v1
 
-        cls = aiplatform_v1.CustomJob if kind == CUSTOM_JOB else aiplatform_v1.HyperparameterTuningJob
-        return cls.from_json(json.dumps(body))
+        return getattr(aiplatform_v1, kind).from_json(json.dumps(body))  # the message is named as the kind
 
     @staticmethod
     def _to_json(message: Any) -> dict[str, Any]:
         return _message_json(message)
 
     def create(self, kind: str, parent: str, body: dict[str, Any]) -> dict[str, Any]:
-        field, create, _, _ = self._METHODS[kind]
-        job = getattr(self.client, create)(parent=parent, **{field: self._message(kind, body)})
+        create, _, _ = JOB_KINDS[kind].sdk_methods
+        job = getattr(self.client, create)(parent=parent, **{JOB_KINDS[kind].sdk: self._message(kind, body)})
         return self._to_json(job)
 
     def get(self, kind: str, name: str) -> dict[str, Any]:
-        job = getattr(self.client, self._METHODS[kind][2])(name=name)
+        job = getattr(self.client, JOB_KINDS[kind].sdk_methods[1])(name=name)
         return self._to_json(job)
 
     def find_live(self, kind: str, parent: str, label: str, value: str) -> dict[str, Any] | None:
         """The newest job carrying ``label=value`` that has not ended, if any."""
-        pager = getattr(self.client, self._METHODS[kind][3])(
+        pager = getattr(self.client, JOB_KINDS[kind].sdk_methods[2])(
             request={"parent": parent, "filter": f'labels.{label}="{value}"'}
         )
         live = [self._to_json(job) for job in pager]

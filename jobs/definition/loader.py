@@ -21,7 +21,7 @@ import yaml
 
 from infra import reader
 from infra.reader import MAX_DEPTH, MAX_FILE_BYTES, MAX_NUMBER_CHARS, MAX_VALUES, file_kind  # noqa: F401
-from jobs.errors import JobError
+from jobs.definition.errors import JobError
 
 
 @dataclass

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobs import body as job_body
-from jobs.body import CUSTOM_JOB, KINDS, TUNING_JOB
-from jobs.errors import JobError, one_of
-from jobs.loader import Document
-from jobs.references import resolve
+from jobs.definition import body as job_body
+from jobs.definition.body import CUSTOM_JOB, KINDS, TUNING_JOB
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.kinds import JOB_KINDS
+from jobs.definition.loader import Document
+from jobs.definition.references import resolve
 
 PYTHON_PACKAGE = "python-package"
 CONTAINER = "container"
@@ -29,9 +30,6 @@ DELIVERIES = (PYTHON_PACKAGE, CONTAINER)
 # Underscore, not hyphen: the key is used in a list filter (labels.<key>="<value>"), where a hyphen could be
 # read as the filter language's minus; label keys allow both.
 SUBMISSION_LABEL = "submission_hash"
-
-# What the request field is called in Create{Custom,HyperparameterTuning}JobRequest (JSON names).
-REQUEST_FIELD = {CUSTOM_JOB: "customJob", TUNING_JOB: "hyperparameterTuningJob"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,7 @@ class Context:
     code_hash: str
     now: datetime
     sdist_name: str = "trainer-0.1.0.tar.gz"
-    # Content hash of the trainer image's build context (jobs.image): the tag in ${job.image_tag}.
+    # Content hash of the trainer image's build context (jobs.definition.image): the tag in ${job.image_tag}.
     image_hash: str = ""
     flags: JobFlags = field(default_factory=JobFlags)
     overrides: tuple[str, ...] = ()
@@ -84,7 +82,7 @@ class CompiledJob:
 
     @property
     def request_field(self) -> str:
-        return REQUEST_FIELD[self.kind]
+        return JOB_KINDS[self.kind].request_field
 
     def request(self) -> dict[str, Any]:
         """The Create*JobRequest in its JSON form: what --dry-run prints and what the client sends."""
@@ -101,7 +99,7 @@ class CompiledJob:
         return JobError(self.file, path, f"{problem} (line {line})" if line else problem, allowed)
 
     def pools(self) -> list[job_body.Pool]:
-        """Each worker pool, whichever kind of job this is (read by jobs.body)."""
+        """Each worker pool, whichever kind of job this is (read by jobs.definition.body)."""
         return job_body.job_pools(self.body, self.kind)
 
     def worker_pools(self) -> list[tuple[str, dict[str, Any]]]:

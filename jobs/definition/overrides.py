@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.errors import JobError, one_of
-from jobs.loader import join, parse_scalar
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.loader import join, parse_scalar
 
 
 @dataclass(frozen=True)

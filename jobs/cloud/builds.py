@@ -1,11 +1,11 @@
 """Trainer image builds as data: which images a compiled job runs, and the Cloud Build request for each.
 
-Pure like ``jobs.compile``: the image hash and the infra outputs come in as arguments, so ``--dry-run`` prints
-exactly the request that a submission sends when Artifact Registry lacks the tag. The build runs
-``docker build --target <variant>`` on the context tarball ``jobs.image.write_context`` makes (uploaded to the
-staging bucket under its hash), pushes the image through Cloud Build's ``images`` field (which also records
-the digest), and runs as the stack's builder service account with Cloud Logging only, the setting a
-user-specified build service account requires when no logs bucket is given.
+Pure like ``jobs.definition.compile``: the image hash and the infra outputs come in as arguments, so
+``--dry-run`` prints exactly the request that a submission sends when Artifact Registry lacks the tag. The
+build runs ``docker build --target <variant>`` on the context tarball ``jobs.definition.image.write_context``
+makes (uploaded to the staging bucket under its hash), pushes the image through Cloud Build's ``images`` field
+(which also records the digest), and runs as the stack's builder service account with Cloud Logging only, the
+setting a user-specified build service account requires when no logs bucket is given.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.body import gs_bucket, image_name, split_image
-from jobs.errors import JobError
-from jobs.image import DOCKERFILE, TAG
+from jobs.definition.body import gs_bucket, image_name, split_image
+from jobs.definition.errors import JobError
+from jobs.definition.image import DOCKERFILE, TAG
 
 # Cloud Build's own docker builder (Google keeps it current; cached on the build workers).
 DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
@@ -60,7 +60,8 @@ def image_build(
     field: str = "",
     line: int | None = None,
 ) -> ImageBuild:
-    """The build of ``image`` (``<trainer_image>:<variant>-<hash>``), a tag that jobs.validate accepted."""
+    """The build of ``image`` (``<trainer_image>:<variant>-<hash>``), a tag jobs.definition.validate
+    accepted."""
     _, tag = split_image(image)
     found = TAG.fullmatch(tag)
     if not found:

@@ -3,7 +3,7 @@ importing TensorFlow.
 
 A tuning study whose parameter is not a flag of the model it trains, whose metric that model never reports,
 or whose goal runs the wrong way (MINIMIZE accuracy) runs (and bills) every trial to completion before anyone
-notices; these facts let ``jobs.validate`` refuse it up front.
+notices; these facts let ``jobs.definition.validate`` refuse it up front.
 """
 
 from __future__ import annotations

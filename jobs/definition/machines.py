@@ -1,9 +1,10 @@
 """Which machine types Vertex AI custom training offers, and which accelerators each one takes.
 
 Kept as a data table (one row per machine family) so adding a family is one line, and so the checks in
-``jobs.validate`` stay generic. The API itself only rejects a bad combination after the job has been queued
-(or, for some GPU counts, after it has been scheduled), which is why it is checked here before submission.
-Sources: Vertex AI "Configure compute resources for custom training" and the MachineSpec REST reference.
+``jobs.definition.validate`` stay generic. The API itself only rejects a bad combination after the job has
+been queued (or, for some GPU counts, after it has been scheduled), which is why it is checked here before
+submission. Sources: Vertex AI "Configure compute resources for custom training" and the MachineSpec REST
+reference.
 """
 
 from __future__ import annotations

@@ -25,16 +25,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
-from jobs.cli import DEFAULT_ENV, EXIT_BAD_INPUT, REPO_ROOT, _Parser
+from jobs.api import DEFAULT_ENV, REPO_ROOT
+from jobs.cli.common import EXIT_BAD_INPUT, Parser
 
 COMMAND = "convert"
 SUFFIXES = (".yaml", ".yml")
 
 
-def build_parser() -> _Parser:
-    from jobs.compile import CONTAINER, DELIVERIES
+def build_parser() -> Parser:
+    from jobs.definition.compile import CONTAINER, DELIVERIES
 
-    p = _Parser(
+    p = Parser(
         prog=f"run_job.py {COMMAND}",
         usage=f"run_job.py {COMMAND} LEGACY_FILE [-o OUT] [options] [-- TRAINER_ARGS ...]",
         description=__doc__.split("\n", 1)[1],
@@ -91,7 +92,7 @@ def main(
     image_hash: str | None = None,
     now: datetime | None = None,
 ) -> int:
-    from jobs.errors import JobError
+    from jobs.definition.errors import JobError
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -118,11 +119,9 @@ def main(
 
 
 def _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now):
-    from jobs.cli import job_accounts, load_outputs
-    from jobs.errors import JobError
-    from jobs.legacy import render, source
-    from jobs.legacy.convert import BUCKET_OUTPUTS, Options, convert
-    from jobs.trainer_contract import load_trainer_contract
+    from jobs import api
+    from jobs.definition.errors import JobError
+    from jobs.legacy.convert import BUCKET_OUTPUTS
 
     file = args.legacy_file
     if args.output and not args.output.endswith(SUFFIXES):
@@ -146,95 +145,30 @@ def _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now):
             raise JobError(file, "--map-bucket", repr(item), f"gs://<bucket>=<{'|'.join(BUCKET_OUTPUTS)}>")
         bucket_map.append((old, key))
     if outputs is None:
-        outputs = load_outputs(args.env, args.outputs_file, file)
-    legacy = source.read(file, variables)
-    options = Options(
-        outputs=outputs,
+        outputs = api.load_outputs(args.env, args.outputs_file, file)
+    return api.convert_legacy(
+        file,
+        variables=variables,
         env=args.env,
+        outputs=outputs,
         model=args.model,
         delivery=args.delivery,
         extra_args=tuple(extra),
-        accounts=job_accounts(args.env, outputs, file),
         bucket_map=tuple(bucket_map),
+        strict=args.strict,
+        output=args.output or f"jobs/{Path(file).stem}.yaml",
+        command=shlex.join(["python", "scripts/run_job.py", COMMAND, *argv]),  # to convert it again
+        repo_root=repo_root,
+        code_hash=code_hash,
+        image_hash=image_hash,
+        now=now or datetime.now(timezone.utc),
     )
-    conversion = convert(legacy, load_trainer_contract(), options)
-    if args.strict and conversion.lost:
-        path, why = conversion.lost[0]
-        more = f" (and {len(conversion.lost) - 1} more)" if len(conversion.lost) > 1 else ""
-        raise legacy.error(
-            path,
-            f"cannot be carried over: {why}{more}",
-            "remove it from the legacy job, or convert without --strict",
-        )
-    output = args.output or f"jobs/{Path(file).stem}.yaml"
-    command = shlex.join(["python", "scripts/run_job.py", COMMAND, *argv])  # to convert it again
-    text = render(conversion, legacy, source=file, output=output, command=command)
-    _verify(
-        text, Path(output).name, conversion, legacy, args.env, outputs, repo_root, code_hash, image_hash, now
-    )
-    return text, conversion, legacy
-
-
-def _verify(text, name, conversion, legacy, env, outputs, repo_root, code_hash, image_hash, now) -> None:
-    """Compile and validate the converted file as --dry-run would; its errors point at the legacy source."""
-    from jobs.cli import compile_file
-    from jobs.errors import JobError
-
-    with tempfile.TemporaryDirectory(prefix="convert-") as folder:
-        path = Path(folder) / name
-        path.write_text(text, encoding="utf-8")
-        try:
-            compile_file(
-                str(path),
-                env=env,
-                overrides=(),
-                outputs=outputs,
-                repo_root=repo_root,
-                now=now or datetime.now(timezone.utc),
-                code_hash=code_hash,
-                image_hash=image_hash,
-            )
-        except JobError as exc:
-            problem = re.sub(r" \(line \d+\)", "", exc.problem)
-            if exc.path == "(file)":  # the converted file is over the size cap: its biggest value's doing
-                exc = exc.at(path=_largest(conversion))
-                problem = f"the converted definition would be {problem}"
-            source = next(
-                (
-                    s
-                    for prefix, s in sorted(conversion.blame, key=lambda b: -len(b[0]))
-                    if exc.path.startswith(prefix)
-                ),
-                None,
-            )
-            if source is None:
-                raise JobError(legacy.file, f"(converted job) {exc.path}", problem, exc.allowed) from None
-            raise legacy.error(source, f"{problem} (converted: {exc.path})", exc.allowed) from None
-
-
-def _largest(conversion) -> str:
-    """The blamed path of the converted definition whose value is the longest, to say which legacy value made
-    the converted file too big (a 1 MB label is `--labels`' doing, not the file's)."""
-    import json
-
-    def size(path: str) -> int:
-        value = conversion.definition
-        for key in path.split("."):
-            if isinstance(value, dict) and key in value:
-                value = value[key]
-            elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-                value = value[int(key)]
-            else:
-                return 0
-        return len(json.dumps(value, default=str))
-
-    return max((prefix for prefix, _ in conversion.blame), key=size, default="(file)")
 
 
 def _write(output: str, text: str, force: bool) -> None:
     """Write OUT atomically: a new file, or (with --force) a regular file replaced whole."""
-    from jobs.errors import JobError
-    from jobs.loader import file_kind
+    from jobs.definition.errors import JobError
+    from jobs.definition.loader import file_kind
 
     target = Path(output)
     if os.path.lexists(target):

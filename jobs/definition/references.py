@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from jobs.errors import JobError, one_of
-from jobs.loader import join
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.loader import join
 
 _REF = re.compile(r"\$(\$)?\{([^}]*)\}")
 

@@ -24,7 +24,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.body import split_image  # noqa: F401 - read through jobs.body; here for scripts/job_images.py
+from jobs.definition.body import split_image  # noqa: F401 - read through jobs.definition.body; here for scripts/job_images.py
 
 DOCKERFILE = "Dockerfile"
 DOCKERIGNORE = ".dockerignore"
@@ -262,7 +262,7 @@ def _regular_file(path: Path, name: str) -> None:
 
 def variant_for_machine(machine: dict) -> str:
     """cpu, gpu or tpu: from the accelerator, or the one a machine type comes with (a2-*, ct5lp-*)."""
-    from jobs.machines import family_of
+    from jobs.definition.machines import family_of
 
     accelerator = str(machine.get("acceleratorType", "") or "")
     family = family_of(str(machine.get("machineType", "")))

@@ -14,8 +14,8 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from jobs.errors import one_of
-from jobs.loader import join
+from jobs.definition.errors import one_of
+from jobs.definition.loader import join
 
 _INTS = {
     FieldDescriptor.TYPE_INT32,

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from jobs import body, cloud
-from jobs.builds import ImageBuild
-from jobs.compile import SUBMISSION_LABEL, TUNING_JOB, CompiledJob
-from jobs.image import write_context
-from jobs.package import build_sdist
+from jobs.cloud import client as cloud
+from jobs.cloud.builds import ImageBuild
+from jobs.definition import body
+from jobs.definition.compile import SUBMISSION_LABEL, TUNING_JOB, CompiledJob
+from jobs.definition.image import write_context
+from jobs.definition.package import build_sdist
 
 # Seconds between state polls while following; tests set it to 0.
 POLL_SECONDS = 15.0

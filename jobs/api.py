@@ -1,0 +1,321 @@
+"""The jobs layer as a library: the one entry point the command lines, synthesis and the tests call.
+
+Each function takes plain values (a job file, an environment name, infra outputs, a clock) and returns data or
+raises ``JobError`` (one line: file, field, problem, allowed); none parses flags, prints, or exits. What they
+compose lives in the layers below, each a folder: ``definition/`` (load, overrides, references, compile,
+validate), ``cloud/`` (the plan and the SDK clients), ``local/`` (this machine), ``legacy/`` (AI Platform
+Training -> a definition). ``jobs/cli/`` (the command lines) and ``jobs/schedule.py`` (synthesis) build on
+this; nothing below imports it.
+
+    from datetime import datetime, timezone
+    from pathlib import Path
+    from jobs import api
+    outputs = api.load_outputs("dev", None, "jobs/census_cpu.yaml")
+    job = api.compile_file("jobs/census_cpu.yaml", env="dev", overrides=(), outputs=outputs,
+                           repo_root=Path("."), now=datetime.now(timezone.utc))
+    print(job.request())
+
+Importing this module imports nothing heavy: each function imports what it uses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# The environment a command uses when none is named (run_job.py, build_image.py, convert, job_images.py).
+DEFAULT_ENV = "dev"
+
+
+def load_outputs(env: str, outputs_file: Path | None, file: str) -> dict[str, str]:
+    """The environment's infra outputs: deployed if a deploy wrote them, else planned from its config."""
+    from jobs.definition.errors import JobError
+
+    try:
+        from infra import config as infra_config
+        from infra import outputs as infra_outputs
+    except ImportError as exc:
+        raise JobError(
+            file, "--env", f"cannot read infra outputs ({exc})", "a checkout with infra/"
+        ) from None
+    environments = infra_config.list_environments()
+    if env not in environments:
+        raise JobError(
+            file, "--env", f"unknown environment {env!r}", ", ".join(environments) or "(none defined)"
+        )
+    if outputs_file is not None and not Path(outputs_file).is_file():
+        raise JobError(
+            file,
+            "--outputs-file",
+            f"{outputs_file} does not exist",
+            f"the file `cdktn deploy {env} --outputs-file` wrote",
+        )
+    try:
+        return dict(infra_outputs.resolve_outputs(env, outputs_file=outputs_file))
+    except ValueError as exc:  # infra.config.ConfigError: names its own file (config or outputs) and field
+        if all(hasattr(exc, a) for a in ("path", "field", "problem")):
+            raise JobError(exc.path, exc.field, exc.problem) from None
+        raise JobError(file, "--env", " ".join(str(exc).split()) or type(exc).__name__) from None
+
+
+def trainer_image_hash(repo_root: Path, needed: bool) -> str:
+    """The build context's hash, or "" when it cannot be read and the definition does not need it."""
+    from jobs.definition.errors import JobError
+    from jobs.definition.image import ImageError, image_hash
+
+    try:
+        return image_hash(repo_root)
+    except ImageError as exc:
+        if needed:
+            raise JobError(exc.file, exc.field, exc.problem, exc.allowed) from None
+        return ""
+
+
+def compile_file(
+    job_file: str,
+    *,
+    env: str,
+    overrides: Sequence[str],
+    outputs: Mapping[str, str],
+    repo_root: Path,
+    now: datetime,
+    flags=None,
+    code_hash: str | None = None,
+    image_hash: str | None = None,
+    job_id: str = "",
+):
+    """Load, override, compile and validate one definition: what --dry-run prints and a schedule sends."""
+    from jobs.definition.compile import Context, JobFlags, compile_job
+    from jobs.definition.loader import load_file
+    from jobs.definition.overrides import Override, apply_overrides
+    from jobs.definition.package import code_hash as hash_code
+    from jobs.definition.package import sdist_filename
+    from jobs.definition.trainer_contract import load_trainer_contract
+    from jobs.definition.validate import validate
+
+    document = load_file(job_file)
+    file = document.file
+    parsed = [Override.parse(text, file) for text in overrides]
+    document.data = apply_overrides(document.data, parsed, file, document.shared)
+    if image_hash is None:
+        image_hash = trainer_image_hash(repo_root, needed="${job.image_tag}" in json.dumps(document.data))
+    context = Context(
+        env=env,
+        outputs=outputs,
+        code_hash=code_hash or hash_code(repo_root),
+        now=now,
+        sdist_name=sdist_filename(repo_root),
+        image_hash=image_hash,
+        flags=flags or JobFlags(),
+        overrides=tuple(o.text for o in parsed),
+        job_id=job_id,
+    )
+    job = compile_job(document, context)
+    validate(
+        job,
+        load_trainer_contract,
+        trainer_image=str(outputs.get("trainer_image", "")),
+        accounts=job_accounts(env, outputs, file),
+    )
+    return job
+
+
+def job_accounts(env: str, outputs: Mapping[str, str], file: str) -> tuple[str, ...]:
+    """The accounts a job of ``env`` may run as: its runtime account, then its job_service_accounts."""
+    from infra.config import ConfigError, list_environments, load_environment
+    from jobs.definition.errors import JobError
+
+    runtime = str(outputs.get("runtime_service_account", ""))
+    if env not in list_environments():  # outputs given without a config (an embedding caller): runtime only
+        return (runtime,)
+    try:
+        extra = load_environment(env).job_service_accounts
+    except ConfigError as exc:
+        raise JobError(exc.path, exc.field, exc.problem) from None
+    return (runtime, *(a for a in extra if a != runtime))
+
+
+def check_deployed(job, env: str) -> None:
+    """Placeholders are fine to look at, not to submit: the TensorBoard id only exists after a deploy."""
+    from infra.outputs import is_pending
+    from jobs.definition.errors import JobError
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}" if path else k)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{path}.{i}")
+        elif isinstance(value, str) and is_pending(value):
+            raise JobError(
+                job.file,
+                job.file_path(path),
+                f"{value} is a planned value; the infrastructure is not deployed yet",
+                f"deploy first: cdktn deploy {env} --outputs-file .infra-outputs/{env}.json",
+            )
+
+    walk(job.body, "")
+
+
+def plan_job(job, outputs: Mapping[str, str], *, wait: bool = True):
+    """The submission plan of a compiled job: its missing trainer images built, then create and follow."""
+    from jobs.cloud.builds import job_builds
+    from jobs.cloud.plan import build_plan
+
+    return build_plan(job, wait=wait, builds=job_builds(job, outputs, job.image_hash))
+
+
+def plan_image_builds(outputs: Mapping[str, str], variants: Sequence[str], digest: str):
+    """The plan that builds the trainer image ``variants`` at ``digest`` unless their tags exist."""
+    from jobs.cloud.builds import image_build, variant_image
+    from jobs.cloud.plan import build_only_plan
+
+    builds = [image_build(variant_image(outputs, v, digest), outputs, digest) for v in variants]
+    return build_only_plan(builds)
+
+
+def clients(factory: Callable | None, project: str, region: str):
+    """The cloud clients of ``project``/``region``: ``factory``'s (tests' fake endpoint) or the SDK's."""
+    from jobs.cloud.client import default_factory
+
+    return (factory or default_factory)(project, region)
+
+
+def parse_job_name(name: str) -> tuple[str, str, str]:
+    """(project, region, kind) of a job resource name, e.g. projects/p/locations/r/customJobs/123."""
+    from jobs.definition.errors import JobError
+    from jobs.definition.kinds import KIND_BY_COLLECTION
+
+    collections = "|".join(KIND_BY_COLLECTION)
+    found = re.fullmatch(rf"projects/([^/]+)/locations/([^/]+)/({collections})/([^/]+)", name)
+    if not found:
+        raise JobError(
+            "--follow",
+            "RESOURCE_NAME",
+            f"{name!r} is not a job resource name",
+            "projects/<p>/locations/<r>/customJobs/<id> or .../hyperparameterTuningJobs/<id>",
+        )
+    return found.group(1), found.group(2), KIND_BY_COLLECTION[found.group(3)].name
+
+
+def follow_job(name: str, factory: Callable | None, out: TextIO) -> dict:
+    """Follow an existing job until it ends; returns it as the API last returned it."""
+    from jobs.cloud.plan import follow
+
+    project, region, kind = parse_job_name(name)
+    jobs = clients(factory, project, region).jobs
+    return follow(jobs, kind, jobs.get(kind, name), out)
+
+
+def convert_legacy(
+    file: str,
+    *,
+    variables: Mapping[str, str],
+    env: str,
+    outputs: Mapping[str, str],
+    model: str | None,
+    delivery: str,
+    extra_args: tuple[str, ...],
+    bucket_map: tuple[tuple[str, str], ...],
+    strict: bool,
+    output: str,
+    command: str,
+    repo_root: Path,
+    code_hash: str | None,
+    image_hash: str | None,
+    now: datetime,
+):
+    """A legacy AI Platform Training config or submit script -> (definition text, Conversion, LegacyJob).
+
+    The text is validated and compiled as ``run_job.py OUTPUT --dry-run`` would; its errors name the legacy
+    source. ``strict`` refuses what cannot be carried over; ``output`` and ``command`` head the text.
+    """
+    from jobs.definition.trainer_contract import load_trainer_contract
+    from jobs.legacy import source
+    from jobs.legacy.convert import Options, convert
+    from jobs.legacy.render import render
+
+    legacy = source.read(file, dict(variables))
+    options = Options(
+        outputs=outputs,
+        env=env,
+        model=model,
+        delivery=delivery,
+        extra_args=extra_args,
+        accounts=job_accounts(env, outputs, file),
+        bucket_map=bucket_map,
+    )
+    conversion = convert(legacy, load_trainer_contract(), options)
+    if strict and conversion.lost:
+        path, why = conversion.lost[0]
+        more = f" (and {len(conversion.lost) - 1} more)" if len(conversion.lost) > 1 else ""
+        raise legacy.error(
+            path,
+            f"cannot be carried over: {why}{more}",
+            "remove it from the legacy job, or convert without --strict",
+        )
+    text = render(conversion, legacy, source=file, output=output, command=command)
+    _verify(text, Path(output).name, conversion, legacy, env, outputs, repo_root, code_hash, image_hash, now)
+    return text, conversion, legacy
+
+
+def _verify(text, name, conversion, legacy, env, outputs, repo_root, code_hash, image_hash, now) -> None:
+    """Compile and validate the converted file as --dry-run would; its errors point at the legacy source."""
+    from jobs.definition.errors import JobError
+
+    with tempfile.TemporaryDirectory(prefix="convert-") as folder:
+        path = Path(folder) / name
+        path.write_text(text, encoding="utf-8")
+        try:
+            compile_file(
+                str(path),
+                env=env,
+                overrides=(),
+                outputs=outputs,
+                repo_root=repo_root,
+                now=now,
+                code_hash=code_hash,
+                image_hash=image_hash,
+            )
+        except JobError as exc:
+            problem = re.sub(r" \(line \d+\)", "", exc.problem)
+            if exc.path == "(file)":  # the converted file is over the size cap: its biggest value's doing
+                exc = exc.at(path=_largest(conversion))
+                problem = f"the converted definition would be {problem}"
+            source = next(
+                (
+                    s
+                    for prefix, s in sorted(conversion.blame, key=lambda b: -len(b[0]))
+                    if exc.path.startswith(prefix)
+                ),
+                None,
+            )
+            if source is None:
+                raise JobError(legacy.file, f"(converted job) {exc.path}", problem, exc.allowed) from None
+            raise legacy.error(source, f"{problem} (converted: {exc.path})", exc.allowed) from None
+
+
+def _largest(conversion) -> str:
+    """The blamed path of the converted definition whose value is the longest, to say which legacy value made
+    the converted file too big (a 1 MB label is `--labels`' doing, not the file's)."""
+
+    def size(path: str) -> int:
+        value = conversion.definition
+        for key in path.split("."):
+            if isinstance(value, dict) and key in value:
+                value = value[key]
+            elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+                value = value[int(key)]
+            else:
+                return 0
+        return len(json.dumps(value, default=str))
+
+    return max((prefix for prefix, _ in conversion.blame), key=size, default="(file)")
+

@@ -1,0 +1,108 @@
+"""The jobs/ layers as jobs/__init__.py draws them: no import circle, no library module importing a command
+line, no logic in a package's __init__, and each folder importing only the layers below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+# Each layer and the layers it may import (itself included); modules are named by their first folder/file.
+ALLOWED = {
+    "definition": {"definition"},
+    "cloud": {"definition", "cloud"},
+    "local": {"definition", "local"},
+    "legacy": {"definition", "legacy"},
+    "api": {"definition", "cloud", "local", "legacy", "api"},
+    "schedule": {"definition", "api", "schedule"},
+    "cli": {"definition", "cloud", "local", "legacy", "api", "cli"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(JOBS.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """jobs.* module -> the jobs.* modules it imports (at module level or inside functions)."""
+    modules = {module_name(p): p for p in JOBS.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                targets.add(base)
+                targets.update(f"{base}.{a.name}" for a in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def layer(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_the_jobs_import_graph_has_no_circle():
+    assert cycles(import_graph()) == []
+
+
+def test_no_library_module_imports_a_command_line():
+    graph = import_graph()
+    offenders = {(m, t) for m, ts in graph.items() for t in ts if layer(t) == "cli" and layer(m) != "cli"}
+    assert offenders == set()
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    graph = import_graph()
+    crossings = {
+        (m, t)
+        for m, ts in graph.items()
+        for t in ts
+        if layer(m) and layer(t) and layer(t) not in ALLOWED[layer(m)]
+    }
+    assert crossings == set()
+    assert {layer(m) for m in graph} - {""} == set(ALLOWED)  # a new folder gets its row
+
+
+def test_a_package_init_holds_a_docstring_and_nothing_else():
+    for init in JOBS.rglob("__init__.py"):
+        body = ast.parse(init.read_text(encoding="utf-8")).body
+        assert len(body) <= 1 and all(isinstance(n, ast.Expr) for n in body), init
