@@ -262,15 +262,15 @@ def _regular_file(path: Path, name: str) -> None:
 
 def variant_for_machine(machine: dict) -> str:
     """cpu, gpu or tpu: from the accelerator, or the one a machine type comes with (a2-*, ct5lp-*)."""
-    from jobs.definition.machines import family_of
+    from jobs.definition.machines import TPU_PREFIX, carries_tpu, family_of
 
     accelerator = str(machine.get("acceleratorType", "") or "")
     family = family_of(str(machine.get("machineType", "")))
     if accelerator in ("", "ACCELERATOR_TYPE_UNSPECIFIED") and family and family.accelerators:
         # TPU machine types always carry their TPU; GPU ones only when the family requires one.
-        if all(a.startswith("TPU_") for a in family.accelerators) or family.accelerator_required:
+        if carries_tpu(family) or family.accelerator_required:
             accelerator = family.accelerators[0]
-    if accelerator.startswith("TPU_"):
+    if accelerator.startswith(TPU_PREFIX):
         return "tpu"
     if accelerator.startswith("NVIDIA_"):
         return "gpu"

@@ -94,11 +94,27 @@ FAMILIES: tuple[Family, ...] = (
 )
 # fmt: on
 
+# Vertex AI's AcceleratorType enum names every TPU TPU_<generation>.
+TPU_PREFIX = "TPU_"
+# The v2/v3 TPU VM: one machine type, whose only size is 8 cores.
+CLOUD_TPU = next(f for f in FAMILIES if f.name == "cloud-tpu")
+
 FAMILY_NAMES = tuple(f"{f.name}-*" if f.name != "cloud-tpu" else f.name for f in FAMILIES)
 
 
 def family_of(machine_type: str) -> Family | None:
     return next((f for f in FAMILIES if f.matches(machine_type)), None)
+
+
+def carries_tpu(family: Family) -> bool:
+    """A TPU machine family: every accelerator it takes is a TPU (cloud-tpu, ct5lp-hightpu-*)."""
+    return bool(family.accelerators) and all(a.startswith(TPU_PREFIX) for a in family.accelerators)
+
+
+def is_tpu(machine_type: str, accelerator: str = "") -> bool:
+    """A machineSpec on a TPU: its accelerator is one, or its machine type only comes with one."""
+    family = family_of(machine_type)
+    return accelerator.startswith(TPU_PREFIX) or bool(family and carries_tpu(family))
 
 
 def allowed_types(machine_type: str) -> str:

@@ -22,6 +22,7 @@ from infra.outputs import BUCKET_OUTPUTS as INFRA_BUCKET_OUTPUTS
 from jobs.definition.body import CUSTOM_JOB, TUNING_JOB
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
 from jobs.definition.errors import JobError, one_of
+from jobs.definition.image import RUNNABLE_PREBUILT, parse_prebuilt
 from jobs.definition.machines import FAMILY_NAMES, family_of
 from jobs.definition.study import StudyError, parse_study
 from jobs.definition.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
@@ -33,10 +34,8 @@ T = TRAINING_INPUT
 # The outputs whose buckets a legacy gs:// path may turn out to be (infra's bucket outputs), in the order they
 # are tried and listed: by name.
 BUCKET_OUTPUTS = tuple(sorted(INFRA_BUCKET_OUTPUTS))
-PREBUILT = {
-    "cpu": "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest",
-    "gpu": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
-}
+# variant -> the prebuilt image the trainer sdist runs on (python-package delivery): image.py's list, keyed.
+PREBUILT = {parse_prebuilt(uri).variant: uri for uri in RUNNABLE_PREBUILT}
 ROLES = (  # legacy role, its fields' prefix, the Vertex pool it maps to
     ("master", "master", 0),
     ("worker", "worker", 1),

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Vertex AI's words are jobs.definition's; this table only maps legacy ones onto them.
+from jobs.definition import machines
+from jobs.definition.body import GOALS, VALUE_SPECS  # noqa: F401 - read as tables.GOALS, tables.VALUE_SPECS
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -51,9 +55,9 @@ LEGACY_GPU: dict[str, tuple[str, str, int]] = {
 # A legacy `cloud_tpu` worker was a TPU v2-8 (or v3-8 with acceleratorConfig) beside a master VM; Vertex AI
 # runs TPU training on a TPU VM: one pool of machine type cloud-tpu with 8 cores.
 CLOUD_TPU = "cloud_tpu"
-TPU_MACHINE = "cloud-tpu"
-TPU_CORES = 8
-TPU_TYPES = ("TPU_V2", "TPU_V3")
+TPU_MACHINE = machines.CLOUD_TPU.name
+(TPU_CORES,) = machines.CLOUD_TPU.counts
+TPU_TYPES = machines.CLOUD_TPU.accelerators
 
 # Retired accelerators -> (successor, the most an N1 VM takes of it, why).
 RETIRED_GPUS: dict[str, tuple[str, int, str]] = {
@@ -168,9 +172,9 @@ JOB_OUTPUT_FIELDS = (
     "trainingOutput",
     "jobPosition",
 )
+# The types VALUE_SPECS knows, in the order legacy's reference lists them (and so these messages do).
 PARAMETER_TYPES = ("INTEGER", "DOUBLE", "DISCRETE", "CATEGORICAL")
 SCALE_TYPES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
-GOALS = ("MAXIMIZE", "MINIMIZE")
 ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
 # Legacy's default metric tag when hyperparameterMetricTag was unset.
 LEGACY_DEFAULT_METRIC = "training/hptuning/metric"
@@ -181,10 +185,3 @@ KERAS_METRIC_NAMES = {"acc": "accuracy"}
 # The Google samples' trainers' flags -> this trainer's flag for the same thing (used only where the model has
 # the latter and not the former): tf-keras census and the structured samples tuned --batch-size.
 FLAG_ALIASES = {"batch-size": "train-batch-size", "epochs": "num-epochs"}
-# The legacy type -> the Vertex ParameterSpec value field.
-VALUE_SPECS = {
-    "INTEGER": "integerValueSpec",
-    "DOUBLE": "doubleValueSpec",
-    "DISCRETE": "discreteValueSpec",
-    "CATEGORICAL": "categoricalValueSpec",
-}

@@ -35,6 +35,7 @@ import socket
 from pathlib import Path
 
 from jobs.definition.body import GS, gs_bucket, gs_uris, rebase_gs
+from jobs.definition.machines import is_tpu
 from jobs.local.spec import JobSpec, LocalRunError, PoolSpec
 from trainer.contract import (
     CLUSTER_SPEC,
@@ -149,7 +150,8 @@ def has_local_tpu() -> bool:
 
 
 def _is_tpu(pool: PoolSpec) -> bool:
-    return pool.accelerator_type.startswith("TPU") or pool.machine_type.startswith(("ct", "cloud-tpu"))
+    # The machines table decides, as it does for the image variant: no guessing by name.
+    return is_tpu(pool.machine_type, pool.accelerator_type)
 
 
 def missing_accelerators(job: JobSpec) -> list[str]:
