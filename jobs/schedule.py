@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
 from infra.outputs import planned_outputs
 from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRun
 from jobs.api import REPO_ROOT
-from jobs.definition.body import CUSTOM_JOB
+from jobs.definition.body import CUSTOM_JOB, duration_seconds
 from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
 from jobs.definition.errors import JobError
 
@@ -33,7 +32,6 @@ from jobs.definition.errors import JobError
 PLACEHOLDER_SUFFIX = "yyyymmdd-hhmmss-xxxxxx"
 # Only the job id depends on the clock, and a schedule's id is the placeholder: any fixed time will do.
 _NO_CLOCK = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)s$")
 
 
 def compile_schedules(cfg: EnvironmentConfig, repo_root: Path = REPO_ROOT) -> tuple[ScheduledRun, ...]:
@@ -97,7 +95,7 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
                 f"(scheduled by {cfg.source} {field}); allowed: a value with ${{job.id}}",
             )
     timeout = (spec.get("scheduling") or {}).get("timeout")
-    found = _DURATION.fullmatch(timeout) if isinstance(timeout, str) else None
+    seconds = duration_seconds(timeout)
     return ScheduledRun(
         name=schedule.name,
         env=cfg.name,
@@ -112,5 +110,5 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
         run_id_placeholder=placeholder,
         submission_hash=job.submission_hash,
         label=SUBMISSION_LABEL,
-        timeout_s=math.ceil(float(found.group(1))) if found else VERTEX_DEFAULT_TIMEOUT_S,
+        timeout_s=math.ceil(seconds) if seconds is not None and seconds >= 0 else VERTEX_DEFAULT_TIMEOUT_S,
     )

@@ -36,6 +36,14 @@ VALUE_SPECS = {
 }
 GOALS = ("MAXIMIZE", "MINIMIZE")
 GS = "gs://"
+# A google.protobuf.Duration as JSON writes it: seconds, up to nine fractional digits, an 's' ("3600s").
+DURATION = re.compile(r"(-?\d+(?:\.\d{1,9})?)s")
+
+
+def duration_seconds(value: Any) -> float | None:
+    """The seconds of a Duration string ("3600s" -> 3600.0); None for anything that is not one."""
+    found = DURATION.fullmatch(value) if isinstance(value, str) else None
+    return float(found.group(1)) if found else None
 
 
 def join(path: str, *keys: object) -> str:

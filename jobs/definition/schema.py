@@ -14,6 +14,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from jobs.definition.body import DURATION
 from jobs.definition.errors import one_of
 from jobs.definition.loader import join
 
@@ -30,7 +31,6 @@ _INTS = {
     FieldDescriptor.TYPE_SFIXED64,
 }
 _FLOATS = {FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT}
-_DURATION = re.compile(r"-?\d+(\.\d{1,9})?s")
 
 # Set by the service, never by a request; ParseDict accepts them, the API ignores or rejects them.
 OUTPUT_ONLY = (
@@ -112,7 +112,7 @@ def _check_value(item: Any, field: FieldDescriptor, where: str) -> None:
     if message is None:
         _check_scalar(item, field, where)
     elif message.full_name == "google.protobuf.Duration":
-        if not (isinstance(item, str) and _DURATION.fullmatch(item)):
+        if not (isinstance(item, str) and DURATION.fullmatch(item)):
             raise SchemaError(where, f"not a duration: {item!r}", "seconds with an 's' suffix, e.g. 7200s")
     elif message.full_name.startswith("google.protobuf."):
         return  # Struct/Value/Timestamp/wrappers: ParseDict's rules apply

@@ -47,7 +47,8 @@ ROLES = (  # legacy role, its fields' prefix, the Vertex pool it maps to
 @dataclass(frozen=True)
 class Options:
     outputs: Mapping[str, str]
-    env: str = "dev"
+    # Always named by the caller (jobs.api, whose DEFAULT_ENV is the one default): no second default here.
+    env: str
     model: str | None = None
     delivery: str = CONTAINER
     extra_args: tuple[str, ...] = ()  # trainer args given to `convert` after `--`: added over the legacy ones

@@ -219,10 +219,10 @@ def parse_job_spec(spec: Any, path: str, trainer_image: str = "") -> JobSpec:
 def _duration(value: Any, path: str) -> float | None:
     if value in (None, ""):
         return None
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(value))
-    if not match:
+    seconds = job_body.duration_seconds(str(value))
+    if seconds is None or seconds < 0:
         raise LocalRunError(path, f"{value!r} is not a duration; use seconds like '3600s'")
-    return float(match.group(1)) or None
+    return seconds or None
 
 
 def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConfig:
