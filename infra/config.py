@@ -27,6 +27,7 @@ from typing import Any
 
 from infra import reader
 from infra.cron import CronError, parse_cron
+from infra.gcs import UNDOTTED_BUCKET_NAME
 from infra.schedules import MIN_SCHEDULE_GAP_MINUTES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +52,8 @@ PROJECT_NUMBER = re.compile(r"^[1-9][0-9]{5,19}$")
 # Regions are <area>-<direction><digit>: us-central1, europe-west4, northamerica-northeast2, me-central2.
 REGION = re.compile(r"^[a-z]+-[a-z]+[1-9][0-9]?$")
 _PREFIX = re.compile(rf"^[a-z][a-z0-9-]{{1,{MAX_PREFIX_LEN - 2}}}[a-z0-9]$")
-BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
+# The undotted rule (infra.gcs says why); jobs/ reads gs:// URIs with infra.gcs.is_bucket_name.
+BUCKET_NAME = UNDOTTED_BUCKET_NAME
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
 MEMBER = re.compile(r"^(user|group|serviceAccount|domain|principal|principalSet):\S+$")

@@ -120,6 +120,7 @@ def main(
 
 def _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now):
     from jobs import api
+    from jobs.definition.body import GS, is_bucket_name
     from jobs.definition.errors import JobError
     from jobs.legacy.convert import BUCKET_OUTPUTS
 
@@ -139,7 +140,7 @@ def _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now):
         old, eq, key = item.partition("=")
         if (
             not eq
-            or not re.fullmatch(r"gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", old)
+            or not (old.startswith(GS) and is_bucket_name(old.removeprefix(GS)))
             or key not in BUCKET_OUTPUTS
         ):
             raise JobError(file, "--map-bucket", repr(item), f"gs://<bucket>=<{'|'.join(BUCKET_OUTPUTS)}>")

@@ -7,7 +7,8 @@ image reference splits into name and tag, and how a ``gs://`` URI splits into bu
 validate, the submission plan and the local executor all read bodies through it, so a field has one spelling
 in every error: the dotted path ``jobSpec.workerPoolSpecs.0.replicaCount``.
 
-Pure and cheap to import: no I/O, no SDK, nothing from the rest of ``jobs`` but the kinds' table.
+Pure and cheap to import: no I/O, no SDK, nothing from the rest of ``jobs`` but the kinds' table (and
+Cloud Storage's names from infra.gcs).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+# Cloud Storage's names are infra's to define (infra/ never imports jobs/, so they live there).
+from infra.gcs import GS, is_bucket_name  # noqa: F401 - readers of a body name them through it
 
 # The kinds are re-exported: readers of a body name them through it.
 from jobs.definition.kinds import CUSTOM_JOB, KINDS, TUNING_JOB, spec_field  # noqa: F401
@@ -35,7 +39,7 @@ VALUE_SPECS = {
     "CATEGORICAL": "categoricalValueSpec",
 }
 GOALS = ("MAXIMIZE", "MINIMIZE")
-GS = "gs://"
+
 # A google.protobuf.Duration as JSON writes it: seconds, up to nine fractional digits, an 's' ("3600s").
 DURATION = re.compile(r"(-?\d+(?:\.\d{1,9})?)s")
 

@@ -24,6 +24,7 @@ from jobs.definition.body import (
     VALUE_SPECS,
     Pool,
     gs_uris,
+    is_bucket_name,
     is_gs,
     join,
     pools,
@@ -158,7 +159,7 @@ def _check_gs_uris(job: CompiledJob) -> None:
         for uri, bucket, name in gs_uris(text):
             segments = name.removesuffix("/").split("/") if name else []
             bad = next((s for s in segments if s in ("", ".", "..")), None)
-            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket):
+            if not is_bucket_name(bucket):
                 raise job.error(path, f"{uri!r} names no valid bucket", "gs://<bucket>/<path>")
             if bad is not None:
                 raise job.error(

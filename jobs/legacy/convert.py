@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.gcs import BUCKET_URI
 from infra.outputs import BUCKET_OUTPUTS as INFRA_BUCKET_OUTPUTS
-from jobs.definition.body import CUSTOM_JOB, TUNING_JOB
+from jobs.definition.body import CUSTOM_JOB, GS, TUNING_JOB, is_gs
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
 from jobs.definition.errors import JobError, one_of
 from jobs.definition.image import RUNNABLE_PREBUILT, parse_prebuilt
@@ -407,7 +408,7 @@ class _Buckets:
         self, outputs: Mapping[str, str], out: Conversion, mapped: Sequence[tuple[str, str]] = ()
     ) -> None:
         self.refs = {
-            str(outputs[k]): k for k in BUCKET_OUTPUTS if str(outputs.get(k, "")).startswith("gs://")
+            str(outputs[k]): k for k in BUCKET_OUTPUTS if is_gs(outputs.get(k, ""))
         }
         self.mapped = dict(mapped)
         self.refs.update(self.mapped)
@@ -439,7 +440,7 @@ class _Buckets:
                     )
             return f"${{infra.{key}}}" if key else bucket
 
-        return re.sub(r"gs://[a-z0-9][a-z0-9._-]*", swap, text)
+        return BUCKET_URI.sub(swap, text)
 
 
 def _groups(args: list[str]) -> list[list[str]]:
@@ -801,7 +802,7 @@ def _output_dir(legacy: LegacyJob, out: Conversion, buckets: _Buckets, tuning: b
     if word.parts and isinstance(word.parts[0], Unknown):
         first = word.parts[0]
         raise legacy.error(path, f"{text}: {first.source} is {first.reason}", shell_values([first]))
-    if not text.startswith("gs://"):
+    if not is_gs(text):
         raise legacy.error(path, f"{text!r} is not a gs:// URI", "gs://<bucket>/<path>")
     job_id = legacy.job.get("jobId")
     segments = _segments(word)
@@ -822,7 +823,7 @@ def _output_dir(legacy: LegacyJob, out: Conversion, buckets: _Buckets, tuning: b
     )
     if cut is not None:
         prefix = "/".join(seg for seg, _ in segments[:cut])
-        converted = buckets.refer(f"gs://{prefix}") + "/${job.id}"
+        converted = buckets.refer(f"{GS}{prefix}") + "/${job.id}"
         out.decisions.append(
             f"jobDir {text} -> baseOutputDirectory {converted}: the per-run folder is the Vertex AI job id"
             + per_trial
