@@ -24,7 +24,7 @@ from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
 from infra.outputs import planned_outputs
 from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRun
 from jobs.api import REPO_ROOT
-from jobs.definition.body import CUSTOM_JOB, duration_seconds
+from jobs.definition.body import CUSTOM_JOB, duration_seconds, spec_field
 from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
 from jobs.definition.errors import JobError
 
@@ -79,7 +79,7 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
             "allowed: a job on a container image (trainer.delivery: container), e.g. the trainer image",
         )
     # Each run must name its own job and write its own output directory: both carry ${job.id}.
-    spec = job.body.get("jobSpec", {})
+    spec = job.body.get(spec_field(job.kind), {})
     per_run = {
         "displayName": job.body.get("displayName"),
         "jobSpec.baseOutputDirectory.outputUriPrefix": (spec.get("baseOutputDirectory") or {}).get(

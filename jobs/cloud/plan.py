@@ -20,7 +20,7 @@ from typing import Any, Protocol, TextIO
 from jobs.cloud import client as cloud
 from jobs.cloud.builds import ImageBuild
 from jobs.definition import body
-from jobs.definition.compile import SUBMISSION_LABEL, TUNING_JOB, CompiledJob
+from jobs.definition.compile import SUBMISSION_LABEL, CompiledJob
 from jobs.definition.image import write_context
 from jobs.definition.package import build_sdist
 
@@ -265,7 +265,7 @@ def progress_line(kind: str, remote: dict[str, Any], elapsed: float) -> str:
     minutes, seconds = divmod(int(elapsed), 60)
     state = remote.get("state", "JOB_STATE_UNSPECIFIED")
     line = f"[{minutes // 60:02d}:{minutes % 60:02d}:{seconds:02d}] {state}"
-    if kind == TUNING_JOB:
+    if body.runs_study(kind):
         trials = remote.get("trials") or []
         states = [t.get("state", "") for t in trials]
         done = states.count("SUCCEEDED")

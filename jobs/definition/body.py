@@ -22,7 +22,7 @@ from typing import Any
 from infra.gcs import GS, is_bucket_name  # noqa: F401 - readers of a body name them through it
 
 # The kinds are re-exported: readers of a body name them through it.
-from jobs.definition.kinds import CUSTOM_JOB, KINDS, TUNING_JOB, spec_field  # noqa: F401
+from jobs.definition.kinds import CUSTOM_JOB, KINDS, TUNING_JOB, runs_study, spec_field  # noqa: F401
 
 STUDY_FIELD = "studySpec"
 POOLS_FIELD = "workerPoolSpecs"

@@ -20,7 +20,7 @@ from typing import Any
 from jobs.definition import body as job_body
 from jobs.definition.body import CUSTOM_JOB, KINDS, TUNING_JOB
 from jobs.definition.errors import JobError, one_of
-from jobs.definition.kinds import JOB_KINDS
+from jobs.definition.kinds import JOB_KINDS, runs_study
 from jobs.definition.loader import Document
 from jobs.definition.references import resolve
 
@@ -247,13 +247,13 @@ def _apply_flags(body: dict[str, Any], kind: str, flags: JobFlags, file: str) ->
     for key, value in trial_flags.items():
         if value is None:
             continue
-        if kind != TUNING_JOB:
+        if not runs_study(kind):
             flag = "--" + re.sub(r"([A-Z])", r"-\1", key).lower()
             raise JobError(
                 file, flag, "only a hyperparameter tuning job has trial counts", "omit it for a CustomJob"
             )
         body[key] = value
-    if kind == TUNING_JOB:
+    if runs_study(kind):
         # gcloud's defaults when the flags are absent.
         body.setdefault("maxTrialCount", 1)
         body.setdefault("parallelTrialCount", 1)

@@ -48,6 +48,12 @@ KINDS = tuple(JOB_KINDS)  # the names, in this order wherever they are listed
 KIND_BY_COLLECTION = {k.collection: k for k in JOB_KINDS.values()}
 
 
+def runs_study(kind: str) -> bool:
+    """Whether a ``kind`` job runs a study (studySpec, trial counts, trials); False for an unknown kind."""
+    found = JOB_KINDS.get(kind)
+    return bool(found and found.study)
+
+
 def spec_field(kind: str) -> str:
     """The body field holding ``kind``'s CustomJobSpec: jobSpec or trialJobSpec."""
     return JOB_KINDS[kind].spec_field

@@ -28,10 +28,11 @@ from jobs.definition.body import (
     is_gs,
     join,
     pools,
+    runs_study,
     spec_field,
     split_image,
 )
-from jobs.definition.compile import CONTAINER, CUSTOM_JOB, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
+from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
 from jobs.definition.errors import JobError, one_of
 from jobs.definition.study import StudyError, parse_study
 from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
@@ -65,18 +66,17 @@ def validate(
     its config lists in ``job_service_accounts``).
     """
     from jobs.definition.schema import SchemaError, check_message
-    from jobs.definition.vertex_types import job_message_classes
+    from jobs.definition.vertex_types import job_message_class
 
-    custom_cls, tuning_cls = job_message_classes()
     try:
-        check_message(job.body, custom_cls if job.kind == CUSTOM_JOB else tuning_cls)
+        check_message(job.body, job_message_class(job.kind))
     except SchemaError as exc:
         raise job.error(exc.path, exc.problem, exc.allowed) from None
 
     _check_text(job)
     _check_top(job)
     _check_job_spec(job, spec_field(job.kind), accounts)
-    if job.kind == TUNING_JOB:
+    if runs_study(job.kind):
         _check_study(job)
     trainer_pools = [pool for pool in job.pools() if _runs_repo_trainer(pool, trainer_image)]
     for pool in trainer_pools:
@@ -546,7 +546,7 @@ def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, trainer_
                     )
             else:
                 _check_trial_values(job, trainer, args, where, parameter)
-        if job.kind == TUNING_JOB:
+        if runs_study(job.kind):
             models = tuned_models if tuned_models is not None else (trainer.model_of(args),)
             _check_metrics(job, trainer, args, join(path, args_path), models)
 

@@ -15,12 +15,20 @@ import importlib.util
 import sys
 import types
 
+from jobs.definition.kinds import JOB_KINDS, KINDS
+
 _PACKAGE = "google.cloud.aiplatform_v1"
 _TYPES = _PACKAGE + ".types"
 
 
-def job_message_classes() -> tuple[type, type]:
-    """(CustomJob, HyperparameterTuningJob) proto-plus classes."""
+def job_message_class(kind: str) -> type:
+    """The proto-plus class of a job ``kind`` (a name in jobs.definition.kinds)."""
+    return job_message_classes()[KINDS.index(kind)]
+
+
+def job_message_classes() -> tuple[type, ...]:
+    """Each kind's proto-plus class, in KINDS order (CustomJob, HyperparameterTuningJob): the kinds' table
+    names the class (the kind) and its module (``types.<sdk>``)."""
     if _PACKAGE not in sys.modules:
         try:
             return _light_import()
@@ -28,12 +36,14 @@ def job_message_classes() -> tuple[type, type]:
             for name in [n for n in sys.modules if n == _PACKAGE or n.startswith(_PACKAGE + ".")]:
                 if not isinstance(getattr(sys.modules[name], "__file__", None), str):
                     del sys.modules[name]
-    from google.cloud.aiplatform_v1.types import custom_job, hyperparameter_tuning_job
-
-    return custom_job.CustomJob, hyperparameter_tuning_job.HyperparameterTuningJob
+    return _classes()
 
 
-def _light_import() -> tuple[type, type]:
+def _classes() -> tuple[type, ...]:
+    return tuple(getattr(importlib.import_module(f"{_TYPES}.{k.sdk}"), k.name) for k in JOB_KINDS.values())
+
+
+def _light_import() -> tuple[type, ...]:
     spec = importlib.util.find_spec(_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(_PACKAGE)
@@ -44,8 +54,7 @@ def _light_import() -> tuple[type, type]:
         module.__path__ = path
         sys.modules[name] = module
     try:
-        custom_job = importlib.import_module(_TYPES + ".custom_job")
-        tuning = importlib.import_module(_TYPES + ".hyperparameter_tuning_job")
+        classes = _classes()
     finally:
         for name in stubs:
             sys.modules.pop(name, None)
@@ -58,4 +67,4 @@ def _light_import() -> tuple[type, type]:
             and not hasattr(parent.aiplatform_v1, "__file__")
         ):
             delattr(parent, "aiplatform_v1")
-    return custom_job.CustomJob, tuning.HyperparameterTuningJob
+    return classes

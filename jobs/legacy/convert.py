@@ -20,7 +20,7 @@ from typing import Any
 
 from infra.gcs import BUCKET_URI
 from infra.outputs import BUCKET_OUTPUTS as INFRA_BUCKET_OUTPUTS
-from jobs.definition.body import CUSTOM_JOB, GS, TUNING_JOB, is_gs
+from jobs.definition.body import CUSTOM_JOB, GS, TUNING_JOB, is_gs, spec_field
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
 from jobs.definition.errors import JobError, one_of
 from jobs.definition.image import RUNNABLE_PREBUILT, parse_prebuilt
@@ -109,7 +109,7 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
             entry["diskSpec"] = pool.disk
         entry[program_field] = program  # one object in every pool: written once, as a YAML anchor
         spec["workerPoolSpecs"].append(entry)
-        pool_path = f"{_spec_field(out.kind)}.workerPoolSpecs.{index}"
+        pool_path = f"{spec_field(out.kind)}.workerPoolSpecs.{index}"
         out.blame.append((f"{pool_path}.machineSpec", pool.legacy_path))
         out.blame.append((f"{pool_path}.{program_field}.args", f"{T}.args"))
     spec["baseOutputDirectory"] = {"outputUriPrefix": _output_dir(legacy, out, buckets, tuning)}
@@ -124,7 +124,7 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
         ("network", "network"),
     ):
         if legacy_key in legacy.training:
-            out.blame.append((f"{_spec_field(out.kind)}.{field_name}", f"{T}.{legacy_key}"))
+            out.blame.append((f"{spec_field(out.kind)}.{field_name}", f"{T}.{legacy_key}"))
     _runtime(legacy, out, options, variant)
     _reported(legacy, out)
 
@@ -136,9 +136,7 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
     }
     if study is not None:
         definition.update(study)
-        definition["trialJobSpec"] = spec
-    else:
-        definition["jobSpec"] = spec
+    definition[spec_field(out.kind)] = spec
     encryption = _encryption(legacy, out)
     if encryption:
         definition["encryptionSpec"] = {"kmsKeyName": encryption}
@@ -148,9 +146,6 @@ def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> C
     out.lost.sort(key=lambda item: legacy.where(item[0]).line or 1 << 30)
     return out
 
-
-def _spec_field(kind: str) -> str:
-    return "trialJobSpec" if kind == TUNING_JOB else "jobSpec"
 
 
 # --- field checks ---------------------------------------------------------------------------------
@@ -890,7 +885,7 @@ def _scheduling(legacy: LegacyJob, out: Conversion, spec: dict[str, Any]) -> Non
                 )
             scheduling[key] = value
             out.decisions.append(f"scheduling.{legacy_key} {value} -> scheduling.{key}")
-            out.blame.append((f"{_spec_field(out.kind)}.scheduling.{key}", f"{path}.{legacy_key}"))
+            out.blame.append((f"{spec_field(out.kind)}.scheduling.{key}", f"{path}.{legacy_key}"))
     if "priority" in raw:
         out.lost.append((f"{path}.priority", "Vertex AI custom jobs have no queue priority"))
     if scheduling:

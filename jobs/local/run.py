@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from jobs.definition.body import CUSTOM_JOB, KINDS, is_gs, join, spec_field
+from jobs.definition.body import CUSTOM_JOB, KINDS, is_gs, join, runs_study, spec_field
 from jobs.definition.loader import file_kind
 from jobs.local.spec import LocalRunError
 from trainer.contract import HP_METRIC_FILE, JOB_ID
@@ -95,7 +95,7 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
     if not isinstance(body, dict):
         raise LocalRunError("body", "expected the compiled request body (a mapping)")
     image = outputs.get("trainer_image", "")
-    if kind == CUSTOM_JOB:
+    if not runs_study(kind):
         job = spec.parse_job_spec(body.get(spec_field(kind)), spec_field(kind), image)
         study = None
     else:
