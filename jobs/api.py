@@ -66,14 +66,13 @@ def load_outputs(env: str, outputs_file: Path | None, file: str) -> dict[str, st
 
 def trainer_image_hash(repo_root: Path, needed: bool) -> str:
     """The build context's hash, or "" when it cannot be read and the definition does not need it."""
-    from jobs.definition.errors import JobError
     from jobs.definition.image import ImageError, image_hash
 
     try:
         return image_hash(repo_root)
     except ImageError as exc:
         if needed:
-            raise JobError(exc.file, exc.field, exc.problem, exc.allowed) from None
+            raise exc.to_job_error() from None
         return ""
 
 

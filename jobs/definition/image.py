@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.definition.body import split_image  # noqa: F401 - read through jobs.definition.body; here for scripts/job_images.py
+from jobs.definition.errors import FieldError
 
 DOCKERFILE = "Dockerfile"
 DOCKERIGNORE = ".dockerignore"
@@ -55,12 +56,15 @@ RUNNABLE_PREBUILT = (
 )
 
 
-class ImageError(ValueError):
+class ImageError(FieldError):
     """The build context cannot be read; ``file`` and ``field`` say where (a one-line JobError upstream)."""
 
     def __init__(self, file: str, field: str, problem: str, allowed: str = "") -> None:
-        super().__init__(problem)
-        self.file, self.field, self.problem, self.allowed = file, field, problem, allowed
+        super().__init__(field, problem, allowed, file=file)
+
+    @property
+    def field(self) -> str:
+        return self.path
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from jobs.definition.body import DURATION
-from jobs.definition.errors import one_of
+from jobs.definition.errors import FieldError, one_of
 from jobs.definition.loader import join
 
 _INTS = {
@@ -48,10 +48,8 @@ OUTPUT_ONLY = (
 )
 
 
-class SchemaError(ValueError):
-    def __init__(self, path: str, problem: str, allowed: str = "") -> None:
-        super().__init__(problem)
-        self.path, self.problem, self.allowed = path, problem, allowed
+class SchemaError(FieldError):
+    """A field the Vertex AI message type would not accept, at its body path."""
 
 
 def check_message(body: Any, message_class: type) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.definition.body import GOALS, STUDY_FIELD, VALUE_SPECS, join
-from jobs.definition.errors import one_of
+from jobs.definition.errors import FieldError, one_of
 
 # The most trials one study holds. Vertex AI's tuning jobs run on Vizier, whose quota page documents "Maximum
 # number of trials in a study: 1,000" (AI Platform Vizier: https://cloud.google.com/ai-platform/optimizer/docs/
@@ -41,12 +41,8 @@ SELECTIONS = ("LAST_MEASUREMENT", "BEST_MEASUREMENT")
 TYPE_OF_SPEC = {spec_name: kind for kind, spec_name in VALUE_SPECS.items()}
 
 
-class StudyError(ValueError):
+class StudyError(FieldError):
     """A study refused: ``path`` is the body path of the field, ``problem`` and ``allowed`` the words."""
-
-    def __init__(self, path: str, problem: str, allowed: str = "") -> None:
-        self.path, self.problem, self.allowed = path, problem, allowed
-        super().__init__(f"{path}: {problem}" + (f"; allowed: {allowed}" if allowed else ""))
 
 
 @dataclass(frozen=True)

@@ -13,22 +13,13 @@ from typing import Any
 
 from jobs.definition import body as job_body
 from jobs.definition.body import STUDY_FIELD, TUNING_JOB, image_name, join, spec_field
+from jobs.definition.errors import FieldError
 from jobs.definition.study import Parameter, StudyError, grid_points, parse_study
 from trainer.contract import TRAINER_MODULE, WORKER_POOLS
 
 
-class LocalRunError(ValueError):
+class LocalRunError(FieldError):
     """A job that cannot run locally; ``str()`` is one line, ``<field.path>: <problem>``, as a JobError's."""
-
-    def __init__(self, path: str, problem: str, allowed: str = "") -> None:
-        self.path = path
-        self.problem = problem
-        self.allowed = allowed
-        super().__init__(self.__str__())
-
-    def __str__(self) -> str:
-        allowed = f"; allowed: {self.allowed}" if self.allowed else ""
-        return " ".join(f"{self.path}: {self.problem}{allowed}".split())
 
 
 @dataclass(frozen=True)
