@@ -6,7 +6,7 @@ categorical columns, of each numeric column's piecewise-linear encoding (``--num
 the training split, Gorishniy et al. 2022) and the normalised numeric columns, through ``num_layers`` ReLU
 layers of ``max(2, int(first_layer_size * scale_factor**i))`` units. The two logits are summed into one
 sigmoid. The encoding is what brings the model level with gradient boosting on the UCI split
-(``scripts/bench_census_gbdt.py``): accuracy 0.8616 -> 0.8697, AUC 0.9189 -> 0.9274.
+(``scripts/benchmarks/bench_census_gbdt.py``): accuracy 0.8616 -> 0.8697, AUC 0.9189 -> 0.9274.
 
 Preprocessing (vocabulary lookups, bucketising, crossing, normalising) is a Keras layer that runs in the
 tf.data pipeline during training, so it is computed once and cached and never sits in the training step
@@ -180,8 +180,8 @@ SPEC = TaskSpec(
     config=CensusConfig,
     metrics={"accuracy": MAXIMIZE, "auc": MAXIMIZE, "loss": MINIMIZE},
     export_formats={"JSON": "raw feature dict", "CSV": "a raw data line", "EXAMPLE": "serialized tf.Example"},
-    # Tuned on the UCI split (scripts/bench_trainer_quality.py): larger batches and a higher rate than the
-    # generic defaults, with the cosine decay below.
+    # Tuned on the UCI split (scripts/benchmarks/bench_trainer_quality.py): larger batches and a higher rate
+    # than the generic defaults, with the cosine decay below.
     defaults={"num_epochs": 8, "train_batch_size": 256, "eval_batch_size": 1024, "learning_rate": 0.003},
     flag_help={"learning_rate": "Adam learning rate (default %(default)s)"},
 )

@@ -1,9 +1,9 @@
 """Image input benchmark: the default small CNN fed from TFRecord files vs from in-memory tensors.
 
-    python scripts/bench_image_pipeline.py [--steps 300] [--repeats 3] [--batch-size 128]
-    python scripts/bench_image_pipeline.py --mnist-accuracy [--epochs 6] [--seeds 1 2 3]
-    python scripts/bench_image_pipeline.py --scale [--mnist 1 10 100] [--flowers 2000 20000] [--workers 1 2]
-        [--repo DIR] [--steps 100] [--keep DIR]
+    python scripts/benchmarks/bench_image_pipeline.py [--steps 300] [--repeats 3] [--batch-size 128]
+    python scripts/benchmarks/bench_image_pipeline.py --mnist-accuracy [--epochs 6] [--seeds 1 2 3]
+    python scripts/benchmarks/bench_image_pipeline.py --scale [--mnist 1 10 100] [--flowers 2000 20000]
+        [--workers 1 2] [--repo DIR] [--steps 100] [--keep DIR]
 
 Default mode: trains trainer.image_models.build_cnn for a fixed number of steps on MNIST-like data
 (data/mnist/*.tfrecord if present, else a synthetic 10,000-record PNG shard in a temporary directory), once
@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 MNIST_IDX = REPO.parent / "shared" / "data" / "mnist"
