@@ -80,7 +80,7 @@ SCORE = REPO_ROOT / "tests" / "trainer" / "score_recommender.py"
 def test_the_export_scores_pairs_lists_unseen_items_and_similar_items(movielens_run):
     import numpy as np
 
-    from trainer import ratings_data as rd
+    from trainer.tasks.recommender import data as rd
 
     out = subprocess.run([sys.executable, SCORE, str(movielens_run / "model")], capture_output=True,
                          text=True, env=subprocess_env(), timeout=120, cwd="/")
