@@ -17,34 +17,78 @@ and after.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from infra import reader
 from infra.config import ConfigError, EnvironmentConfig, config_error, load_environment
-from infra.naming import registry_url, resource_names, service_account_email, workload_identity_provider
+from infra.naming import (
+    ResourceNames,
+    registry_url,
+    resource_names,
+    service_account_email,
+    workload_identity_provider,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS_DIR = REPO_ROOT / ".infra-outputs"
 
-OUTPUT_KEYS = (
-    "project",
-    "project_number",
-    "region",
-    "data_bucket",
-    "staging_bucket",
-    "models_bucket",
-    "tensorboard_logs_bucket",
-    "runtime_service_account",
-    "tensorboard",
-    "artifact_registry",
-    "trainer_image",
+PENDING_DEPLOY = "PENDING_DEPLOY"
+
+
+def tensorboard_prefix(cfg: EnvironmentConfig) -> str:
+    return f"projects/{cfg.project_id}/locations/{cfg.region}/tensorboards/"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of the platform stack, described once: the plan (`planned_outputs`) and the stack
+    (`infra.stack.PlatformStack`) both read `OUTPUTS`.
+
+    `planned` is the value from the config alone (what jobs read before a deploy). `kind` and `of` say what
+    the output names in the stack, and the stack's value and the grants Terraform finishes before writing the
+    output follow from them: a `bucket` (`of`: its role in infra.naming) is its `gs://` name, waiting for the
+    bucket's grants; the `registry` (`of`: a path in it, or "") its URL, waiting for the registry's grants;
+    the `tensorboard` its deployed resource name; an `account` of the bootstrap stack (`of`: runtime, builder
+    or deployer) the literal email, waiting for the grants this stack gives it; a `config` value the literal.
+    """
+
+    key: str
+    planned: Callable[[EnvironmentConfig, ResourceNames], str]
+    kind: Literal["config", "bucket", "registry", "tensorboard", "account"] = "config"
+    of: str = ""
+
+
+def _bucket(key: str, role: str) -> Output:
+    return Output(key, lambda cfg, names: f"gs://{names.bucket(role)}", "bucket", role)
+
+
+def _account(key: str, who: str) -> Output:
+    return Output(key, lambda cfg, names: service_account_email(cfg, getattr(names, f"{who}_account_id")),
+                  "account", who)
+
+
+OUTPUTS = (
+    Output("project", lambda cfg, names: cfg.project_id),
+    Output("project_number", lambda cfg, names: cfg.project_number),
+    Output("region", lambda cfg, names: cfg.region),
+    _bucket("data_bucket", "data"),
+    _bucket("staging_bucket", "staging"),
+    _bucket("models_bucket", "models"),
+    _bucket("tensorboard_logs_bucket", "tensorboard-logs"),
+    _account("runtime_service_account", "runtime"),
+    Output("tensorboard", lambda cfg, names: tensorboard_prefix(cfg) + PENDING_DEPLOY, "tensorboard"),
+    Output("artifact_registry", lambda cfg, names: registry_url(cfg), "registry"),
+    Output("trainer_image", lambda cfg, names: f"{registry_url(cfg)}/trainer", "registry", "trainer"),
     # What the Cloud Build builds of trainer_image run as (scripts/run_job.py and the deploy workflow).
-    "builder_service_account",
+    _account("builder_service_account", "builder"),
     # What .github/workflows/deploy.yml authenticates with (repository variables set once from these).
-    "workload_identity_provider",
-    "deployer_service_account",
+    Output("workload_identity_provider", lambda cfg, names: workload_identity_provider(cfg)),
+    _account("deployer_service_account", "deployer"),
 )
+OUTPUT_KEYS = tuple(output.key for output in OUTPUTS)
 
 # The bootstrap stack's outputs (`<env>-bootstrap`, applied by an administrator): the two repository variables
 # of the deploy workflow and the accounts it creates. The platform stack reports the same values under the
@@ -57,19 +101,8 @@ BOOTSTRAP_OUTPUT_KEYS = (
     "builder_service_account",
 )
 
-PENDING_DEPLOY = "PENDING_DEPLOY"
-
 # Output key -> bucket role in infra.naming.
-BUCKET_OUTPUTS = {
-    "data_bucket": "data",
-    "staging_bucket": "staging",
-    "models_bucket": "models",
-    "tensorboard_logs_bucket": "tensorboard-logs",
-}
-
-
-def tensorboard_prefix(cfg: EnvironmentConfig) -> str:
-    return f"projects/{cfg.project_id}/locations/{cfg.region}/tensorboards/"
+BUCKET_OUTPUTS = {output.key: output.of for output in OUTPUTS if output.kind == "bucket"}
 
 
 def is_pending(value: str) -> bool:
@@ -79,21 +112,7 @@ def is_pending(value: str) -> bool:
 
 def planned_outputs(cfg: EnvironmentConfig) -> dict[str, str]:
     names = resource_names(cfg)
-    registry = registry_url(cfg)
-    planned = {
-        "project": cfg.project_id,
-        "project_number": cfg.project_number,
-        "region": cfg.region,
-        **{key: f"gs://{names.bucket(role)}" for key, role in BUCKET_OUTPUTS.items()},
-        "runtime_service_account": service_account_email(cfg, names.runtime_account_id),
-        "tensorboard": tensorboard_prefix(cfg) + PENDING_DEPLOY,
-        "artifact_registry": registry,
-        "trainer_image": f"{registry}/trainer",
-        "builder_service_account": service_account_email(cfg, names.builder_account_id),
-        "workload_identity_provider": workload_identity_provider(cfg),
-        "deployer_service_account": service_account_email(cfg, names.deployer_account_id),
-    }
-    return {key: planned[key] for key in OUTPUT_KEYS}
+    return {output.key: output.planned(cfg, names) for output in OUTPUTS}
 
 
 def default_outputs_file(env: str) -> Path:

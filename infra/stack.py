@@ -22,7 +22,7 @@ from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
 from infra.constructs.tensorboard import Tensorboard, TensorboardProps
 from infra.google import GoogleProvider
 from infra.naming import platform_member_allowed, resource_names, service_account_email
-from infra.outputs import BUCKET_OUTPUTS, OUTPUT_KEYS, planned_outputs, tensorboard_prefix
+from infra.outputs import OUTPUTS, Output, planned_outputs, tensorboard_prefix
 from infra.schedules import ScheduledRun
 
 SERVICES = (
@@ -215,8 +215,21 @@ class PlatformStack(TerraformStack):
         return [grant for grants in (*(b.grants for b in self.buckets.values()), self.registry.grants)
                 for grant in grants if grant.member_input == member]
 
-    def _output_dependencies(self) -> dict[str, list[TerraformResource]]:
-        """Output key -> the grants that make what it names usable, so Terraform writes an output only once a
+    def _output_value(self, output: Output, planned: str) -> str:
+        """A reference where this stack creates the thing, so the deployed file reports what Terraform
+        actually created; the bootstrap stack's accounts and provider as the literals it creates them with.
+        The tests prove each value equals the planned one."""
+        if output.kind == "bucket":
+            return f"gs://{self.buckets[output.of].bucket.name}"
+        if output.kind == "registry":
+            uri = self.registry.repository.registry_uri
+            return f"{uri}/{output.of}" if output.of else uri
+        if output.kind == "tensorboard":
+            return self._tensorboard_name()
+        return planned
+
+    def _output_dependencies(self, output: Output) -> list[TerraformResource]:
+        """The grants that make what the output names usable, so Terraform writes an output only once a
         consumer of it (a job, a build, the deploy workflow) can use the thing: the bucket the runtime writes,
         the repository the builder pushes to, and for an account of the bootstrap stack the grants this stack
         gives it.
@@ -226,37 +239,17 @@ class PlatformStack(TerraformStack):
         writing to it is the runtime's project-level aiplatform.user (bootstrap stack), and its CMEK grants
         already precede the instance itself.
         """
-        registry = list(self.registry.grants)
-        return {
-            **{key: list(self.buckets[role].grants) for key, role in BUCKET_OUTPUTS.items()},
-            "runtime_service_account": self._grants_naming(self.members["runtime"]),
-            "artifact_registry": registry,
-            "trainer_image": registry,
-            "builder_service_account": self._grants_naming(self.members["builder"]),
-            "deployer_service_account": self._grants_naming(self.members["deployer"]),
-        }
+        if output.kind == "bucket":
+            return list(self.buckets[output.of].grants)
+        if output.kind == "registry":
+            return list(self.registry.grants)
+        if output.kind == "account":
+            return self._grants_naming(self.members[output.of])
+        return []
 
     def _add_outputs(self) -> None:
-        cfg = self.cfg
-        planned = planned_outputs(cfg)
-        # References where this stack creates the thing, so the deployed file reports what Terraform actually
-        # created; the bootstrap stack's accounts and provider as the literals it creates them with. The tests
-        # prove each value equals the planned one.
-        values = {
-            "project": planned["project"],
-            "project_number": planned["project_number"],
-            "region": planned["region"],
-            **{key: f"gs://{self.buckets[role].bucket.name}" for key, role in BUCKET_OUTPUTS.items()},
-            "runtime_service_account": planned["runtime_service_account"],
-            "tensorboard": self._tensorboard_name(),
-            "artifact_registry": self.registry.repository.registry_uri,
-            "trainer_image": f"{self.registry.repository.registry_uri}/trainer",
-            "builder_service_account": planned["builder_service_account"],
-            "workload_identity_provider": planned["workload_identity_provider"],
-            "deployer_service_account": planned["deployer_service_account"],
-        }
-        assert tuple(values) == OUTPUT_KEYS, "stack outputs must be exactly infra.outputs.OUTPUT_KEYS"
-        dependencies = self._output_dependencies()
-        for key, value in values.items():
-            TerraformOutput(self, key, value=value, description=f"{key} (see infra/outputs.py)",
-                            depends_on=dependencies.get(key) or None)
+        planned = planned_outputs(self.cfg)
+        for output in OUTPUTS:
+            TerraformOutput(self, output.key, value=self._output_value(output, planned[output.key]),
+                            description=f"{output.key} (see infra/outputs.py)",
+                            depends_on=self._output_dependencies(output) or None)

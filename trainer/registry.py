@@ -3,7 +3,7 @@
 A task module defines ``TASK``, a :class:`trainer.tasks.base.Task`: its spec (flags, metrics and their goals,
 export formats, default overrides) plus the data, model and export hooks. Importing it must not import
 TensorFlow (TensorFlow is imported inside the hooks), so the job tooling reads every task's spec cheaply.
-Adding a model means writing that module and adding one line here.
+Adding a model means writing its package under ``trainer/tasks/`` and adding one line here.
 """
 
 from __future__ import annotations

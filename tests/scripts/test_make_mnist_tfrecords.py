@@ -1,5 +1,5 @@
-"""scripts/make_mnist_tfrecords.py: the shipped MNIST shards regenerate byte for byte, TensorFlow reads them
-back to the original pixels and labels, and bad input is one line, exit 2, nothing written."""
+"""scripts/generators/make_mnist_tfrecords.py: the shipped MNIST shards regenerate byte for byte, TensorFlow
+reads them back to the original pixels and labels, and bad input is one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from tests.jobs.helpers import REPO_ROOT, run_script
 
 SCRIPT = "make_mnist_tfrecords.py"
+PATH = f"generators/{SCRIPT}"  # under scripts/
 MNIST = REPO_ROOT / "data" / "mnist"
 RAW = MNIST / "raw"
 SHARDS = {
@@ -25,7 +26,7 @@ SHARDS = {
 @pytest.fixture(scope="module")
 def mod():
     """The script as a module, for its reader and encoders (it has no package)."""
-    spec = importlib.util.spec_from_file_location("make_mnist_tfrecords", REPO_ROOT / "scripts" / SCRIPT)
+    spec = importlib.util.spec_from_file_location("make_mnist_tfrecords", REPO_ROOT / "scripts" / PATH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -45,7 +46,7 @@ def test_shipped_raw_files_are_the_canonical_ones():
 
 
 def test_check_finds_the_shipped_shards_identical(script_env):
-    proc = run_script(["--check"], script_env, script=SCRIPT)
+    proc = run_script(["--check"], script_env, script=PATH)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok: the 3 shards") and len(proc.stdout.splitlines()) == 1
 
@@ -244,7 +245,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(mod, tmp_path, capsys):
 def test_bad_input_through_the_command_line(script_env, tmp_path):
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes((RAW / "t10k-labels-idx1-ubyte.gz").read_bytes())
     (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(b"not gzip at all")
-    proc = run_script(["--source", tmp_path, "--out", tmp_path / "out"], script_env, script=SCRIPT)
+    proc = run_script(["--source", tmp_path, "--out", tmp_path / "out"], script_env, script=PATH)
     assert proc.returncode == 2 and proc.stdout == ""
     images = tmp_path / "t10k-images-idx3-ubyte.gz"
     why = "Not a gzipped file (b'no')"

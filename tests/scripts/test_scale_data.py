@@ -1,7 +1,7 @@
-"""scripts/scale_data.py, the scale benchmark's generators: deterministic by seed, the shapes the trainer
-expects (census rows inside the plausible ranges, TFRecords copied whole, MovieLens-shaped ratings with a
-long tail); and scripts/bench_data_scale.py refuses bad flags in one line, exit 2. No TensorFlow, no training:
-the benchmark itself is run by hand (its docstring)."""
+"""scripts/benchmarks/scale_data.py, the scale benchmark's generators: deterministic by seed, the shapes the
+trainer expects (census rows inside the plausible ranges, TFRecords copied whole, MovieLens-shaped ratings
+with a long tail); and scripts/benchmarks/bench_data_scale.py refuses bad flags in one line, exit 2. No
+TensorFlow, no training: the benchmark itself is run by hand (its docstring)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.jobs.helpers import REPO_ROOT
-from trainer.tasks.census import PLAUSIBLE
+from trainer.tasks.census.data import PLAUSIBLE
 
 CENSUS_NUMERIC = {0: "age", 2: "fnlwgt", 4: "education_num", 10: "capital_gain", 11: "capital_loss",
                   12: "hours_per_week"}
@@ -20,9 +20,9 @@ CENSUS_NUMERIC = {0: "age", 2: "fnlwgt", 4: "education_num", 10: "capital_gain",
 
 @pytest.fixture(scope="module")
 def scripts():
-    """(scale_data, bench_data_scale) imported as the benchmark imports them: from the scripts folder."""
+    """(scale_data, bench_data_scale) imported as the benchmark imports them: from their own folder."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(REPO_ROOT / "scripts"))
+        mp.syspath_prepend(str(REPO_ROOT / "scripts" / "benchmarks"))
         yield importlib.import_module("scale_data"), importlib.import_module("bench_data_scale")
 
 

@@ -16,7 +16,7 @@ from trainer.data import (
     scan_csv,
     text_dataset,
 )
-from trainer.tasks.census import PLAUSIBLE, SCHEMA
+from trainer.tasks.census.data import PLAUSIBLE, SCHEMA
 
 tf = pytest.importorskip("tensorflow")
 

@@ -17,8 +17,10 @@ from tests.helpers import subprocess_env, summary_section
 from tests.trainer import hostile
 from tests.trainer.helpers import REPO_ROOT
 from tests.trainer.image_helpers import example, write_records
-from trainer import data, image_data, ratings_data
+from trainer import data
 from trainer.data import DataError
+from trainer.tasks.image_classifier import data as image_data
+from trainer.tasks.recommender import data as ratings_data
 
 SECONDS = 10.0  # a refusal
 # An attempt that is handled by training (eight 2048x2048 JPEGs): a whole run, model build and export
@@ -79,7 +81,7 @@ def test_non_data_lines_are_the_validators_blank_and_comment_lines():
 
 
 def test_a_huge_integer_is_a_bad_row_that_max_bad_rows_skips(tmp_path):
-    from trainer.tasks.census import SCHEMA
+    from trainer.tasks.census.data import SCHEMA
 
     path = tmp_path / "train.csv"
     path.write_bytes((hostile.CENSUS_ROW + b"\n") * 3 + b"0" * 5000 + b"7" + hostile.CENSUS_ROW[2:] + b"\n"
@@ -106,7 +108,7 @@ def test_a_batch_of_only_comment_lines_never_reaches_the_preprocessing(tmp_path)
 
 
 def test_blank_and_comment_lines_are_bounded(tmp_path, monkeypatch):
-    from trainer.tasks.census import SCHEMA
+    from trainer.tasks.census.data import SCHEMA
 
     monkeypatch.setattr(data, "MAX_NON_DATA_LINES", 5)
     path = tmp_path / "train.csv"

@@ -1,5 +1,6 @@
-"""trainer/image_data.py: globs, the validating scan (bad records fail or are skipped within the budget),
-and the pipeline (what it delivers equals what the scan counted; shapes, scaling, batching, augmentation)."""
+"""trainer/tasks/image_classifier/data.py: globs, the validating scan (bad records fail or are skipped within
+the budget), and the pipeline (what it delivers equals what the scan counted; shapes, scaling, batching,
+augmentation)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tests.trainer.image_helpers import (  # noqa: E402
     write_mnist_like,
     write_records,
 )
-from trainer import image_data  # noqa: E402
 from trainer.data import DataError  # noqa: E402
+from trainer.tasks.image_classifier import data as image_data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

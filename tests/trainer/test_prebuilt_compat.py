@@ -252,7 +252,7 @@ def test_export_is_quiet_with_and_without_write_out_verbose(capsys):
 
 def test_lookup_tables_in_dicts_are_tracked_one_by_one_before_keras_3_14(monkeypatch):
     from trainer import compat
-    from trainer.tasks import census
+    from trainer.tasks.census import data as census
 
     preprocessor = census._preprocessor_class()({name: (1.0, 4.0) for name in census.NUMERIC}, name="p")
     current = _Archive()

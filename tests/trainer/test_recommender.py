@@ -40,7 +40,7 @@ def test_help_lists_the_recommender_flags():
 @pytest.fixture(scope="module")
 def movielens_run(tmp_path_factory):
     # EASE on the whole catalogue (9k items) takes a minute or more on 2 cores: it is scored on a slice in
-    # test_separate_eval_files_and_a_time_split and by scripts/bench_recommender.py.
+    # test_separate_eval_files_and_a_time_split and by scripts/benchmarks/bench_recommender.py.
     job_dir = tmp_path_factory.mktemp("recommender")
     out = run_trainer(recommender_args(job_dir, "--num-epochs", "3", "--ease-max-items", "0"), timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -80,7 +80,7 @@ SCORE = REPO_ROOT / "tests" / "trainer" / "score_recommender.py"
 def test_the_export_scores_pairs_lists_unseen_items_and_similar_items(movielens_run):
     import numpy as np
 
-    from trainer import ratings_data as rd
+    from trainer.tasks.recommender import data as rd
 
     out = subprocess.run([sys.executable, SCORE, str(movielens_run / "model")], capture_output=True,
                          text=True, env=subprocess_env(), timeout=120, cwd="/")

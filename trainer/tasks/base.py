@@ -1,6 +1,7 @@
 """The task interface: what a registered ``--model`` declares and provides to the generic training loop.
 
-A task module (``trainer/tasks/<name>.py``, registered by one line in :mod:`trainer.registry`) defines
+A task module (``trainer/tasks/<name>/__init__.py``, beside the task's own data and model modules, registered
+by one line in :mod:`trainer.registry`) defines
 ``TASK = Task(spec=TaskSpec(...), make_data=..., build_model=..., serving_fn=...)``. Importing the module
 must not import TensorFlow or Keras: the job tooling imports it to read the spec (``jobs.trainer_contract``),
 and ``tests/trainer/test_tasks_registry.py`` checks this for every registered task. Import TensorFlow inside
@@ -71,7 +72,8 @@ The hooks (import TensorFlow inside them)
 ``make_data`` may also fill ``TaskData.state`` with values the other hooks need (vocabularies, statistics)
 and ``TaskData.report["baselines"]`` with reference figures measured on the same evaluation data.
 
-Adding a model: write its module and add ``"<name>": "trainer.tasks.<module>"`` to ``TASK_MODULES``.
+Adding a model: write its package ``trainer/tasks/<name>/`` (the task in ``__init__.py``, its data and model
+modules beside it) and add ``"<name>": "trainer.tasks.<name>"`` to ``TASK_MODULES``.
 Nothing else changes: ``python -m trainer.task --model <name> --help`` lists its flags, and job definitions
 that name ``--model <name>`` are validated against its flags, metrics and goals.
 """

@@ -1,20 +1,21 @@
 """Image classification from TFRecord shards, registered as ``--model image_classifier``.
 
 Input: shards in the flowers schema (``image/encoded`` JPEG or PNG, ``image/class/label``,
-``image/class/text``; see :mod:`trainer.image_data`), matched by globs, local or ``gs://``. The classes and
-their names come from the training data (or ``--num-classes``); evaluation uses the training data's classes.
-Every record is checked before training (:mod:`trainer.image_data`: records and image headers first, then
-one decode that also fills the in-memory cache when the images fit ``--cache-limit-mb`` and the machine's
-memory). Under multi-worker training each worker reads, checks and decodes only its share of the training
-and evaluation files (:mod:`trainer.sharding`), and the log's ``data:`` line says which share.
+``image/class/text``; see :mod:`trainer.tasks.image_classifier.data`), matched by globs, local or ``gs://``.
+The classes and their names come from the training data (or ``--num-classes``); evaluation uses the training
+data's classes. Every record is checked before training (:mod:`trainer.tasks.image_classifier.data`: records
+and image headers first, then one decode that also fills the in-memory cache when the images fit
+``--cache-limit-mb`` and the machine's memory). Under multi-worker training each worker reads, checks and
+decodes only its share of the training and evaluation files (:mod:`trainer.sharding`), and the log's ``data:``
+line says which share.
 
-Models (:mod:`trainer.image_models`): ``--backbone cnn``, a small CNN in the shape of Google's Keras
-codelabs (conv blocks, a dense layer of ``--num-units``, ``--dropout``), or a keras.applications backbone
-(``mobilenet_v2``, ``resnet50``) with a new head, initialised from ``--base-weights`` (a local or gs://
-weights file; nothing is ever downloaded) and trained head-only unless ``--fine-tune``. SGD with
-``--momentum`` or Adam. Export: a SavedModel whose ``serving_default`` takes raw encoded image bytes, what
-Vertex AI prediction decodes ``{"image_bytes": {"b64": ...}}`` instances to, and returns class
-probabilities and names.
+Models (:mod:`trainer.tasks.image_classifier.models`): ``--backbone cnn``, a small CNN in the shape of
+Google's Keras codelabs (conv blocks, a dense layer of ``--num-units``, ``--dropout``), or a
+keras.applications backbone (``mobilenet_v2``, ``resnet50``) with a new head, initialised from
+``--base-weights`` (a local or gs:// weights file; nothing is ever downloaded) and trained head-only unless
+``--fine-tune``. SGD with ``--momentum`` or Adam. Export: a SavedModel whose ``serving_default`` takes raw
+encoded image bytes, what Vertex AI prediction decodes ``{"image_bytes": {"b64": ...}}`` instances to, and
+returns class probabilities and names.
 
     python -m trainer.task --model image_classifier --help
     python -m trainer.task --model image_classifier --channels 1 --image-size 28 \\
@@ -81,7 +82,7 @@ class ImageConfig(TaskConfig):
                                   "(default 0)", type=integral, metavar="N")
 
     def validate(self) -> None:
-        from trainer.image_data import MAX_CLASSES
+        from trainer.tasks.image_classifier.data import MAX_CLASSES
 
         check(self.image_size == 0 or 8 <= self.image_size <= MAX_IMAGE_SIZE, "image_size",
               f"0 (the data's size) or 8..{MAX_IMAGE_SIZE}", self.image_size)
@@ -122,7 +123,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
 
     from trainer.data import DataError, cache_budget
-    from trainer.image_data import (
+    from trainer.tasks.image_classifier.data import (
         cache_share,
         expand_globs,
         image_dataset,
@@ -219,7 +220,12 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
 def build_model(cfg, data: TaskData):
     from trainer.data import DataError
-    from trainer.image_models import WeightsError, build_backbone_model, build_cnn, compile_classifier
+    from trainer.tasks.image_classifier.models import (
+        WeightsError,
+        build_backbone_model,
+        build_cnn,
+        compile_classifier,
+    )
 
     task, classes = cfg.task, len(data.report["classes"])
     size, channels = data.report["image_size"], data.report["channels"]
@@ -241,7 +247,7 @@ def build_model(cfg, data: TaskData):
 
 
 def serving_fn(model, data: TaskData, export_format: str):
-    from trainer.image_models import serving_function
+    from trainer.tasks.image_classifier.models import serving_function
 
     if export_format != "IMAGE_BYTES":
         raise ValueError(f"unsupported export format {export_format!r}")

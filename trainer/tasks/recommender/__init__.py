@@ -7,7 +7,7 @@ IDs are strings; the vocabularies come from the training ratings and travel insi
 ``--eval-files``, ``--eval-fraction`` of ``--train-files`` is held out, at random by ``--seed`` or, with
 ``--split time``, the latest ratings: the same flags always evaluate on the same ratings.
 
-Model (:mod:`trainer.recommender_model`): every training rating is an interaction; a user's score of an
+Model (:mod:`trainer.tasks.recommender.model`): every training rating is an interaction; a user's score of an
 item is ``p_u . q_i + b_i``, trained to rank the rated item above ``--negatives`` items sampled from the
 catalogue (softmax cross-entropy), with ``--l2`` on the factors a rating touches. A step updates only the
 rows it touched, so its cost does not grow with the catalogue.
@@ -135,10 +135,10 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     import numpy as np
     import tensorflow as tf
 
-    from trainer import ratings_data as rd
     from trainer.data import DataError, expand_files, name_files
-    from trainer.recommender_model import IdLookup, rated_by_user
     from trainer.sharding import dataset_options
+    from trainer.tasks.recommender import data as rd
+    from trainer.tasks.recommender.model import IdLookup, rated_by_user
 
     task = cfg.task
     columns = rd.RatingColumns(task.user_column, task.item_column, task.rating_column, task.timestamp_column)
@@ -306,7 +306,7 @@ def kept_baselines(folder: str | None, files: list[str], depends: list,
 
 
 def build_model(cfg, data: TaskData):
-    from trainer.recommender_model import RankingMF, compile_recommender
+    from trainer.tasks.recommender.model import RankingMF, compile_recommender
 
     state = data.state
     model = RankingMF(state["num_users"], len(state["items"]), cfg.task.embedding_dim, cfg.task.l2,
@@ -316,7 +316,7 @@ def build_model(cfg, data: TaskData):
 
 
 def serving_fn(model, data: TaskData, export_format: str):
-    from trainer.recommender_model import score_function
+    from trainer.tasks.recommender.model import score_function
 
     if export_format != "JSON":
         raise ValueError(f"unsupported export format {export_format!r}")
@@ -324,7 +324,7 @@ def serving_fn(model, data: TaskData, export_format: str):
 
 
 def more_signatures(model, data: TaskData):
-    from trainer.recommender_model import recommendations, similar_items_function, top_k_function
+    from trainer.tasks.recommender.model import recommendations, similar_items_function, top_k_function
 
     state = data.state
     table = recommendations(model, state["rated"], state["max_k"])

@@ -1,6 +1,6 @@
 """Input-pipeline benchmark: the trainer's tf.data pipeline vs pre-built in-memory batches, same model.
 
-    python scripts/bench_trainer_pipeline.py [--epochs 8] [--repeats 5] [--streaming]
+    python scripts/benchmarks/bench_trainer_pipeline.py [--epochs 8] [--repeats 5] [--streaming]
 
 Both figures come from one process: whole training runs of --epochs epochs, paired and in alternating
 order so background load hits both alike; the ratio is the median over the pairs. "pipeline" is exactly
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -2,9 +2,9 @@
 """Convert the shipped MNIST t10k IDX files into the TFRecord shards of data/mnist/, reproducibly to the byte.
 
 Usage (from the repo root; plain Python 3.10+, no TensorFlow, a few seconds):
-  python scripts/make_mnist_tfrecords.py           # data/mnist/raw/*.gz -> data/mnist/mnist-*.tfrecord-*
-  python scripts/make_mnist_tfrecords.py --check   # regenerate in a temp dir, compare with the shipped shards
-  python scripts/make_mnist_tfrecords.py --source DIR --out DIR
+  python scripts/generators/make_mnist_tfrecords.py          # data/mnist/raw/*.gz -> data/mnist/*.tfrecord-*
+  python scripts/generators/make_mnist_tfrecords.py --check  # regenerate in a temp dir, compare with shards
+  python scripts/generators/make_mnist_tfrecords.py --source DIR --out DIR
 
 Input: t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz (the 10,000 MNIST test digits, 28x28
 grayscale), checked for their IDX magic, counts, shape and the sha256 of their decompressed contents.
@@ -51,7 +51,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = REPO_ROOT / "data" / "mnist" / "raw"
 DEFAULT_OUT = REPO_ROOT / "data" / "mnist"
 

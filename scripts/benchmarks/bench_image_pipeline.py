@@ -1,17 +1,17 @@
 """Image input benchmark: the default small CNN fed from TFRecord files vs from in-memory tensors.
 
-    python scripts/bench_image_pipeline.py [--steps 300] [--repeats 3] [--batch-size 128]
-    python scripts/bench_image_pipeline.py --mnist-accuracy [--epochs 6] [--seeds 1 2 3]
-    python scripts/bench_image_pipeline.py --scale [--mnist 1 10 100] [--flowers 2000 20000] [--workers 1 2]
-        [--repo DIR] [--steps 100] [--keep DIR]
+    python scripts/benchmarks/bench_image_pipeline.py [--steps 300] [--repeats 3] [--batch-size 128]
+    python scripts/benchmarks/bench_image_pipeline.py --mnist-accuracy [--epochs 6] [--seeds 1 2 3]
+    python scripts/benchmarks/bench_image_pipeline.py --scale [--mnist 1 10 100] [--flowers 2000 20000]
+        [--workers 1 2] [--repo DIR] [--steps 100] [--keep DIR]
 
-Default mode: trains trainer.image_models.build_cnn for a fixed number of steps on MNIST-like data
-(data/mnist/*.tfrecord if present, else a synthetic 10,000-record PNG shard in a temporary directory), once
-through trainer.image_data.image_dataset (scan, decode, cache, shuffle, batch) and once through
-array_dataset (the same images decoded into memory first, untimed), in ABBA pairs, and prints examples/s
-(wall-clock and per CPU-second, medians of ``--repeats``) and the median ratio of the pairs. Target: TFRecord
->= 0.9x in-memory. Timing includes the first pass over the files (decoding before the cache fills), not
-model building or the train-function trace.
+Default mode: trains trainer.tasks.image_classifier.models.build_cnn for a fixed number of steps on MNIST-like
+data (data/mnist/*.tfrecord if present, else a synthetic 10,000-record PNG shard in a temporary directory),
+once through trainer.tasks.image_classifier.data.image_dataset (scan, decode, cache, shuffle, batch) and once
+through array_dataset (the same images decoded into memory first, untimed), in ABBA pairs, and prints
+examples/s (wall-clock and per CPU-second, medians of ``--repeats``) and the median ratio of the pairs.
+Target: TFRecord >= 0.9x in-memory. Timing includes the first pass over the files (decoding before the cache
+fills), not model building or the train-function trace.
 
 ``--mnist-accuracy``: trains the CNN on the first 8,000 real MNIST t10k images and evaluates on the last
 2,000 (idx files from ../shared/data/mnist, written to PNG TFRecord shards first and read through
@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 MNIST_IDX = REPO.parent / "shared" / "data" / "mnist"
@@ -97,7 +97,8 @@ def fit_seconds(model, ds, steps: int) -> tuple[float, float]:
 def bench(args) -> int:
     import keras
 
-    from trainer import image_data, image_models
+    from trainer.tasks.image_classifier import data as image_data
+    from trainer.tasks.image_classifier import models as image_models
 
     with tempfile.TemporaryDirectory(prefix="bench-image-") as tmp:
         files = sorted(glob.glob(str(REPO / "data" / "mnist" / "*.tfrecord*")))
@@ -154,7 +155,8 @@ def bench(args) -> int:
 def mnist_accuracy(args) -> int:
     import keras
 
-    from trainer import image_data, image_models
+    from trainer.tasks.image_classifier import data as image_data
+    from trainer.tasks.image_classifier import models as image_models
 
     images, labels = read_idx()
     results = []

@@ -1,6 +1,6 @@
 """Quality benchmark: train the census Wide & Deep model on the full UCI split with default flags.
 
-    python scripts/bench_trainer_quality.py [--seeds 42 7 1234] [-- extra trainer flags]
+    python scripts/benchmarks/bench_trainer_quality.py [--seeds 42 7 1234] [-- extra trainer flags]
 
 Each seed runs ``python -m trainer.task`` exactly as a user would (adult.data to train, adult.test to
 evaluate), then prints test accuracy, AUC, the training wall time (``model.fit``, from the run's

@@ -1,8 +1,8 @@
 """Benchmark the local tuning executor on the census job definitions; prints figures and both ratios.
 
-    python scripts/bench_local_tuning.py                 # both measurements (~8-10 minutes on 2 cores)
-    python scripts/bench_local_tuning.py --only parallel # wall time, parallelTrialCount 2 vs 1
-    python scripts/bench_local_tuning.py --only quality  # best accuracy, Bayesian vs grid, 8 trials each
+    python scripts/benchmarks/bench_local_tuning.py                 # both measurements (~8-10 min on 2 cores)
+    python scripts/benchmarks/bench_local_tuning.py --only parallel # wall time, parallelTrialCount 2 vs 1
+    python scripts/benchmarks/bench_local_tuning.py --only quality  # best accuracy, Bayesian vs grid, 8 each
 
 1. Parallelism: the same grid trials (jobs/census_tuning_grid.yaml, the seeded grid's first points) run
    with parallelTrialCount 1 and 2; ratio = wall(2) / wall(1), target <= 0.65. Each trial's TensorFlow
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_study(job_file: str, local_root: Path, trials: int, parallel: int,

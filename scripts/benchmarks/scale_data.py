@@ -1,5 +1,5 @@
-"""Synthetic data at N times the shipped size, for scripts/bench_data_scale.py: deterministic by seed, written
-on the fly under a temporary folder (nothing large is committed).
+"""Synthetic data at N times the shipped size, for scripts/benchmarks/bench_data_scale.py: deterministic by
+seed, written on the fly under a temporary folder (nothing large is committed).
 
 Not a command: the benchmark imports it. No TensorFlow: TFRecord records are copied with their framing
 (length, CRCs) intact, so replicated shards read back exactly like the shipped ones.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CENSUS = REPO / "data" / "census"
 MNIST = REPO / "data" / "mnist"
 FLOWERS = REPO / "data" / "flowers"

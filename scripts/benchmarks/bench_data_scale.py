@@ -1,17 +1,17 @@
 """Scale benchmark (issue 26): every model's run phases on synthetic data 1x/10x/100x the shipped size, and a
 2-worker loopback run's per-worker records read and pre-training time.
 
-    python scripts/bench_data_scale.py                                  # everything below, this checkout
-    python scripts/bench_data_scale.py --models census,mnist --scales 1,10 --workers off
-    python scripts/bench_data_scale.py --repo /tmp/bench-before         # the trainer of another checkout
-    python scripts/bench_data_scale.py --repo /tmp/bench-before --repo .  # before/after, run by run
-    python scripts/bench_data_scale.py --models ratings --scales 250 --workers off --max-steps 200
-    python scripts/bench_data_scale.py --models census -- --cache-limit-mb 0   # extra trainer flags
-    python scripts/bench_data_scale.py --models census --scales 100 --census-files one --max-steps 0 \
-        --workers off                                                   # a whole epoch: memory figures
+    python scripts/benchmarks/bench_data_scale.py                          # everything below, this checkout
+    python scripts/benchmarks/bench_data_scale.py --models census,mnist --scales 1,10 --workers off
+    python scripts/benchmarks/bench_data_scale.py --repo /tmp/bench-before # the trainer of another checkout
+    python scripts/benchmarks/bench_data_scale.py --repo /tmp/bench-before --repo .  # before/after, by run
+    python scripts/benchmarks/bench_data_scale.py --models ratings --scales 250 --workers off --max-steps 200
+    python scripts/benchmarks/bench_data_scale.py --models census -- --cache-limit-mb 0  # extra trainer flags
+    python scripts/benchmarks/bench_data_scale.py --models census --scales 100 --census-files one \
+        --max-steps 0 --workers off                                           # a whole epoch: memory figures
 
-Data (scripts/scale_data.py) is generated on the fly, deterministic by --seed, under a temporary folder that
-is deleted at the end (--keep DIR keeps the data and the runs' folders there). ``census`` is
+Data (scripts/benchmarks/scale_data.py) is generated on the fly, deterministic by --seed, under a temporary
+folder that is deleted at the end (--keep DIR keeps the data and the runs' folders there). ``census`` is
 ``--model wide_deep`` on sampled and perturbed adult.data rows, run from one file and from --files files
 (evaluated on adult.test at every scale); ``mnist`` and ``flowers`` are ``--model image_classifier`` on the
 shipped training records replicated into shards (MNIST with ``--channels 1``, flowers at ``--image-size 96``

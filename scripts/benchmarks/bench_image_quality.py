@@ -1,6 +1,6 @@
 """Quality benchmark: the image classifier's default CNN on the shipped MNIST TFRecords.
 
-    python scripts/bench_image_quality.py [--seeds 42 7 1234] [-- extra trainer flags]
+    python scripts/benchmarks/bench_image_quality.py [--seeds 42 7 1234] [-- extra trainer flags]
 
 Each seed runs ``python -m trainer.task --model image_classifier`` as a user would (8,000 training images,
 the 2,000 held-out ones to evaluate, grayscale, default flags otherwise plus ``--num-epochs``), then prints

@@ -3,8 +3,8 @@ one ``python -m trainer.task`` run exactly as a user runs it, timed, and the rep
 benchmark (bench_data_scale.py) builds its runs from the same command line and environment, run from any
 checkout.
 
-Not a command: the benchmarks import it (they run as ``python scripts/<name>.py``, so this folder is on
-``sys.path``).
+Not a command: the benchmarks import it (they run as ``python scripts/benchmarks/<name>.py``, so this folder
+is on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class TrainerFailed(Exception):

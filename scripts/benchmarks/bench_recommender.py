@@ -1,6 +1,6 @@
 """Quality and serving benchmark: the recommender's default run on the shipped MovieLens latest-small ratings.
 
-    python scripts/bench_recommender.py [--seeds 42 7 1234] [-- extra trainer flags]
+    python scripts/benchmarks/bench_recommender.py [--seeds 42 7 1234] [-- extra trainer flags]
 
 Each seed runs ``python -m trainer.task --model recommender`` as a user would (default flags: a random 80/20
 split by that seed, so the baselines change with it) and prints, from the run's metrics.json, the model's

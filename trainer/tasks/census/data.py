@@ -1,21 +1,14 @@
-"""Census income (UCI Adult): a Wide & Deep binary classifier, registered as ``--model wide_deep``.
-
-Wide part: a linear model over every categorical column, bucketised age and hashed feature crosses
-(``HashedCrossing``), plus a piecewise-linear function of each numeric column. Deep part: embeddings of the
-categorical columns, of each numeric column's piecewise-linear encoding (``--numeric-bins`` quantile bins of
-the training split, Gorishniy et al. 2022) and the normalised numeric columns, through ``num_layers`` ReLU
-layers of ``max(2, int(first_layer_size * scale_factor**i))`` units. The two logits are summed into one
-sigmoid. The encoding is what brings the model level with gradient boosting on the UCI split
-(``scripts/bench_census_gbdt.py``): accuracy 0.8616 -> 0.8697, AUC 0.9189 -> 0.9274.
+"""Census data: the UCI Adult CSV schema with its plausible ranges, the feature definitions (vocabularies,
+buckets, crosses, numeric columns), the preprocessing layer (with the piecewise-linear encodings of the
+numeric columns) and the validated tf.data pipelines of ``make_data``.
 
 Preprocessing (vocabulary lookups, bucketising, crossing, normalising) is a Keras layer that runs in the
 tf.data pipeline during training, so it is computed once and cached and never sits in the training step
-(which is also what TPUs need), and is put back in front of the model for export.
+(which is also what TPUs need), and is put back in front of the model for export. TensorFlow is imported
+inside the functions: the task package imports this module for its hooks.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from trainer.data import (
     Column,
@@ -23,23 +16,12 @@ from trainer.data import (
     ScanKeeper,
     cache_budget,
     count_batches,
-    decode_csv_batch,
     expand_files,
     scan_share,
     text_dataset,
 )
 from trainer.sharding import UNSHARDED, Shard
-from trainer.tasks.base import (
-    MAXIMIZE,
-    MINIMIZE,
-    Task,
-    TaskConfig,
-    TaskData,
-    TaskSpec,
-    check,
-    integral,
-    option,
-)
+from trainer.tasks.base import TaskData
 
 # Plausible raw values per numeric column (inclusive): a row outside them is refused like a malformed row
 # (--max-bad-rows). Generous on purpose: they stop corrupt values (an age of -9e18 would train silently and
@@ -119,7 +101,6 @@ HOURS_BOUNDARIES = (20.0, 35.0, 40.0, 41.0, 50.0, 60.0)
 # Capital gains and losses act through thresholds (tax brackets), which buckets let a linear part use.
 GAIN_BOUNDARIES = (1.0, 3000.0, 4000.0, 5000.0, 6000.0, 7000.0, 7500.0, 10000.0, 15000.0, 30000.0, 99999.0)
 LOSS_BOUNDARIES = (1.0, 1500.0, 1800.0, 1900.0, 2000.0, 2200.0, 2500.0)
-MAX_NUMERIC_BINS = 256
 # id input -> (raw numeric column, bucket boundaries)
 BUCKETS: dict[str, tuple[str, tuple[float, ...]]] = {
     "age_bucket": ("age", AGE_BOUNDARIES),
@@ -127,65 +108,6 @@ BUCKETS: dict[str, tuple[str, tuple[float, ...]]] = {
     "gain_bucket": ("capital_gain", GAIN_BOUNDARIES),
     "loss_bucket": ("capital_loss", LOSS_BOUNDARIES),
 }
-
-
-@dataclass(frozen=True)
-class CensusConfig(TaskConfig):
-    """The Wide & Deep model's own flags (``--embedding-size`` ...); defaults tuned on the UCI split."""
-
-    embedding_size: int = option(8, "width of categorical embeddings (default %(default)s)")
-    first_layer_size: int = option(128, "width of the first hidden layer (default %(default)s)")
-    num_layers: int = option(3, "number of hidden layers (default %(default)s)")
-    scale_factor: float = option(0.5,
-                                 "each hidden layer is this times the previous one (default %(default)s)")
-    dropout: float = option(0.1, "dropout rate after each hidden layer (default %(default)s)")
-    numeric_bins: int = option(
-        64, "piecewise-linear encoding of each numeric column over this many quantile bins of the training "
-            "data (fewer where values repeat), fed to both parts; 0: only the normalised value "
-            "(default %(default)s)", metavar="N", type=integral)
-    numeric_embedding_size: int = option(
-        16, "width of each numeric column's embedding of its encoding in the deep part (default %(default)s)",
-        type=integral)
-    max_bad_rows: int = option(
-        0, "skip and report up to N malformed rows or rows with an implausible value (outside the task's "
-           "plausible range for the column, or not finite) instead of stopping at the first (default 0)",
-        metavar="N")
-
-    def validate(self) -> None:
-        for name in ("embedding_size", "first_layer_size", "num_layers"):
-            check(getattr(self, name) >= 1, name, "a positive integer", getattr(self, name))
-        check(self.max_bad_rows >= 0, "max_bad_rows", "an integer >= 0", self.max_bad_rows)
-        check(0 <= self.numeric_bins <= MAX_NUMERIC_BINS, "numeric_bins", f"an integer from 0 to "
-              f"{MAX_NUMERIC_BINS}", self.numeric_bins)
-        check(self.numeric_embedding_size >= 1, "numeric_embedding_size", "a positive integer",
-              self.numeric_embedding_size)
-        check(0 < self.scale_factor <= 1, "scale_factor", "in (0, 1]", self.scale_factor)
-        check(0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
-
-    def layer_sizes(self) -> tuple[int, ...]:
-        """Hidden layer widths of the deep part: ``max(2, int(first_layer_size * scale_factor**i))``."""
-        return tuple(
-            max(2, int(self.first_layer_size * self.scale_factor**i)) for i in range(self.num_layers)
-        )
-
-    def hparams(self) -> dict[str, object]:
-        keys = ("embedding_size", "first_layer_size", "num_layers", "scale_factor", "dropout", "numeric_bins",
-                "numeric_embedding_size")
-        return {k: getattr(self, k) for k in keys}
-
-
-SPEC = TaskSpec(
-    name="wide_deep",
-    description="UCI Adult census income, Wide & Deep binary classifier",
-    config=CensusConfig,
-    metrics={"accuracy": MAXIMIZE, "auc": MAXIMIZE, "loss": MINIMIZE},
-    export_formats={"JSON": "raw feature dict", "CSV": "a raw data line", "EXAMPLE": "serialized tf.Example"},
-    # Tuned on the UCI split (scripts/bench_trainer_quality.py): larger batches and a higher rate than the
-    # generic defaults, with the cosine decay below.
-    defaults={"num_epochs": 8, "train_batch_size": 256, "eval_batch_size": 1024, "learning_rate": 0.003},
-    flag_help={"learning_rate": "Adam learning rate (default %(default)s)"},
-)
-
 
 def _preprocessor_class():
     import keras
@@ -265,13 +187,6 @@ def numeric_edges(scan, bins: int) -> dict[str, tuple[float, ...]]:
     return edges
 
 
-def _id_inputs() -> dict[str, int]:
-    """Integer-id model inputs and their vocabulary sizes (including the OOV index)."""
-    sizes = {name: len(vocab) + 1 for name, vocab in VOCABULARIES.items()}
-    sizes.update({name: len(bounds) + 1 for name, (_, bounds) in BUCKETS.items()})
-    sizes.update({name: bins for name, (_, bins) in CROSSES.items()})
-    return sizes
-
 
 def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
@@ -315,94 +230,3 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     return TaskData(train=train, eval=evaluation, train_rows=train_scan.rows, eval_rows=eval_scan.rows,
                     train_steps=train_steps, preprocessor=preprocessor, report=report, state={"edges": edges},
                     keep=keeper.flush if keeper else None)
-
-
-def build_model(cfg, data: TaskData):
-    import keras
-
-    sizes = _id_inputs()
-    edges = data.state["edges"]
-    inputs = {name: keras.Input(shape=(), dtype="int64", name=name) for name in sizes}
-    inputs["numeric"] = keras.Input(shape=(len(NUMERIC),), dtype="float32", name="numeric")
-    encoded = {name: keras.Input(shape=(len(e) - 1,), dtype="float32", name=f"ple_{name}")
-               for name, e in edges.items()}
-    inputs.update({f"ple_{name}": tensor for name, tensor in encoded.items()})
-
-    # Wide: one weight per id of every categorical, bucket and cross (an Embedding of width 1 is a sparse
-    # linear model without materialising one-hot vectors), and a piecewise-linear function of each numeric
-    # column (a weight per bin of its encoding).
-    wide_terms = [keras.layers.Embedding(size, 1, name=f"wide_{name}")(inputs[name])
-                  for name, size in sizes.items()]
-    wide_terms += [keras.layers.Dense(1, use_bias=False, name=f"wide_ple_{name}")(tensor)
-                   for name, tensor in encoded.items()]
-    wide_logit = keras.layers.Add(name="wide_logit")(wide_terms)
-
-    deep_parts = [keras.layers.Embedding(size, cfg.task.embedding_size, name=f"embed_{name}")(inputs[name])
-                  for name, size in sizes.items() if name in VOCABULARIES or name in BUCKETS]
-    # Each numeric column's encoding through its own linear layer + ReLU (the paper's PLE-LR embedding).
-    deep_parts += [keras.layers.Dense(cfg.task.numeric_embedding_size, activation="relu",
-                                      name=f"embed_ple_{name}")(tensor) for name, tensor in encoded.items()]
-    x = keras.layers.Concatenate(name="deep_input")([*deep_parts, inputs["numeric"]])
-    for i, units in enumerate(cfg.task.layer_sizes()):
-        x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
-        if cfg.task.dropout:
-            x = keras.layers.Dropout(cfg.task.dropout, seed=cfg.seed + i, name=f"dropout_{i}")(x)
-    deep_logit = keras.layers.Dense(1, name="deep_logit")(x)
-    logit = keras.layers.Add(name="logit")([wide_logit, deep_logit])
-    probability = keras.layers.Activation("sigmoid", name="probability")(logit)
-    model = keras.Model(inputs, probability, name="census_wide_deep")
-    # Cosine decay to zero over the run: the last epochs average out the noise of the final weights.
-    steps = (cfg.steps_per_epoch or data.train_steps) * cfg.num_epochs
-    schedule = keras.optimizers.schedules.CosineDecay(cfg.learning_rate, decay_steps=max(1, steps))
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate=schedule),
-        loss=keras.losses.BinaryCrossentropy(),
-        metrics=[keras.metrics.BinaryAccuracy(name="accuracy"), keras.metrics.AUC(name="auc")],
-    )
-    return model
-
-
-def _feature_lines_to_features(lines):
-    """A raw census line, with or without the trailing label column, -> raw feature tensors."""
-    import tensorflow as tf
-
-    n_features = len(SCHEMA.features)
-    delimiters = tf.strings.length(lines) - tf.strings.length(tf.strings.regex_replace(lines, ",", ""))
-    with_label = tf.equal(delimiters, n_features)
-    # Give feature-only lines a dummy label so the training decoder parses both shapes.
-    lines = tf.where(with_label, lines, tf.strings.join([lines, f",{LABELS[0]}"]))
-    features, _ = decode_csv_batch(lines, SCHEMA)
-    return features
-
-
-def serving_fn(model, data: TaskData, export_format: str):
-    import tensorflow as tf
-
-    dtypes = {"int": tf.int64, "float": tf.float32, "str": tf.string}
-    preprocessor = data.preprocessor
-
-    def predict(features):
-        probability = tf.reshape(model(preprocessor(features), training=False), [-1])
-        class_id = tf.cast(probability > 0.5, tf.int64)
-        return {"probability": probability, "class_id": class_id,
-                "label": tf.gather(tf.constant(LABELS), class_id)}
-
-    if export_format == "JSON":
-        signature = [{c.name: tf.TensorSpec([None], dtypes[c.kind], name=c.name) for c in SCHEMA.features}]
-        return predict, signature
-    if export_format == "CSV":
-        def from_csv(csv_row):
-            return predict(_feature_lines_to_features(csv_row))
-
-        return from_csv, [tf.TensorSpec([None], tf.string, name="csv_row")]
-    if export_format == "EXAMPLE":
-        spec = {c.name: tf.io.FixedLenFeature([], dtypes[c.kind]) for c in SCHEMA.features}
-
-        def from_example(examples):
-            return predict(tf.io.parse_example(examples, spec))
-
-        return from_example, [tf.TensorSpec([None], tf.string, name="examples")]
-    raise ValueError(f"unsupported export format {export_format!r}")
-
-
-TASK = Task(spec=SPEC, make_data=make_data, build_model=build_model, serving_fn=serving_fn)

@@ -1,6 +1,6 @@
 """Benchmark: synthesis time of every infra stack and wall time of the infra test module.
 
-    pipenv run python scripts/bench_synth.py [--repeat 3] [--skip-tests]
+    pipenv run python scripts/benchmarks/bench_synth.py [--repeat 3] [--skip-tests]
 
 Prints, for all environments in infra/environments/:
   - cold and warm wall time of `python scripts/synth.py` (what `cdktn synth` runs; warm = OS caches hot), with
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SYNTH_TARGET_S = 8.0
 TESTS_TARGET_S = 30.0
 sys.path.insert(0, str(REPO_ROOT))  # run as a file, the script's own folder comes first on sys.path

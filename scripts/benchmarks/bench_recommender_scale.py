@@ -1,7 +1,7 @@
 """Scale benchmark of the recommender (issue 26): synthetic MovieLens-shaped ratings generated on the fly, the
 trainer's phases, peak memory and SavedModel size at each size.
 
-    python scripts/bench_recommender_scale.py [--sizes 100000 1000000 10000000 25000000] \\
+    python scripts/benchmarks/bench_recommender_scale.py [--sizes 100000 1000000 10000000 25000000] \\
         [--steps 300] [--workdir /tmp/rec-scale] [-- extra trainer flags]
 
 For each size N the script writes ``N`` ratings to a CSV under ``--workdir`` (deleted afterwards): users and

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: how fast run_job.py answers --help and --dry-run, relative to importing TensorFlow.
 
-    python scripts/bench_run_job.py [--repeat 5] [--job jobs/census_tuning.yaml] [--check]
+    python scripts/benchmarks/bench_run_job.py [--repeat 5] [--job jobs/census_tuning.yaml] [--check]
 
 Each round runs the three commands back to back in fresh interpreters (interleaved, so machine noise hits all
 of them alike) and the medians are compared. Targets (issue 5): --help <= 0.2x and --dry-run <= 0.6x of
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TARGETS = {"--help": 0.2, "--dry-run": 0.6}
 
 
