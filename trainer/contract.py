@@ -1,9 +1,9 @@
 """Vertex AI's runtime contract with this trainer, written once: the names both sides must agree on.
 
 The trainer reads these variables (``trainer.env``, ``trainer.config``); the job tooling sets them when it
-runs a job on this machine (``jobs.local``) and checks definitions against them (``jobs.validate``,
-``jobs.trainer_contract``). ``trainer/`` never imports ``jobs/``, so the names live here, on the trainer's
-side, as plain data: this module imports nothing, TensorFlow least of all.
+runs a job on this machine (``jobs.local``) and checks definitions against them (``jobs.definition.validate``,
+``jobs.definition.trainer_contract``). ``trainer/`` never imports ``jobs/``, so the names live here, on the
+trainer's side, as plain data: this module imports nothing, TensorFlow least of all.
 
 Reference: https://cloud.google.com/vertex-ai/docs/training/code-requirements and the distributed-training
 page (CLUSTER_SPEC, TF_CONFIG).
