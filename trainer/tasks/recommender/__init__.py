@@ -154,7 +154,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         if not len(evaluation):
             raise DataError(f"--eval-files: no ratings in {name_files(evaluation.sources)}")
         split = {"how": "files"}
-        held_out = "--eval-files " + ", ".join(evaluation.sources)
+        held_out = "--eval-files " + name_files(evaluation.sources)
     else:
         train, evaluation = rd.split_ratings(given, task.split, task.eval_fraction, cfg.seed)
         split = {"how": task.split, "eval_fraction": task.eval_fraction, "seed": cfg.seed}
@@ -233,9 +233,10 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     if shard.index == 0:
         depends = [columns, split, cfg.seed, task.positive_threshold, task.ranking_k, task.eval_users,
                    task.ease_max_items]
-        baselines, keep = kept_baselines(shard.cache_dir, [*given.sources, *evaluation.sources], depends,
-                                         lambda: rd.ranking_baselines(fit, ranked, len(items), task.ranking_k,
-                                                                      task.ease_max_items))
+        # A random split's eval ratings come from the training files: each file is stat'ed once.
+        files = list(dict.fromkeys([*given.sources, *evaluation.sources]))
+        baselines, keep = kept_baselines(shard.cache_dir, files, depends, lambda: rd.ranking_baselines(
+            fit, ranked, len(items), task.ranking_k, task.ease_max_items))
     report = {
         "train": {"files": list(given.sources), "ratings": len(train), "users": len(users),
                   "items": len(items), "this_worker_ratings": len(mine)},
