@@ -60,11 +60,12 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="follow an existing job, e.g. projects/p/locations/r/customJobs/123",
     )
     p.add_argument("--no-wait", action="store_true", help="submit and return without following the job")
-    gcloud = p.add_argument_group("values gcloud takes as flags (for plain gcloud config files)")
-    gcloud.add_argument("--display-name", help="job display name (default: the job id)")
-    gcloud.add_argument("--max-trial-count", type=int, help="tuning: total trials (default 1)")
-    gcloud.add_argument("--parallel-trial-count", type=int, help="tuning: trials at once (default 1)")
-    gcloud.add_argument("--region", help="override the environment's region")
+    p.add_argument(
+        "--no-logs",
+        action="store_true",
+        help="follow the job's state only, without streaming its log entries from Cloud Logging",
+    )
+    add_gcloud_flags(p)
     local = p.add_argument_group("--local")
     local.add_argument("--resume", action="store_true", help="continue an interrupted local study")
     local.add_argument(
@@ -78,6 +79,38 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def add_gcloud_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `gcloud ai custom-jobs|hp-tuning-jobs create` that set fields of a definition (the table
+    in jobs.definition.gcloud_flags), and --region."""
+    import textwrap
+
+    from jobs.definition.gcloud_flags import CUSTOM, FLAGS, STUDY
+
+    def only(kinds) -> str:
+        return ", ".join(f.flag for f in FLAGS if f.kinds == kinds)
+
+    about = (
+        "They fill in fields the file leaves out, in either form of definition (a plain gcloud config or one "
+        "with a kind: header), checked like the file's own; one that disagrees with the file is refused "
+        f"(change the file, or --set). custom-jobs only: {only(CUSTOM)}; hp-tuning-jobs only: {only(STUDY)}."
+    )
+    gcloud = p.add_argument_group(
+        "values gcloud takes as flags", "\n".join(textwrap.wrap(about, 78, break_on_hyphens=False))
+    )
+    for flag in FLAGS:
+        if flag.switch:
+            gcloud.add_argument(flag.flag, action="store_true", help=flag.help)
+        else:
+            gcloud.add_argument(
+                flag.flag,
+                type=flag.type,
+                metavar=flag.metavar,
+                action="append" if flag.repeatable else "store",
+                help=flag.help,
+            )
+    gcloud.add_argument("--region", help="override the environment's region")
+
+
 def prepare(
     args: argparse.Namespace,
     *,
@@ -88,20 +121,10 @@ def prepare(
     image_hash: str | None = None,
 ):
     """JOB_FILE + flags + the environment's outputs -> a validated CompiledJob (reads files, nothing else)."""
-    from jobs.definition.compile import JobFlags
-    from jobs.definition.errors import JobError
-
-    for name in ("max_trial_count", "parallel_trial_count"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise JobError(args.job_file, "--" + name.replace("_", "-"), f"{value}", "an integer >= 1")
-    flags = JobFlags(
-        display_name=args.display_name,
-        max_trial_count=args.max_trial_count,
-        parallel_trial_count=args.parallel_trial_count,
-        region=args.region,
-    )
     from jobs.api import compile_file
+    from jobs.definition.gcloud_flags import job_flags
+
+    flags = job_flags(vars(args), args.job_file)
 
     return compile_file(
         args.job_file,

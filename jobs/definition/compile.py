@@ -20,6 +20,7 @@ from typing import Any
 from jobs.definition import body as job_body
 from jobs.definition.body import CUSTOM_JOB, KINDS, TUNING_JOB
 from jobs.definition.errors import JobError, one_of
+from jobs.definition.gcloud_flags import JobFlags, apply_flags
 from jobs.definition.kinds import JOB_KINDS, runs_study
 from jobs.definition.loader import Document
 from jobs.definition.references import resolve
@@ -30,16 +31,6 @@ DELIVERIES = (PYTHON_PACKAGE, CONTAINER)
 # Underscore, not hyphen: the key is used in a list filter (labels.<key>="<value>"), where a hyphen could be
 # read as the filter language's minus; label keys allow both.
 SUBMISSION_LABEL = "submission_hash"
-
-
-@dataclass(frozen=True)
-class JobFlags:
-    """What ``gcloud ai ... create`` takes as flags rather than from the config file."""
-
-    display_name: str | None = None
-    max_trial_count: int | None = None
-    parallel_trial_count: int | None = None
-    region: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +66,8 @@ class CompiledJob:
     # The body path of a field minus this prefix is its path in the file (gcloud CustomJobSpec files have no
     # jobSpec level of their own).
     prefix: str = ""
+    # {body path: gcloud flag} of the fields a flag set (jobs.definition.gcloud_flags): their errors name it.
+    flagged: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def parent(self) -> str:
@@ -93,8 +86,16 @@ class CompiledJob:
             return body_path[len(self.prefix) :]
         return body_path
 
+    def flag_of(self, body_path: str) -> str | None:
+        """The flag that set the field at ``body_path`` (or a field above it), if a flag did."""
+        found = [p for p in self.flagged if body_path == p or body_path.startswith(p + ".")]
+        return self.flagged[max(found, key=len)] if found else None
+
     def error(self, body_path: str, problem: str, allowed: str = "") -> JobError:
         path = self.file_path(body_path)
+        flag = self.flag_of(body_path)
+        if flag:  # the value came from the command line: name the flag, then the field it set
+            return JobError(self.file, f"{flag} ({path})", problem, allowed)
         line = self.document.line_of(path)
         return JobError(self.file, path, f"{problem} (line {line})" if line else problem, allowed)
 
@@ -141,9 +142,10 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
     outputs = {k: str(v) for k, v in context.outputs.items()}
     data = resolve(document.data, {"infra": outputs}, file, final=False)
     kind, delivery, body, prefix = _normalize(data, file)
-    _apply_flags(body, kind, context.flags, file)
-
     project = outputs.get("project", "")
+    flagged = apply_flags(body, kind, context.flags, document, prefix, project)
+    _defaults(body, kind)
+
     region = context.flags.region or outputs.get("region", "")
     for key, value in (("project", project), ("region", region)):
         if not value:
@@ -195,6 +197,7 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
         document=document,
         image_hash=context.image_hash,
         prefix=prefix,
+        flagged=flagged,
     )
 
 
@@ -239,22 +242,10 @@ def _delivery_of(spec: Any, spec_path: str) -> str:
     return CONTAINER if uses_container else PYTHON_PACKAGE
 
 
-def _apply_flags(body: dict[str, Any], kind: str, flags: JobFlags, file: str) -> None:
-    if flags.display_name is not None:
-        body["displayName"] = flags.display_name
+def _defaults(body: dict[str, Any], kind: str) -> None:
+    """What gcloud fills in when neither the file nor a flag gives it."""
     body.setdefault("displayName", "${job.id}")
-    trial_flags = {"maxTrialCount": flags.max_trial_count, "parallelTrialCount": flags.parallel_trial_count}
-    for key, value in trial_flags.items():
-        if value is None:
-            continue
-        if not runs_study(kind):
-            flag = "--" + re.sub(r"([A-Z])", r"-\1", key).lower()
-            raise JobError(
-                file, flag, "only a hyperparameter tuning job has trial counts", "omit it for a CustomJob"
-            )
-        body[key] = value
     if runs_study(kind):
-        # gcloud's defaults when the flags are absent.
         body.setdefault("maxTrialCount", 1)
         body.setdefault("parallelTrialCount", 1)
 

@@ -42,6 +42,10 @@ SERVICE_ACCOUNT = re.compile(
     r"[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com|[0-9]+-compute@developer\.gserviceaccount\.com"
 )
 TENSORBOARD = re.compile(r"projects/[^/]+/locations/([^/]+)/tensorboards/[^/]+")
+# CustomJobSpec.network: "projects/{project}/global/networks/{network}, where {project} is a project number".
+NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/]+")
+# EncryptionSpec.kmsKeyName: the key "needs to be in the same region as where the compute resource is created"
+KMS_KEY = re.compile(r"projects/[^/]+/locations/([^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+")
 # Vertex AI's EnvVar.name: "a valid C identifier".
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Set by Vertex AI (and by --local) for each replica: a job's own value would fight the runtime contract.
@@ -99,6 +103,21 @@ def _check_top(job: CompiledJob) -> None:
     name = job.body.get("displayName", "")
     if not name or len(name) > 128:
         raise job.error("displayName", f"must be 1-128 characters, got {len(name)}", "a shorter display name")
+    key = (job.body.get("encryptionSpec") or {}).get("kmsKeyName")
+    if key is not None:
+        found = KMS_KEY.fullmatch(key)
+        if not found:
+            raise job.error(
+                "encryptionSpec.kmsKeyName",
+                f"{key!r} is not a Cloud KMS key name",
+                "projects/<p>/locations/<r>/keyRings/<ring>/cryptoKeys/<key>",
+            )
+        if found.group(1) != job.region:
+            raise job.error(
+                "encryptionSpec.kmsKeyName",
+                f"the key is in {found.group(1)}, the job in {job.region}",
+                f"a key in {job.region}",
+            )
     labels = job.body.get("labels", {})
     if len(labels) > 64:
         raise job.error("labels", f"{len(labels)} labels", "at most 64 (one is used for submission_hash)")
@@ -181,7 +200,9 @@ def _check_service_account(job: CompiledJob, spec_path: str, accounts: Collectio
         allowed += f", or one of job_service_accounts in the environment config: {one_of(others)}"
     if not account:
         raise job.error(
-            where, "missing: the job would run as the Vertex AI Custom Code Service Agent", allowed
+            where,
+            "missing: the job would run as the Vertex AI Custom Code Service Agent",
+            f"{allowed}; in the file or as --service-account EMAIL",
         )
     if not isinstance(account, str) or not SERVICE_ACCOUNT.fullmatch(account):
         raise job.error(where, f"{account!r} is not a service account email", allowed)
@@ -218,6 +239,13 @@ def _check_job_spec(job: CompiledJob, spec_path: str, accounts: Collection[str])
             "gs://<bucket>/<path>, e.g. ${infra.models_bucket}/<name>/${job.id}",
         )
     _check_service_account(job, spec_path, accounts)
+    network = spec.get("network")
+    if network is not None and not NETWORK.fullmatch(network):
+        raise job.error(
+            join(spec_path, "network"),
+            f"{network!r} is not a VPC network name",
+            "projects/<project number>/global/networks/<name>",
+        )
     tensorboard = spec.get("tensorboard")
     if tensorboard:
         found = TENSORBOARD.fullmatch(tensorboard)
