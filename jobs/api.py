@@ -163,12 +163,13 @@ def check_deployed(job, env: str) -> None:
     walk(job.body, "")
 
 
-def plan_job(job, outputs: Mapping[str, str], *, wait: bool = True):
-    """The submission plan of a compiled job: its missing trainer images built, then create and follow."""
+def plan_job(job, outputs: Mapping[str, str], *, wait: bool = True, logs: bool = True):
+    """The submission plan of a compiled job: its missing trainer images built, then create and follow (with
+    ``logs``, printing its log entries as they arrive)."""
     from jobs.cloud.builds import job_builds
     from jobs.cloud.plan import build_plan
 
-    return build_plan(job, wait=wait, builds=job_builds(job, outputs, job.image_hash))
+    return build_plan(job, wait=wait, builds=job_builds(job, outputs, job.image_hash), logs=logs)
 
 
 def plan_image_builds(outputs: Mapping[str, str], variants: Sequence[str], digest: str):
@@ -204,13 +205,16 @@ def parse_job_name(name: str) -> tuple[str, str, str]:
     return found.group(1), found.group(2), KIND_BY_COLLECTION[found.group(3)].name
 
 
-def follow_job(name: str, factory: Callable | None, out: TextIO) -> dict:
-    """Follow an existing job until it ends; returns it as the API last returned it."""
-    from jobs.cloud.plan import follow
+def follow_job(name: str, factory: Callable | None, out: TextIO, *, logs: bool = True) -> dict:
+    """Follow an existing job until it ends (with ``logs``, printing its log entries from its start on);
+    returns it as the API last returned it."""
+    from jobs.cloud.plan import follow, job_logs
 
     project, region, kind = parse_job_name(name)
-    jobs = clients(factory, project, region).jobs
-    return follow(jobs, kind, jobs.get(kind, name), out)
+    cloud = clients(factory, project, region)
+    remote = cloud.jobs.get(kind, name)
+    stream = job_logs(cloud, project, kind, remote, out) if logs else None
+    return follow(cloud.jobs, kind, remote, out, stream)
 
 
 def convert_legacy(
@@ -317,4 +321,3 @@ def _largest(conversion) -> str:
         return len(json.dumps(value, default=str))
 
     return max((prefix for prefix, _ in conversion.blame), key=size, default="(file)")
-

@@ -175,7 +175,7 @@ def main(
 
     try:
         if args.follow:
-            return _follow_existing(args.follow, factory, out, err)
+            return _follow_existing(args.follow, factory, out, err, logs=not args.no_logs)
         if not args.job_file:
             parser.error("JOB_FILE is required (or --follow RESOURCE_NAME)")
         if outputs is None:
@@ -190,7 +190,7 @@ def main(
         )
         if args.local:
             return _run_local(job, args, outputs, repo_root, out)
-        plan = api.plan_job(job, outputs, wait=not args.no_wait)
+        plan = api.plan_job(job, outputs, wait=not args.no_wait, logs=not args.no_logs)
         if args.dry_run:
             print(json.dumps(job.request(), indent=2), file=out)
             print_plan(plan, err)
@@ -246,12 +246,12 @@ def _submit(plan, factory, repo_root: Path, out: TextIO, err: TextIO) -> int:
     return _final_status(ex.remote, err, followed=any(isinstance(s, FollowJob) for s in plan.steps))
 
 
-def _follow_existing(name: str, factory, out: TextIO, err: TextIO) -> int:
+def _follow_existing(name: str, factory, out: TextIO, err: TextIO, *, logs: bool) -> int:
     from jobs.api import follow_job, parse_job_name
 
     parse_job_name(name)  # bad input is one line and exit 2, before any client exists
     try:
-        remote = follow_job(name, factory, out)
+        remote = follow_job(name, factory, out, logs=logs)
     except KeyboardInterrupt:
         return _interrupted(name, err)
     except Exception as exc:  # noqa: BLE001

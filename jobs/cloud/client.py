@@ -1,5 +1,5 @@
-"""The cloud boundary: every Vertex AI, Cloud Build, Artifact Registry and Cloud Storage call goes through the
-objects made here.
+"""The cloud boundary: every Vertex AI, Cloud Build, Artifact Registry, Cloud Storage and Cloud Logging call
+goes through the objects made here.
 
 ``default_factory`` is the one place that builds SDK clients; tests pass their own factory (the generated
 clients pointed at a fake REST server with anonymous credentials, and a local directory standing in for
@@ -183,12 +183,74 @@ class CloudBuilds:
         return max(live, key=lambda b: b.get("createTime", ""), default=None)
 
 
+LOGGING_ENDPOINT = "https://logging.googleapis.com"
+LOGGING_READ_SCOPE = "https://www.googleapis.com/auth/logging.read"
+
+
+class LogReadError(RuntimeError):
+    """entries.list answered with an error: ``status`` is the API's (PERMISSION_DENIED, ...) or HTTP's."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class CloudLogs:
+    """Read log entries through Cloud Logging's REST method entries.list, in its JSON form.
+
+    google-cloud-logging is not among the dependencies, and one POST is all a reader needs: google-auth's
+    AuthorizedSession carries the credentials. ``session`` makes it on first use, so a follow that streams
+    no logs (--no-logs) never looks for logging credentials.
+    """
+
+    def __init__(self, session: Callable[[], Any], endpoint: str = LOGGING_ENDPOINT, timeout: float = 30.0):
+        self._make_session = session
+        self._session: Any = None
+        self.endpoint = endpoint.rstrip("/")
+        self.timeout = timeout  # a silent server must not hang the follow
+
+    def list(self, project: str, filter_: str, page_token: str = "") -> tuple[list[dict[str, Any]], str]:
+        """One page of the project's entries matching ``filter_``, oldest first, and the next page's token."""
+        if self._session is None:
+            self._session = self._make_session()
+        request = {
+            "resourceNames": [f"projects/{project}"],
+            "filter": filter_,
+            "orderBy": "timestamp asc",
+            "pageSize": 1000,  # the API's maximum
+        }
+        if page_token:
+            request["pageToken"] = page_token
+        response = self._session.post(f"{self.endpoint}/v2/entries:list", json=request, timeout=self.timeout)
+        if response.status_code != 200:
+            try:
+                error = response.json().get("error") or {}
+            except ValueError:
+                error = {}
+            raise LogReadError(
+                str(error.get("status") or f"HTTP {response.status_code}"),
+                str(error.get("message") or response.reason or "no message"),
+            )
+        page = response.json()
+        return list(page.get("entries") or []), str(page.get("nextPageToken") or "")
+
+
+def logging_session() -> Any:
+    """An AuthorizedSession with Application Default Credentials, scoped to reading logs."""
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    credentials, _ = google.auth.default(scopes=[LOGGING_READ_SCOPE])
+    return AuthorizedSession(credentials)
+
+
 @dataclass
 class Clients:
     jobs: VertexJobs
     storage: Storage
     images: ImageRegistry | None = None
     builds: CloudBuilds | None = None
+    logs: CloudLogs | None = None  # None: nothing to stream a job's log entries from
 
 
 ClientFactory = Callable[[str, str], Clients]
@@ -206,6 +268,7 @@ def default_factory(project: str, region: str) -> Clients:
         storage=GcsStorage(project),
         images=ImageRegistry(ArtifactRegistryClient()),
         builds=CloudBuilds(CloudBuildClient()),
+        logs=CloudLogs(logging_session),
     )
 
 

@@ -3,7 +3,8 @@
 Steps: look up the job's trainer images in Artifact Registry, and build the missing ones with Cloud Build
 (context tarball to the staging bucket, build, follow) -> build and upload the trainer sdist unless the
 staging bucket has it -> look for a live job with this submission's hash (a retry must not create a
-duplicate) -> create the job -> print links -> follow it. Each step reads and writes one ``Execution``;
+duplicate) -> create the job -> print links -> follow it, streaming its log entries (jobs.cloud.logs) between
+its state lines. Each step reads and writes one ``Execution``;
 nothing here decides *whether* to touch the cloud. Every image is resolved before anything is built,
 uploaded or submitted.
 """
@@ -19,6 +20,7 @@ from typing import Any, Protocol, TextIO
 
 from jobs.cloud import client as cloud
 from jobs.cloud.builds import ImageBuild
+from jobs.cloud.logs import GRACE_SECONDS, LogStream
 from jobs.definition import body
 from jobs.definition.compile import SUBMISSION_LABEL, CompiledJob
 from jobs.definition.image import write_context
@@ -207,12 +209,21 @@ class FollowInterrupted(Exception):
 
 
 class FollowJob:
+    def __init__(self, logs: bool = True) -> None:
+        self.logs = logs
+
     def describe(self, job: CompiledJob) -> str:
+        if self.logs:
+            return (
+                "follow its state until it ends, printing its log entries from Cloud Logging as they arrive "
+                "(Ctrl-C stops following, not the job)"
+            )
         return "follow its state until it ends (Ctrl-C stops following, not the job)"
 
     def run(self, ex: Execution) -> None:
+        stream = job_logs(ex.clients, ex.job.project, ex.job.kind, ex.remote, ex.out) if self.logs else None
         try:
-            ex.remote = follow(ex.clients.jobs, ex.job.kind, ex.remote, ex.out)
+            ex.remote = follow(ex.clients.jobs, ex.job.kind, ex.remote, ex.out, stream)
         except KeyboardInterrupt:
             raise FollowInterrupted(ex.remote["name"]) from None
         except Exception as exc:  # noqa: BLE001 - network or expired credentials: the job is fine, say its name
@@ -240,13 +251,15 @@ class Plan:
             return ex
 
 
-def build_plan(job: CompiledJob, *, wait: bool = True, builds: list[ImageBuild] = ()) -> Plan:
+def build_plan(
+    job: CompiledJob, *, wait: bool = True, builds: list[ImageBuild] = (), logs: bool = True
+) -> Plan:
     steps: list[Step] = image_steps(list(builds))
     if job.installs_repo_trainer():
         steps.append(StagePackage())
     steps += [FindLiveJob(), CreateJob(), ShowLinks()]
     if wait:
-        steps.append(FollowJob())
+        steps.append(FollowJob(logs))
     return Plan(job, steps, list(builds))
 
 
@@ -295,17 +308,49 @@ def _best_trial(remote: dict[str, Any]) -> tuple[str, str, float] | None:
     return trial_id, metric, value
 
 
-def follow(jobs: cloud.VertexJobs, kind: str, remote: dict[str, Any], out: TextIO) -> dict[str, Any]:
-    """Poll until the job reaches a terminal state, printing a line whenever its progress changes."""
+def job_logs(
+    clients: cloud.Clients, project: str, kind: str, remote: dict[str, Any], out: TextIO
+) -> LogStream | None:
+    """The stream of a job's log entries, from its creation on; None where the clients read no logs."""
+    if clients.logs is None:
+        return None
+    return LogStream(
+        clients.logs,
+        project,
+        remote["name"],
+        study=body.runs_study(kind),
+        out=out,
+        since=remote.get("createTime", ""),
+    )
+
+
+def follow(
+    jobs: cloud.VertexJobs, kind: str, remote: dict[str, Any], out: TextIO, logs: LogStream | None = None
+) -> dict[str, Any]:
+    """Poll until the job reaches a terminal state, printing a line whenever its progress changes and, with
+    ``logs``, the log entries that arrived since the last poll."""
     start = time.monotonic()
     last = None
+    waited = False
     while True:
         line = progress_line(kind, remote, time.monotonic() - start)
         summary = line.split("] ", 1)[1]
+        ended = remote.get("state") in cloud.TERMINAL_STATES
+        if ended and logs is not None:
+            # The entries first, the final state line last. The replicas' last lines (a traceback, the OOM
+            # kill) reach Cloud Logging after the job has ended, so a job seen running gets one more read
+            # after a grace (never longer than a poll).
+            logs.poll()
+            if waited and logs.active:
+                _sleep(min(GRACE_SECONDS, POLL_SECONDS))
+                logs.poll()
         if summary != last:
             print(line, file=out, flush=True)
             last = summary
-        if remote.get("state") in cloud.TERMINAL_STATES:
+        if ended:
             return remote
+        if logs is not None:
+            logs.poll()
         _sleep(POLL_SECONDS)
+        waited = True
         remote = jobs.get(kind, remote["name"])

@@ -13,9 +13,14 @@ def render(file: str | None, path: str, problem: str, allowed: str = "") -> str:
     text = f"{path}: {problem}" if file is None else f"{file}: {path}: {problem}"
     if allowed:
         text += f"; allowed: {allowed}"
-    # One line, whatever the pieces contain (YAML snippets, proto messages with newlines), and no
-    # character that could rewrite the terminal (control codes, bidi overrides from a hostile file).
-    return "".join(c if c.isprintable() else _escape(c) for c in " ".join(text.split()))
+    # One line, whatever the pieces contain (YAML snippets, proto messages with newlines).
+    return printable(" ".join(text.split()))
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with every character that could rewrite a terminal (control codes, bidi overrides from a
+    hostile file or a job's log) escaped, except those in ``keep``."""
+    return "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
 
 
 class FieldError(ValueError):

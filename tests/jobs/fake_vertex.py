@@ -1,7 +1,8 @@
-"""A fake Google Cloud REST endpoint on 127.0.0.1: Vertex AI's JobService, Cloud Build's builds and Artifact
-Registry's tags, for the real generated clients (REST transport, anonymous credentials) to talk to. It records
-every request and plays scripted sequences of job and build states; a successful build creates its image tags
-the way Cloud Build's push does."""
+"""A fake Google Cloud REST endpoint on 127.0.0.1: Vertex AI's JobService, Cloud Build's builds, Artifact
+Registry's tags and Cloud Logging's entries.list (tests/jobs/fake_logging.py), for the real generated clients
+(REST transport, anonymous credentials) and the logs reader to talk to. It records every request and plays
+scripted sequences of job and build states and log entries; a successful build creates its image tags the way
+Cloud Build's push does."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from urllib.parse import parse_qs, urlparse
 from jobs.cloud.client import (
     Clients,
     CloudBuilds,
+    CloudLogs,
     ImageRegistry,
     LocalDirStorage,
     VertexJobs,
     tag_resource_name,
 )
 from jobs.definition.image import VARIANTS
+from tests.jobs.fake_logging import FakeLogging
 from tests.jobs.helpers import IMAGE_HASH, OUTPUTS
 
 COLLECTIONS = ("customJobs", "hyperparameterTuningJobs")
@@ -57,6 +60,7 @@ class FakeVertex:
     build_states: list[str] = field(default_factory=lambda: ["QUEUED", "WORKING", "SUCCESS"])
     build_detail: str = ""
     builds: dict[str, dict] = field(default_factory=dict)
+    logging: FakeLogging = field(default_factory=FakeLogging)
 
     def created(self) -> list[Request]:
         return [r for r in self.requests if r.method == "POST" and not r.path.endswith("/builds")]
@@ -68,6 +72,8 @@ class FakeVertex:
         self.tags.add(tag_resource_name(image))
 
     def handle(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
+        if method == "POST" and path == "/v2/entries:list":  # Cloud Logging keeps its own record
+            return self.logging.list_entries(body or {}, sum(self.polls[name] for name in self.jobs))
         self.requests.append(Request(method, path, query, body))
         path = path.removeprefix("/v1/")
         if "/tags/" in path or path.endswith("/builds") or "/builds/" in path:
@@ -186,7 +192,11 @@ class FakeVertexServer:
         self.fake = fake or FakeVertex()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.fake = self.fake
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # A short poll interval: shutdown() waits for the serving loop's next poll (0.5 s by default) at the
+        # end of every test that uses the server.
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def endpoint(self) -> str:
@@ -206,6 +216,7 @@ class FakeVertexServer:
 
         def make(project: str, region: str) -> Clients:
             from google.auth.credentials import AnonymousCredentials
+            from google.auth.transport.requests import AuthorizedSession
             from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
             from google.cloud.artifactregistry_v1 import ArtifactRegistryClient
             from google.cloud.devtools.cloudbuild_v1 import CloudBuildClient
@@ -221,6 +232,7 @@ class FakeVertexServer:
                 storage=LocalDirStorage(storage_root),
                 images=ImageRegistry(ArtifactRegistryClient(**options)),
                 builds=CloudBuilds(CloudBuildClient(**options)),
+                logs=CloudLogs(lambda: AuthorizedSession(AnonymousCredentials()), endpoint=self.endpoint),
             )
 
         make.calls = calls

@@ -339,7 +339,13 @@ def test_ctrl_c_before_the_job_exists_says_a_rerun_is_safe(vertex, gcs_root, mon
         ("{placeholder}", []),
         (None, ["--service-account", "other@demo-project.iam.gserviceaccount.com"]),
     ],
-    ids=["bad-set-path", "invalid-field", "tab-indentation", "unresolvable-reference", "flag-conflicts-with-file"],
+    ids=[
+        "bad-set-path",
+        "invalid-field",
+        "tab-indentation",
+        "unresolvable-reference",
+        "flag-conflicts-with-file",
+    ],
 )
 def test_bad_input_touches_no_cloud(vertex, tmp_path, write_job, text, args):
     if text is None:

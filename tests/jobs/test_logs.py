@@ -1,0 +1,212 @@
+"""Following a job streams its log entries from Cloud Logging (jobs/cloud/logs.py): run_job.py in-process
+against the fake REST endpoint, whose entries.list (tests/jobs/fake_logging.py) reveals scripted entries as
+the job is polled. The job runs on the trainer image the fake registry has, so nothing is built."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import jobs.cloud.plan
+from jobs.cloud.logs import LogStream, format_nanos, timestamp_nanos
+from tests.jobs.fake_logging import entry
+from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
+from tests.jobs.helpers import JOBS_DIR, run_cli
+
+CPU = JOBS_DIR / "census_cpu.yaml"
+STUDY = JOBS_DIR / "census_tuning.yaml"
+RUNNING = ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
+# The fake stamps the first job it creates 2026-01-02T03:04:00Z (its createTime).
+T0 = "2026-01-02T03:04:"
+
+
+@pytest.fixture(autouse=True)
+def no_poll_sleep(monkeypatch):
+    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
+
+
+@pytest.fixture
+def server():
+    with FakeVertexServer(FakeVertex(states=list(RUNNING))) as running:
+        yield running
+
+
+def follow(server, tmp_path, *args, path=CPU):
+    rc, out, err = run_cli([path, *args], factory=server.factory(tmp_path))
+    return rc, out.splitlines(), err
+
+
+def test_entries_appear_in_the_poll_they_are_written_in_with_replica_and_severity(server, tmp_path):
+    logging = server.fake.logging
+    logging.write(0, entry("a", T0 + "01Z", "Waiting for training program to start.", task="service"))
+    logging.write(1, entry("b", T0 + "10.5Z", "Epoch 1/2"), entry("c", T0 + "11Z", "Epoch 2/2"))
+    logging.write(2, entry("d", T0 + "12Z", json={"message": "reading shard 1"}, task="workerpool1-0"))
+    logging.write(
+        3, entry("e", T0 + "13Z", "Traceback (most recent call last):\n  ValueError", severity="ERROR")
+    )
+    logging.write((3, 1), entry("f", T0 + "14Z", "Killed: out of memory", severity="ERROR"))  # ingested late
+    rc, lines, err = follow(server, tmp_path)
+    assert rc == 0, err
+    start = next(i for i, line in enumerate(lines) if "JOB_STATE_PENDING" in line)
+    assert [line.split("] ", 1)[-1] if line.startswith("[00:") else line for line in lines[start:]] == [
+        "JOB_STATE_PENDING",
+        "[service] INFO Waiting for training program to start.",
+        "JOB_STATE_RUNNING",
+        "[workerpool0-0] INFO Epoch 1/2",
+        "[workerpool0-0] INFO Epoch 2/2",
+        "[workerpool1-0] INFO reading shard 1",
+        "[workerpool0-0] ERROR Traceback (most recent call last):",
+        "[workerpool0-0] ERROR   ValueError",
+        "[workerpool0-0] ERROR Killed: out of memory",  # the read after the grace, before the final state
+        "JOB_STATE_SUCCEEDED",
+    ]
+    # The lag: each entry is first returned by the read made in the poll it was written in (0 polls late).
+    written = {e["insertId"]: (when if isinstance(when, tuple) else (when, 0)) for when, e in logging.script}
+    assert logging.first_seen() == written
+    request = logging.requests[0].body
+    assert request["resourceNames"] == ["projects/demo-project"] and request["orderBy"] == "timestamp asc"
+    assert request["filter"] == (
+        'resource.type="ml_job" AND resource.labels.job_id="1000" '
+        'AND timestamp>="2026-01-02T03:04:00.000000000Z"'
+    )
+
+
+def test_a_study_names_the_trial_of_each_line(server, tmp_path):
+    server.fake.logging.write(
+        1,
+        entry("a", T0 + "05Z", "accuracy=0.81", trial=1),
+        entry("b", T0 + "06Z", "accuracy=0.85", trial=2, task="workerpool1-0"),
+        entry("c", T0 + "07Z", "Trial 3 is starting", task="service"),
+    )
+    rc, lines, err = follow(server, tmp_path, path=STUDY)
+    assert rc == 0, err
+    assert [line for line in lines if line.startswith("[t") or line.startswith("[s")] == [
+        "[trial 1 workerpool0-0] INFO accuracy=0.81",
+        "[trial 2 workerpool1-0] INFO accuracy=0.85",
+        "[service] INFO Trial 3 is starting",
+    ]
+
+
+def test_overlapping_reads_show_each_entry_once_and_late_ones_within_the_window(server, tmp_path):
+    logging = server.fake.logging
+    logging.write(0, entry("a", T0 + "10Z", "first"))
+    logging.write(1, entry("b", T0 + "50Z", "second"))
+    # Ingested late: 20 s older than the newest seen, inside the 30 s window; and 60 s older, outside it.
+    logging.write(2, entry("c", T0 + "30Z", "late, shown"), entry("d", "2026-01-02T03:03:50Z", "too late"))
+    rc, lines, err = follow(server, tmp_path)
+    assert rc == 0, err
+    shown = [line for line in lines if line.startswith("[workerpool")]
+    assert shown == [
+        "[workerpool0-0] INFO first",
+        "[workerpool0-0] INFO second",
+        "[workerpool0-0] INFO late, shown",
+    ]
+    # Each read starts 30 s before the newest entry seen so far, never before the job's creation.
+    bounds = [r.body["filter"].rsplit('timestamp>="', 1)[1][:19] for r in logging.requests]
+    assert bounds[:3] == ["2026-01-02T03:04:00", "2026-01-02T03:04:00", "2026-01-02T03:04:20"]
+
+
+def test_every_page_is_read(server, tmp_path):
+    server.fake.logging.page_size = 2
+    server.fake.logging.write(0, *(entry(f"e{i}", f"{T0}0{i}Z", f"line {i}") for i in range(5)))
+    rc, lines, err = follow(server, tmp_path)
+    assert rc == 0, err
+    assert [line for line in lines if line.startswith("[work")] == [
+        f"[workerpool0-0] INFO line {i}" for i in range(5)
+    ]
+    first = server.fake.logging.requests[:3]
+    assert [r.body.get("pageToken") for r in first] == [None, "2", "4"]
+    assert len({r.body["filter"] for r in first}) == 1  # a page token goes with the filter it was issued for
+
+
+def test_no_logs_follows_the_state_alone(server, tmp_path):
+    server.fake.logging.write(0, entry("a", T0 + "01Z", "hello"))
+    rc, lines, err = follow(server, tmp_path, "--no-logs")
+    assert rc == 0, err
+    assert server.fake.logging.requests == [] and "JOB_STATE_SUCCEEDED" in lines[-1]
+    assert not any("hello" in line for line in lines)
+    _, _, plan_without = run_cli([CPU, "--dry-run", "--no-logs"])
+    _, _, plan_with = run_cli([CPU, "--dry-run"])
+    assert "log entries" in plan_with and "log entries" not in plan_without
+
+
+@pytest.mark.parametrize(
+    "status, error, words",
+    [
+        (403, {"code": 403, "message": "denied", "status": "PERMISSION_DENIED"}, "PERMISSION_DENIED: denied"),
+        (429, {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}, "RESOURCE_EXHAUSTED: quota"),
+    ],
+    ids=["permission-denied", "quota"],
+)
+def test_a_log_read_error_is_one_warning_and_the_follow_goes_on(server, tmp_path, status, error, words):
+    server.fake.logging.error = (status, {"error": error})
+    rc, lines, err = follow(server, tmp_path)
+    assert rc == 0, err
+    warnings = [line for line in lines if line.startswith("logs: ")]
+    assert len(warnings) == 1 and words in warnings[0] and "the job is still followed" in warnings[0]
+    assert len(server.fake.logging.requests) == 1  # streaming stopped at the first failed read
+    assert "JOB_STATE_SUCCEEDED" in lines[-1]
+
+
+def test_ctrl_c_leaves_the_job_running_and_following_again_streams_from_its_start(
+    server, tmp_path, monkeypatch
+):
+    def interrupt(seconds):
+        raise KeyboardInterrupt
+
+    server.fake.logging.write(0, entry("a", T0 + "01Z", "before Ctrl-C"))
+    monkeypatch.setattr(jobs.cloud.plan, "_sleep", interrupt)
+    rc, lines, err = follow(server, tmp_path)
+    name = next(iter(server.fake.jobs))
+    assert rc == 130 and "[workerpool0-0] INFO before Ctrl-C" in lines
+    assert f"run_job.py --follow {name}" in err and "keeps running" in err
+    monkeypatch.setattr(jobs.cloud.plan, "_sleep", lambda seconds: None)
+    server.fake.logging.write(2, entry("b", T0 + "02Z", "after"))
+    rc, out, err = run_cli(["--follow", name], factory=server.factory(tmp_path))
+    assert rc == 0, err
+    assert "[workerpool0-0] INFO before Ctrl-C" in out and "[workerpool0-0] INFO after" in out
+
+
+def test_only_the_window_of_insert_ids_is_kept(server):
+    # 200 entries a second apart, read at once: only those within 30 s of the newest stay for dedup.
+    from jobs.cloud.client import CloudLogs
+
+    server.fake.logging.write(
+        0, *(entry(str(i), format_nanos((1767322000 + i) * 10**9), "x") for i in range(200))
+    )
+    logs = server.factory("unused")("demo-project", "us-central1").logs
+    assert isinstance(logs, CloudLogs)
+    out = io.StringIO()
+    stream = LogStream(
+        logs,
+        "demo-project",
+        "projects/demo-project/locations/us-central1/customJobs/1000",
+        study=False,
+        out=out,
+    )
+    assert stream.poll() == 200 and len(stream.seen) == 31
+    assert stream.poll() == 0 and out.getvalue().count("\n") == 200
+
+
+def test_a_job_cannot_write_to_the_terminal_through_its_log(server, tmp_path):
+    server.fake.logging.write(0, entry("a", T0 + "01Z", "\x1b[2Jcleared\rover\u202eevil\tok"))
+    rc, lines, err = follow(server, tmp_path)
+    assert rc == 0, err
+    assert "[workerpool0-0] INFO \\x1b[2Jcleared\\rover\\u202eevil\tok" in lines
+
+
+@pytest.mark.parametrize(
+    "text, nanos",
+    [
+        ("1970-01-01T00:00:01Z", 10**9),
+        ("1970-01-01T00:00:01.5Z", 15 * 10**8),
+        ("1970-01-01T00:00:01.000000007Z", 10**9 + 7),
+        ("1970-01-01T01:00:01+01:00", 10**9),
+        ("yesterday", None),
+    ],
+)
+def test_timestamps_keep_nanoseconds(text, nanos):
+    assert timestamp_nanos(text) == nanos
+    if nanos is not None:
+        assert timestamp_nanos(format_nanos(nanos)) == nanos
