@@ -7,7 +7,8 @@ Usage (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py jobs/census_cpu.yaml --env dev         # build image if missing, submit, follow
   python scripts/run_job.py jobs/census_tuning.yaml --set maxTrialCount=20 --set parallelTrialCount=4
   python scripts/run_job.py jobs/census_cpu.yaml --no-wait         # submit and return
-  python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID
+  python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID   # state and log lines
+  python scripts/run_job.py gcloud_config.yaml --service-account EMAIL --labels team=ml   # gcloud's flags
   python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml   # legacy AI Platform job
 
 A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
@@ -16,13 +17,17 @@ outputs (deployed .infra-outputs/<env>.json, else planned from infra/environment
 ${job.image_tag} (the trainer image's content hash), ${job.package_uri}, ... filled in per submission. A job
 on the trainer image (${infra.trainer_image}:<cpu|gpu|tpu>-${job.image_tag}) gets it built by Cloud Build
 when Artifact Registry lacks the tag; a job on a prebuilt image gets the trainer sdist uploaded by its hash.
-Plain gcloud config files work too (--display-name, --max-trial-count, --parallel-trial-count, --region supply
-what gcloud takes as flags).
+Plain gcloud config files work too, and so do the flags of `gcloud ai custom-jobs|hp-tuning-jobs create` that
+set fields of a definition (--service-account, --labels, --network, --kms-key, --args, --algorithm, ...): in
+either form of definition a flag fills in a field the file leaves out, is checked like that field in the file,
+and is refused in one line naming both where the file says otherwise.
 
 Submitting is idempotent: each submission is labelled submission_hash=<hash of definition, code, overrides>
 and a live job with the same label is followed instead of creating a duplicate. Bad input prints one line
 (file: field: problem; allowed: ...) and exits 2 before anything is uploaded or submitted. A job that ends in
 any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.
+Following prints the job's log entries from Cloud Logging as they arrive, each line prefixed with its replica
+(and trial) and severity; --no-logs follows the state alone.
 
 `convert` turns a legacy AI Platform Training config or submit script into a definition (see
 `run_job.py convert --help` and jobs/README.md).

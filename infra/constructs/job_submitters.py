@@ -14,6 +14,16 @@ from infra.google import ProjectIamMember
 # account, not as the submitter. Reading what those builds and jobs log (the log link run_job.py prints when a
 # build fails, the replicas' output) needs logging.viewer: project-level again, and it excludes Data Access
 # audit logs (logging.privateLogViewer).
+#
+# What run_job.py itself reads while it follows a job (entries.list on projects/<p>) needs
+# logging.logEntries.list alone (so does viewing entries in the Logs Explorer). logging.viewer holds more and
+# stays the role on purpose: the more is no more log content (logEntries.list already reads every
+# non-Data-Access entry of the project, and no role or IAM condition narrows it to one job's ml_job entries;
+# only a log view per resource type with logging.viewAccessor on it would), only read-only configuration
+# (logs, buckets, views, sinks, exclusions, log metrics, links, locations, operations: get/list; usage.get;
+# projects.get) and one's own saved Logs Explorer queries. A custom role of logEntries.list alone would
+# withhold little (chiefly the sink and exclusion settings) for a bootstrap-level custom role that an
+# administrator maintains and that stops following Google's updates of the predefined one.
 LOGS_VIEWER = "roles/logging.viewer"
 SUBMITTER_PROJECT_ROLES = ("roles/aiplatform.user", BUILDS_EDITOR, LOGS_VIEWER)
 
