@@ -102,7 +102,7 @@ class LogStream:
                     return new
         except Exception as exc:  # noqa: BLE001 - a log read never stops the follow: say why, stop reading
             self.active = False
-            reason = " ".join(str(exc).split()) or type(exc).__name__
+            reason = printable(" ".join(str(exc).split()) or type(exc).__name__)  # the server's words
             print(
                 f"logs: cannot read the job's log entries ({reason}); log streaming stopped, the job is "
                 "still followed (reading them needs logging.logEntries.list on the project: "
