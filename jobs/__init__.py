@@ -9,14 +9,16 @@ Layers, each importing only those above it in this list (tests/jobs/test_layers.
   (definition -> request) -> ``validate`` (the aiplatform_v1 schema via ``schema``/``vertex_types``,
   ``study`` (a StudySpec, typed), ``machines``, ``trainer_contract``, the images and tags of ``image``,
   the sdist of ``package``); ``body`` is the one reader of a compiled body.
+- ``report/``: a tuning study's report (table, best trial, parameter importance, study.json, study.png) from
+  plain trial data, the one report both runners below write.
 - ``cloud/``: the cloud runner: ``plan`` (steps, executed through the SDK clients of ``client``), the
-  trainer image builds of ``builds``.
+  trainer image builds of ``builds``, the report of a job on Vertex AI (``report``).
 - ``local/``: the local runner (``local.run.run_local``), Optuna studies with Vertex semantics.
 - ``legacy/``: legacy AI Platform Training -> a definition (``run_job.py convert``).
 - ``api``: the library entry point the command lines, synthesis and tests call.
 - ``schedule``: an environment's schedules compiled for synthesis (scripts/synth.py).
-- ``cli/``: the command lines (run_job.py, its ``convert`` subcommand, build_image.py); nothing imports them
-  but scripts/ and tests.
+- ``cli/``: the command lines (run_job.py, its ``convert`` and ``report`` verbs, build_image.py); nothing
+  imports them but scripts/ and tests.
 
 Importing this package imports nothing heavy.
 """

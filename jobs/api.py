@@ -163,13 +163,22 @@ def check_deployed(job, env: str) -> None:
     walk(job.body, "")
 
 
-def plan_job(job, outputs: Mapping[str, str], *, wait: bool = True, logs: bool = True):
+def plan_job(
+    job,
+    outputs: Mapping[str, str],
+    *,
+    wait: bool = True,
+    logs: bool = True,
+    report_dir: Path | None = None,
+):
     """The submission plan of a compiled job: its missing trainer images built, then create and follow (with
-    ``logs``, printing its log entries as they arrive)."""
+    ``logs``, printing its log entries as they arrive; a tuning job's study report written to ``report_dir``,
+    default .local/reports/<job id>, once it ends)."""
     from jobs.cloud.builds import job_builds
     from jobs.cloud.plan import build_plan
 
-    return build_plan(job, wait=wait, builds=job_builds(job, outputs, job.image_hash), logs=logs)
+    return build_plan(job, wait=wait, builds=job_builds(job, outputs, job.image_hash), logs=logs,
+                      report_dir=report_dir)
 
 
 def plan_image_builds(outputs: Mapping[str, str], variants: Sequence[str], digest: str):
@@ -188,33 +197,95 @@ def clients(factory: Callable | None, project: str, region: str):
     return (factory or default_factory)(project, region)
 
 
-def parse_job_name(name: str) -> tuple[str, str, str]:
-    """(project, region, kind) of a job resource name, e.g. projects/p/locations/r/customJobs/123."""
+# The longest job resource name taken: project ids are at most 30 characters (domain-scoped ones a few more),
+# regions about 25, job ids 19 digits; a longer argument is a mistake, and is not echoed back whole.
+MAX_JOB_NAME = 256
+
+
+def parse_job_name(name: str, where: str = "--follow") -> tuple[str, str, str]:
+    """(project, region, kind) of a job resource name, e.g. projects/p/locations/r/customJobs/123; a JobError
+    addressed to ``where`` (the flag or verb that took it) for anything else."""
     from jobs.definition.errors import JobError
     from jobs.definition.kinds import KIND_BY_COLLECTION
 
     collections = "|".join(KIND_BY_COLLECTION)
-    found = re.fullmatch(rf"projects/([^/]+)/locations/([^/]+)/({collections})/([^/]+)", name)
+    # Each segment starts with a letter or digit (no "." or ".." climbs the REST path); job ids are numbers.
+    pattern = rf"projects/([a-z0-9][a-z0-9.:-]*)/locations/([a-z0-9][a-z0-9-]*)/({collections})/([0-9]+)"
+    found = len(name) <= MAX_JOB_NAME and re.fullmatch(pattern, name)
     if not found:
+        shown = repr(name) if len(name) <= 100 else f"{name[:60]!r}... ({len(name)} characters)"
         raise JobError(
-            "--follow",
+            where,
             "RESOURCE_NAME",
-            f"{name!r} is not a job resource name",
-            "projects/<p>/locations/<r>/customJobs/<id> or .../hyperparameterTuningJobs/<id>",
+            f"{shown} is not a job resource name",
+            "projects/<project>/locations/<region>/customJobs/<numeric id> or "
+            ".../hyperparameterTuningJobs/<numeric id>",
         )
     return found.group(1), found.group(2), KIND_BY_COLLECTION[found.group(3)].name
 
 
-def follow_job(name: str, factory: Callable | None, out: TextIO, *, logs: bool = True) -> dict:
+def follow_job(
+    name: str,
+    factory: Callable | None,
+    out: TextIO,
+    *,
+    logs: bool = True,
+    report_dir: Path | None = None,
+    repo_root: Path = REPO_ROOT,
+) -> dict:
     """Follow an existing job until it ends (with ``logs``, printing its log entries from its start on);
-    returns it as the API last returned it."""
+    returns it as the API last returned it. A tuning job's study report is then written to ``report_dir``
+    (default .local/reports/<job id> under ``repo_root``)."""
+    from jobs.cloud import report
     from jobs.cloud.plan import follow, job_logs
+    from jobs.definition.kinds import runs_study
 
     project, region, kind = parse_job_name(name)
+    folder = report.report_folder(repo_root, name, report_dir)
+    report.check_report_dir(kind, report_dir, folder)  # before following for hours
     cloud = clients(factory, project, region)
     remote = cloud.jobs.get(kind, name)
     stream = job_logs(cloud, project, kind, remote, out) if logs else None
-    return follow(cloud.jobs, kind, remote, out, stream)
+    remote = follow(cloud.jobs, kind, remote, out, stream)
+    if runs_study(kind):
+        report.write_study_report(remote, folder, out)
+    return remote
+
+
+def report_job(
+    name: str,
+    factory: Callable | None,
+    out: TextIO,
+    *,
+    report_dir: Path | None = None,
+    repo_root: Path = REPO_ROOT,
+) -> dict:
+    """The report of a job as it stands (``run_job.py report``): a tuning job's study report, or a CustomJob's
+    state, times, model folder and metrics.json, written to ``report_dir`` (default .local/reports/<job id>).
+
+    Bad input is a JobError before anything is asked or written: a name that is not a job's, a report folder
+    that cannot be written; a job Vertex AI does not have (404) is one too.
+    """
+    from jobs.cloud import report
+    from jobs.definition.errors import JobError
+
+    project, region, kind = parse_job_name(name, "report")
+    folder = report.report_folder(repo_root, name, report_dir)
+    report.check_folder(folder)
+    from google.api_core.exceptions import NotFound  # only now: bad input is refused without the SDK
+
+    made = clients(factory, project, region)
+    try:
+        remote = made.jobs.get(kind, name)
+    except NotFound:
+        raise JobError(
+            "report",
+            "RESOURCE_NAME",
+            f"Vertex AI has no job {name} (404)",
+            "the name of an existing job, as `gcloud ai custom-jobs list` or `gcloud ai hp-tuning-jobs list` "
+            "print it",
+        ) from None
+    return report.write_report(remote, kind, folder, made.storage, out)
 
 
 def convert_legacy(

@@ -9,6 +9,7 @@ Usage (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py jobs/census_cpu.yaml --no-wait         # submit and return
   python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID   # state and log lines
   python scripts/run_job.py gcloud_config.yaml --service-account EMAIL --labels team=ml   # gcloud's flags
+  python scripts/run_job.py report projects/P/locations/R/hyperparameterTuningJobs/ID   # a study's report
   python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml   # legacy AI Platform job
 
 A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
@@ -27,10 +28,14 @@ and a live job with the same label is followed instead of creating a duplicate. 
 (file: field: problem; allowed: ...) and exits 2 before anything is uploaded or submitted. A job that ends in
 any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.
 Following prints the job's log entries from Cloud Logging as they arrive, each line prefixed with its replica
-(and trial) and severity; --no-logs follows the state alone.
+(and trial) and severity; --no-logs follows the state alone. A tuning job followed to its end (in any state)
+gets the report --local writes for its studies: a table of every trial, the best trial, parameter importance,
+study.json and study.png, in .local/reports/<job id>/ (--report-dir DIR moves it).
 
-`convert` turns a legacy AI Platform Training config or submit script into a definition (see
-`run_job.py convert --help` and jobs/README.md).
+Verbs, given first: `convert` turns a legacy AI Platform Training config or submit script into a definition;
+`report RESOURCE_NAME` writes the report of any earlier job (a study's, or a CustomJob's state, times, model
+folder and metrics). See `run_job.py <verb> --help` and jobs/README.md. A job file named like a verb is given
+as a path: `run_job.py ./report`.
 """
 
 import sys

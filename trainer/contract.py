@@ -24,6 +24,10 @@ TENSORBOARD_LOG_DIR = "AIP_TENSORBOARD_LOG_DIR"
 # Output folder (as under --job-dir when Vertex AI sets none) -> the variable that overrides it.
 OUTPUT_DIRS: dict[str, str] = {"model": MODEL_DIR, "checkpoints": CHECKPOINT_DIR, "logs": TENSORBOARD_LOG_DIR}
 
+# Written by the chief into the model directory beside the SavedModel: the eval metrics, history and phases
+# (trainer.train), read back by `run_job.py report` for a CustomJob.
+METRICS_FILE = "metrics.json"
+
 # The cluster of a multi-replica job: Vertex AI's own description (worker pools) and TensorFlow's (roles).
 CLUSTER_SPEC = "CLUSTER_SPEC"
 TF_CONFIG = "TF_CONFIG"

@@ -1,7 +1,9 @@
 """The command line behind scripts/run_job.py (see its docstring for usage).
 
-Order of work: parse flags -> load the definition strictly -> apply --set -> resolve the environment's infra
-outputs -> compile -> validate -> build the plan -> print it (--dry-run), run it here (--local) or execute it.
+Verbs (``VERBS``) come first: ``convert`` and ``report`` take the rest of the arguments with parsers of their
+own. Otherwise, order of work: parse flags -> load the definition strictly -> apply --set -> resolve the
+environment's infra outputs -> compile -> validate -> build the plan -> print it (--dry-run), run it here
+(--local) or execute it.
 Everything up to the plan is pure and offline; bad input anywhere there is one line on stderr and exit 2.
 """
 
@@ -11,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
@@ -64,6 +67,13 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "--no-logs",
         action="store_true",
         help="follow the job's state only, without streaming its log entries from Cloud Logging",
+    )
+    p.add_argument(
+        "--report-dir",
+        type=Path,
+        metavar="DIR",
+        help="a tuning job followed to its end (submitted or --follow): where its study report goes, "
+        "study.json and study.png (default .local/reports/<job id>/)",
     )
     add_gcloud_flags(p)
     local = p.add_argument_group("--local")
@@ -155,29 +165,27 @@ def main(
     out = out or sys.stdout
     err = err or sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["convert"]:  # a subcommand of its own: legacy AI Platform -> a definition
-        from jobs.cli import convert  # run_job.py's one subcommand
-
-        return convert.main(
-            argv[1:],
-            out=out,
-            err=err,
-            repo_root=repo_root,
-            outputs=outputs,
-            code_hash=code_hash,
-            image_hash=image_hash,
-            now=now,
-        )
+    if argv[:1] and argv[0] in VERBS:
+        call = Call(out, err, repo_root, factory, outputs, now, code_hash, image_hash)
+        return VERBS[argv[0]](argv[1:], call)
     parser = build_parser(description)
     args = parser.parse_args(argv)
+    if args.report_dir is not None and (args.local or args.no_wait):
+        parser.error(
+            "--report-dir is for a tuning job followed to its end on Vertex AI: not with --no-wait, nor with "
+            "--local (a local study writes its report in its base output directory)"
+        )
     from jobs import api
     from jobs.definition.errors import JobError
 
     try:
         if args.follow:
-            return _follow_existing(args.follow, factory, out, err, logs=not args.no_logs)
+            return _follow_existing(args.follow, factory, out, err, args.report_dir, repo_root,
+                                    logs=not args.no_logs)
         if not args.job_file:
-            parser.error("JOB_FILE is required (or --follow RESOURCE_NAME)")
+            parser.error(
+                "JOB_FILE is required (or --follow RESOURCE_NAME, or a verb: " + ", ".join(VERBS) + ")"
+            )
         if outputs is None:
             outputs = api.load_outputs(args.env, args.outputs_file, args.job_file)
         job = prepare(
@@ -190,7 +198,12 @@ def main(
         )
         if args.local:
             return _run_local(job, args, outputs, repo_root, out)
-        plan = api.plan_job(job, outputs, wait=not args.no_wait, logs=not args.no_logs)
+        if not args.no_wait and (args.report_dir is not None or not args.dry_run):
+            from jobs.cloud.report import REPORTS, check_report_dir
+
+            check_report_dir(job.kind, args.report_dir, repo_root / REPORTS)
+        plan = api.plan_job(job, outputs, wait=not args.no_wait, logs=not args.no_logs,
+                            report_dir=args.report_dir)
         if args.dry_run:
             print(json.dumps(job.request(), indent=2), file=out)
             print_plan(plan, err)
@@ -246,12 +259,16 @@ def _submit(plan, factory, repo_root: Path, out: TextIO, err: TextIO) -> int:
     return _final_status(ex.remote, err, followed=any(isinstance(s, FollowJob) for s in plan.steps))
 
 
-def _follow_existing(name: str, factory, out: TextIO, err: TextIO, *, logs: bool) -> int:
+def _follow_existing(name: str, factory, out: TextIO, err: TextIO, report_dir, repo_root: Path, *,
+                     logs: bool) -> int:
     from jobs.api import follow_job, parse_job_name
+    from jobs.definition.errors import JobError
 
     parse_job_name(name)  # bad input is one line and exit 2, before any client exists
     try:
-        remote = follow_job(name, factory, out, logs=logs)
+        remote = follow_job(name, factory, out, logs=logs, report_dir=report_dir, repo_root=repo_root)
+    except JobError:
+        raise  # a report folder that cannot be written, a response that is not a job's: one line, exit 2
     except KeyboardInterrupt:
         return _interrupted(name, err)
     except Exception as exc:  # noqa: BLE001
@@ -277,3 +294,45 @@ def _final_status(remote: dict, err: TextIO, *, followed: bool) -> int:
     message = (remote.get("error") or {}).get("message", "no error message")
     print(f"{remote.get('name')} ended {state}: {message}", file=err)
     return 1
+
+
+@dataclass(frozen=True)
+class Call:
+    """What main() was given, handed on to a verb (each takes what it needs)."""
+
+    out: TextIO
+    err: TextIO
+    repo_root: Path
+    factory: Callable | None
+    outputs: Mapping[str, str] | None
+    now: datetime | None
+    code_hash: str | None
+    image_hash: str | None
+
+
+def _convert(argv: list[str], call: Call) -> int:
+    """Legacy AI Platform Training config or script -> a definition (jobs/cli/convert.py)."""
+    from jobs.cli import convert
+
+    return convert.main(
+        argv,
+        out=call.out,
+        err=call.err,
+        repo_root=call.repo_root,
+        outputs=call.outputs,
+        code_hash=call.code_hash,
+        image_hash=call.image_hash,
+        now=call.now,
+    )
+
+
+def _report(argv: list[str], call: Call) -> int:
+    """The report of a job on Vertex AI (jobs/cli/report.py)."""
+    from jobs.cli import report
+
+    return report.main(argv, factory=call.factory, out=call.out, err=call.err, repo_root=call.repo_root)
+
+
+# The verbs, checked on the first argument before JOB_FILE is parsed: each gets the arguments after it and has
+# its own parser and --help. A job file named like a verb is given as a path: ./report.
+VERBS: dict[str, Callable[[list[str], Call], int]] = {"convert": _convert, "report": _report}

@@ -39,6 +39,10 @@ class Storage(Protocol):
 
     def upload(self, path: Path, uri: str) -> None: ...
 
+    def read(self, uri: str, limit: int) -> bytes | None:
+        """At most ``limit + 1`` bytes of the object (more than ``limit``: it is bigger than that), or None
+        when there is no such object. Bounded: what a job wrote is read into memory."""
+
 
 class GcsStorage:
     def __init__(self, project: str, client: Any = None) -> None:
@@ -62,6 +66,16 @@ class GcsStorage:
         except PreconditionFailed:
             pass  # same name means same content: someone else uploaded it first
 
+    def read(self, uri: str, limit: int) -> bytes | None:
+        from google.api_core.exceptions import NotFound
+
+        bucket, name = split_gs(uri)
+        try:
+            # A ranged download (end is inclusive): limit + 1 bytes tell an object over the limit.
+            return self._client.bucket(bucket).blob(name).download_as_bytes(start=0, end=limit)
+        except NotFound:
+            return None
+
 
 class LocalDirStorage:
     """``gs://bucket/name`` as ``<root>/bucket/name``: the stand-in for Cloud Storage in tests."""
@@ -80,6 +94,12 @@ class LocalDirStorage:
         target = self.path(uri)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
+
+    def read(self, uri: str, limit: int) -> bytes | None:
+        if not self.exists(uri):
+            return None
+        with self.path(uri).open("rb") as f:
+            return f.read(limit + 1)
 
 
 class VertexJobs:

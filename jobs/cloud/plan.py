@@ -4,13 +4,14 @@ Steps: look up the job's trainer images in Artifact Registry, and build the miss
 (context tarball to the staging bucket, build, follow) -> build and upload the trainer sdist unless the
 staging bucket has it -> look for a live job with this submission's hash (a retry must not create a
 duplicate) -> create the job -> print links -> follow it, streaming its log entries (jobs.cloud.logs) between
-its state lines. Each step reads and writes one ``Execution``;
-nothing here decides *whether* to touch the cloud. Every image is resolved before anything is built,
-uploaded or submitted.
+its state lines -> for a tuning job, write the study report once it ends (``report.py``: study.json,
+study.png, the table of trials). Each step reads and writes one ``Execution``; nothing here decides *whether*
+to touch the cloud. Every image is resolved before anything is built, uploaded or submitted.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from jobs.cloud import client as cloud
+from jobs.cloud import report
 from jobs.cloud.builds import ImageBuild
 from jobs.cloud.logs import GRACE_SECONDS, LogStream
 from jobs.definition import body
@@ -230,6 +232,24 @@ class FollowJob:
             raise FollowInterrupted(ex.remote["name"], exc) from exc
 
 
+class ReportStudy:
+    """After following a tuning job to its end, whatever end: the report --local writes for its studies."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder  # None: .local/reports/<job id> under the checkout
+
+    def describe(self, job: CompiledJob) -> str:
+        where = self.folder if self.folder is not None else report.REPORTS / "<job id>"
+        return (
+            f"write the study report (every trial, the best one, parameter importance) to {where}/study.json "
+            "and study.png, and print it"
+        )
+
+    def run(self, ex: Execution) -> None:
+        folder = report.report_folder(ex.repo_root, ex.remote["name"], self.folder)
+        report.write_study_report(ex.remote, folder, ex.out)
+
+
 @dataclass
 class Plan:
     job: CompiledJob | None
@@ -252,14 +272,22 @@ class Plan:
 
 
 def build_plan(
-    job: CompiledJob, *, wait: bool = True, builds: list[ImageBuild] = (), logs: bool = True
+    job: CompiledJob,
+    *,
+    wait: bool = True,
+    builds: list[ImageBuild] = (),
+    logs: bool = True,
+    report_dir: Path | None = None,
 ) -> Plan:
+    """``report_dir``: where a followed tuning job's study report goes (default .local/reports/<job id>)."""
     steps: list[Step] = image_steps(list(builds))
     if job.installs_repo_trainer():
         steps.append(StagePackage())
     steps += [FindLiveJob(), CreateJob(), ShowLinks()]
     if wait:
         steps.append(FollowJob(logs))
+        if body.runs_study(job.kind):
+            steps.append(ReportStudy(report_dir))
     return Plan(job, steps, list(builds))
 
 
@@ -299,9 +327,9 @@ def _best_trial(remote: dict[str, Any]) -> tuple[str, str, float] | None:
     metric, sign = metrics[0].get("metricId"), (1 if metrics[0].get("goal") != "MINIMIZE" else -1)
     scored = []
     for trial in remote.get("trials") or []:
-        for m in (trial.get("finalMeasurement") or {}).get("metrics") or []:
-            if m.get("metricId") == metric and "value" in m:
-                scored.append((sign * float(m["value"]), trial.get("id", "?"), float(m["value"])))
+        value = report.final_metric(trial, metric)
+        if value is not None and math.isfinite(value):
+            scored.append((sign * value, trial.get("id", "?"), value))
     if not scored:
         return None
     _, trial_id, value = max(scored)

@@ -28,6 +28,7 @@ from jobs.definition.body import TUNING_JOB, join, spec_field
 from jobs.local import capacity, environment, launcher, report, search_space, spec
 from jobs.local.environment import local_job_id, slug
 from jobs.local.spec import LocalRunError, StudyConfig
+from jobs.report import study as study_report
 from trainer.contract import HP_METRIC_FILE, JOB_ID, MODEL_DIR, TRIAL_ID
 
 POLL_S = 0.1
@@ -230,7 +231,7 @@ class StudyRunner:
         )
         self.running[trial.number] = _Running(trial, trial_id, values, run, time.monotonic(), metric_file)
         trial.set_user_attr("log", str(run.chief_log))
-        shown = " ".join(f"{k}={report.fmt(v)}" for k, v in values.items())
+        shown = " ".join(f"{k}={study_report.fmt(v)}" for k, v in values.items())
         self.log(f"trial {trial_id} running: {shown} {self._status()}")
 
     def _collect(self, item: _Running, rc: int) -> None:
@@ -338,30 +339,10 @@ class StudyRunner:
                     self._collect(item, rc)
                     finished = self._finished()
 
-    def _importance(self) -> dict[str, float] | None:
-        """PED-ANOVA parameter importances (Optuna evaluator without scikit-learn), from 3 trials on."""
-        import warnings
-
-        import optuna
-
-        if sum(t.state.name == "COMPLETE" for t in self.study.get_trials(deepcopy=False)) < 3:
-            return None
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-                found = optuna.importance.get_param_importances(self.study, evaluator=evaluator)
-        except (ValueError, RuntimeError, ZeroDivisionError):
-            return None
-        return {name: round(float(value), 4) for name, value in found.items()}
-
     def _finish(self, status: int) -> int:
         trials = [t for t in self.study.get_trials(deepcopy=False) if t.state.name != "WAITING"]
         summary = report.study_summary(self.name, self.cfg, trials, self.base, status)
-        summary["importance"] = self._importance()
-        report.write_json(summary, self.base / "study.json")
-        plot = report.plot_study(summary, self.base / "study.png")
-        report.print_summary(summary, self.out, plot=plot)
+        study_report.publish(summary, self.base, self.out)
         if status == 130:
             kept = summary["counts"]["completed"] + summary["counts"]["failed"]
             print(

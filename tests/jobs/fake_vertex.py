@@ -1,8 +1,9 @@
 """A fake Google Cloud REST endpoint on 127.0.0.1: Vertex AI's JobService, Cloud Build's builds, Artifact
 Registry's tags and Cloud Logging's entries.list (tests/jobs/fake_logging.py), for the real generated clients
 (REST transport, anonymous credentials) and the logs reader to talk to. It records every request and plays
-scripted sequences of job and build states and log entries; a successful build creates its image tags the way
-Cloud Build's push does."""
+scripted sequences of job and build states (a created tuning job reports the scripted ``trials``) and log
+entries; a successful build creates its image tags the way Cloud Build's push does. ``add_job`` stores a job
+as an earlier run left it, for `run_job.py report` and `--follow`."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ class FakeVertex:
         default_factory=lambda: ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
     )
     error_message: str = ""
+    # Trials (aiplatform_v1.Trial as REST JSON) a created HyperparameterTuningJob reports on each GET.
+    trials: list[dict] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     jobs: dict[str, dict] = field(default_factory=dict)
     polls: dict[str, int] = field(default_factory=dict)
@@ -61,6 +64,13 @@ class FakeVertex:
     build_detail: str = ""
     builds: dict[str, dict] = field(default_factory=dict)
     logging: FakeLogging = field(default_factory=FakeLogging)
+    fixed: set[str] = field(default_factory=set)  # jobs from add_job: returned as stored, state included
+
+    def add_job(self, name: str, job: dict) -> None:
+        """A job that exists already, e.g. one that ended last week; GETs return it unchanged."""
+        self.jobs[name] = {**job, "name": name}
+        self.polls[name] = 0
+        self.fixed.add(name)
 
     def created(self) -> list[Request]:
         return [r for r in self.requests if r.method == "POST" and not r.path.endswith("/builds")]
@@ -103,6 +113,10 @@ class FakeVertex:
         if method == "GET" and path in self.jobs:
             self.polls[path] += 1
             job = self.jobs[path]
+            if path in self.fixed:
+                return 200, job
+            if "/hyperparameterTuningJobs/" in path and self.trials:
+                job["trials"] = self.trials
             job["state"] = self.states[min(self.polls[path], len(self.states) - 1)]
             if job["state"] == "JOB_STATE_FAILED":
                 job["error"] = {"code": 3, "message": self.error_message}

@@ -10,12 +10,13 @@ JOBS = Path(__file__).resolve().parents[2] / "jobs"
 # Each layer and the layers it may import (itself included); modules are named by their first folder/file.
 ALLOWED = {
     "definition": {"definition"},
-    "cloud": {"definition", "cloud"},
-    "local": {"definition", "local"},
+    "report": {"definition", "report"},
+    "cloud": {"definition", "report", "cloud"},
+    "local": {"definition", "report", "local"},
     "legacy": {"definition", "legacy"},
-    "api": {"definition", "cloud", "local", "legacy", "api"},
+    "api": {"definition", "report", "cloud", "local", "legacy", "api"},
     "schedule": {"definition", "api", "schedule"},
-    "cli": {"definition", "cloud", "local", "legacy", "api", "cli"},
+    "cli": {"definition", "report", "cloud", "local", "legacy", "api", "cli"},
 }
 
 

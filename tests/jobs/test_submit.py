@@ -62,8 +62,10 @@ def dry_run_request(path, *args) -> dict:
         (TUNING, "hyperparameterTuningJobs", "hyperparameterTuningJob"),
     ],
 )
-def test_submit_sends_exactly_the_dry_run_request(vertex, gcs_root, path, collection, field):
-    rc, out, err = run_cli([path], factory=vertex.factory(gcs_root))
+def test_submit_sends_exactly_the_dry_run_request(vertex, gcs_root, tmp_path, path, collection, field):
+    # A followed tuning job writes its study report (by default into the checkout's .local/reports).
+    report = ["--report-dir", tmp_path / "report"] if collection == "hyperparameterTuningJobs" else []
+    rc, out, err = run_cli([path, *report], factory=vertex.factory(gcs_root))
     assert rc == 0, err
 
     expected = dry_run_request(path)
@@ -88,6 +90,76 @@ def test_submit_sends_exactly_the_dry_run_request(vertex, gcs_root, path, collec
     )
     assert "JOB_STATE_SUCCEEDED" in out
     assert "JOB_STATE_RUNNING" in out
+    if report:
+        assert json.loads((tmp_path / "report/study.json").read_text())["state"] == "SUCCEEDED"
+
+
+def census_trial(trial_id: str, state: str, accuracy: float | None = None, **extra) -> dict:
+    """A trial of census_tuning.yaml's study as Vertex AI reports it (numbers as doubles)."""
+    values = {
+        "first-layer-size": 128.0,
+        "num-layers": 2.0,
+        "scale-factor": 0.5,
+        "learning-rate": 0.003,
+        "numeric-bins": 64.0,
+        "numeric-embedding-size": 16.0,
+    }
+    found = {
+        "id": trial_id,
+        "state": state,
+        "parameters": [{"parameterId": k, "value": v} for k, v in values.items()],
+    }
+    if accuracy is not None:
+        found["finalMeasurement"] = {
+            "stepCount": "8",
+            "metrics": [{"metricId": "accuracy", "value": accuracy}],
+        }
+    return {**found, **extra}
+
+
+def test_a_followed_study_ends_with_its_report_whatever_its_end(gcs_root, tmp_path):
+    trials = [
+        census_trial("1", "SUCCEEDED", 0.851),
+        census_trial("2", "SUCCEEDED", 0.857),
+        census_trial("3", "INFEASIBLE", infeasibleReason="The replica workerpool0-0 exited with status 1."),
+        census_trial("4", "ACTIVE"),
+    ]
+    fake = FakeVertex(states=["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLED"], trials=trials)
+    folder = tmp_path / "report"
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli([TUNING, "--report-dir", folder], factory=server.factory(gcs_root))
+        name = next(iter(server.fake.jobs))
+    assert rc == 1 and f"{name} ended JOB_STATE_CANCELLED" in err
+    study = json.loads((folder / "study.json").read_text())
+    assert study["state"] == "CANCELLED"
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED", "FAILED", "INTERRUPTED"]
+    assert study["trials"][3]["failure"] == "still ACTIVE when the job ended CANCELLED"
+    job_id = study["displayName"]
+    assert study["best"]["model_dir"] == f"gs://demo-project-models/census-tuning/{job_id}/2/model/"
+    assert (folder / "study.png").is_file()
+    assert out.index("JOB_STATE_CANCELLED") < out.index(f"Study of {name}:")  # after following, not before
+    assert "Study cancelled: 2 succeeded, 1 failed, 1 interrupted" in out
+    assert "Best trial 2: accuracy=0.8570" in out
+    assert "Trial 3 failed: The replica workerpool0-0 exited with status 1." in out
+
+
+def test_following_an_earlier_study_writes_its_report_and_a_custom_job_takes_no_report_dir(tmp_path):
+    from tests.jobs.test_study_report import remote_job
+
+    name = "projects/demo-project/locations/us-central1/hyperparameterTuningJobs/44"
+    with FakeVertexServer(FakeVertex()) as server:
+        server.fake.add_job(name, remote_job([], "JOB_STATE_SUCCEEDED"))
+        rc, out, err = run_cli(["--follow", name], factory=server.factory(tmp_path), repo_root=tmp_path)
+        assert rc == 0, err
+        assert json.loads((tmp_path / ".local/reports/44/study.json").read_text())["trials"] == []
+        custom = "projects/demo-project/locations/us-central1/customJobs/45"
+        rc, out, err = run_cli(
+            ["--follow", custom, "--report-dir", tmp_path / "r"], factory=server.factory(tmp_path)
+        )
+        assert rc == 2 and err.startswith(
+            f"--report-dir: {tmp_path / 'r'}: a CustomJob writes no study report"
+        )
+        assert not [r for r in server.fake.requests if r.path.endswith("/45")]
 
 
 def test_uploaded_package_is_the_trainer_sdist_and_is_not_uploaded_twice(vertex, gcs_root, monkeypatch):

@@ -1,8 +1,5 @@
-"""Fixtures of the local executor's tests: the CPU count --local believes in, and permission checks that
-behave as for a normal user when the tests run as root."""
-
-import os
-import stat
+"""Fixtures of the local executor's tests: the CPU count --local believes in (owner_permissions, shared with
+the report tests, is in tests/jobs/conftest.py)."""
 
 import pytest
 
@@ -17,21 +14,3 @@ def cpus(monkeypatch):
         monkeypatch.setattr(capacity, "usable_cpus", lambda: n)
 
     return set_cpus
-
-
-@pytest.fixture
-def owner_permissions(monkeypatch):
-    """os.access decided by the owner's mode bits, as for a non-root owner: root may write anywhere, which
-    would hide a read-only --local-root. A no-op when the tests do not run as root."""
-    if os.geteuid() != 0:
-        return
-    bits = {os.R_OK: stat.S_IRUSR, os.W_OK: stat.S_IWUSR, os.X_OK: stat.S_IXUSR}
-
-    def access(path, mode, *args, **kwargs):
-        try:
-            st_mode = os.stat(path).st_mode
-        except OSError:
-            return False
-        return all(st_mode & bit for flag, bit in bits.items() if mode & flag)
-
-    monkeypatch.setattr(os, "access", access)

@@ -1,0 +1,327 @@
+"""The report of a job on Vertex AI, as REST JSON: a HyperparameterTuningJob's study report, the same one
+``--local`` writes (``jobs/report/study.py``), and a short report of a CustomJob.
+
+A tuning job's ``trials`` become the report's trials here (:func:`trial_results`): the objective is the
+studySpec metric in each trial's ``finalMeasurement``; an INFEASIBLE trial is FAILED with its
+``infeasibleReason``, as is a SUCCEEDED one with no finite objective (--local fails a trial that reports
+none); a trial still REQUESTED, ACTIVE or STOPPING is ACTIVE while the job runs and INTERRUPTED once it has
+ended. Parameter values are typed by the studySpec (Vertex AI sends every number as a double: INTEGER 64
+arrives as 64.0). A trial's SavedModel is ``<baseOutputDirectory>/<trial id>/model/``, the AIP_MODEL_DIR
+Vertex AI gave it.
+
+A response that is not what was asked (a trial id that is not a number, a state or parameter the study does
+not have, a studySpec that does not parse) is a JobError naming the job and the field: one line, exit 2.
+
+    from jobs import api
+    api.report_job("projects/p/locations/us-central1/hyperparameterTuningJobs/123", None, sys.stdout)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from jobs.cloud.client import TERMINAL_STATES, Storage, console_url, job_id_of
+from jobs.definition.errors import JobError, one_of
+from jobs.definition.kinds import runs_study
+from jobs.definition.loader import file_kind
+from jobs.definition.study import Parameter, StudyError, parse_study
+from jobs.report import study as study_report
+from jobs.report.study import ACTIVE, FAILED, INTERRUPTED, SUCCEEDED, TrialResult
+from trainer.contract import METRICS_FILE
+
+# Where a report goes unless --report-dir says otherwise: beside what --local keeps under .local/ (gs/, runs/,
+# studies/), one folder per job id.
+REPORTS = Path(".local") / "reports"
+REPORT_DIR_ALLOWED = "a writable folder, or a new one under a writable folder"
+# The most of a CustomJob's metrics.json the report reads (the trainer's is a few KiB: eval, history, phases).
+METRICS_LIMIT = 1 << 20
+TRIAL_STATES = ("STATE_UNSPECIFIED", "REQUESTED", "ACTIVE", "STOPPING", "SUCCEEDED", "INFEASIBLE")
+_TRIAL_ID = re.compile(r"[0-9]{1,19}")  # int64 ids, as Vertex AI numbers trials ("1", "2", ...)
+_CUSTOM_JOB = re.compile(r"projects/[^/]+/locations/[^/]+/customJobs/[0-9]+")
+# google.protobuf's JSON for the non-finite doubles a trial's measurement can hold.
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def report_folder(repo_root: Path, name: str, given: Path | None = None) -> Path:
+    """Where the report of job ``name`` goes: ``given`` (--report-dir), else .local/reports/<job id>."""
+    return Path(given) if given is not None else repo_root / REPORTS / job_id_of(name)
+
+
+def check_folder(path: Path) -> None:
+    """JobError (on --report-dir) unless ``path`` is a writable folder or can be made one: each part of it
+    that exists is a folder and the deepest one that exists is writable. Writes nothing."""
+
+    def refused(problem: str) -> JobError:
+        return JobError("--report-dir", str(path), problem, REPORT_DIR_ALLOWED)
+
+    probe = path
+    while True:
+        try:
+            mode = probe.stat().st_mode
+            break
+        except FileNotFoundError:
+            if probe.is_symlink():
+                raise refused(f"{probe} is a dangling symlink") from None
+            if probe.parent == probe:
+                raise refused("no part of it exists") from None
+            probe = probe.parent
+        except OSError as exc:  # a part of it is a file (ENOTDIR), a loop of symlinks (ELOOP), ...
+            raise refused(exc.strerror or str(exc)) from None
+    if not stat.S_ISDIR(mode):
+        raise refused(f"{probe} is {file_kind(mode)}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise refused(f"{probe} is not writable")
+
+
+def check_report_dir(kind: str, given: Path | None, fallback: Path) -> None:
+    """Before following a ``kind`` job: the folder its report will go to (``given``, else ``fallback``) can be
+    written, and --report-dir is given only for a job that ends with a report (a tuning job)."""
+    if not runs_study(kind):
+        if given is not None:
+            raise JobError(
+                "--report-dir",
+                str(given),
+                f"a {kind} writes no study report when it ends",
+                "--report-dir with a tuning job (`run_job.py report RESOURCE_NAME` reports any job)",
+            )
+        return
+    check_folder(given if given is not None else fallback)
+
+
+def final_metric(trial: dict[str, Any], metric_id: str) -> float | None:
+    """The trial's ``metric_id`` in its finalMeasurement (NaN and infinities included), or None."""
+    for m in (trial.get("finalMeasurement") or {}).get("metrics") or []:
+        if isinstance(m, dict) and m.get("metricId") == metric_id:
+            return _number(m.get("value"))
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, str):
+        return _NON_FINITE.get(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def output_prefix(remote: dict[str, Any], spec_field: str) -> str:
+    """The job's baseOutputDirectory (in ``jobSpec`` or ``trialJobSpec``) without a trailing slash, or ""."""
+    spec = remote.get(spec_field) or {}
+    return str((spec.get("baseOutputDirectory") or {}).get("outputUriPrefix") or "").rstrip("/")
+
+
+def trial_results(
+    remote: dict[str, Any], parameters: tuple[Parameter, ...], metric_id: str
+) -> list[TrialResult]:
+    """The report's trials from a HyperparameterTuningJob's ``trials``; a JobError for a trial Vertex AI
+    would not send."""
+    name = str(remote.get("name", "the job"))
+    trials = remote.get("trials") or []
+    if not isinstance(trials, list):
+        raise JobError(name, "trials", f"{type(trials).__name__} instead of a list", "a list of Trials")
+    job_state = str(remote.get("state", "JOB_STATE_UNSPECIFIED"))
+    base = output_prefix(remote, "trialJobSpec")
+    specs = {p.parameter_id: p for p in parameters}
+    results = []
+    for i, trial in enumerate(trials):
+        where = f"trials.{i}"
+        if not isinstance(trial, dict):
+            raise JobError(name, where, f"{trial!r} is not a Trial", "a Trial object")
+        trial_id = trial.get("id")
+        if not isinstance(trial_id, str) or not _TRIAL_ID.fullmatch(trial_id):
+            raise JobError(name, f"{where}.id", f"{trial_id!r}", "a trial number such as '1'")
+        state = trial.get("state", "STATE_UNSPECIFIED")
+        if state not in TRIAL_STATES:
+            raise JobError(name, f"{where}.state", f"{state!r}", one_of(TRIAL_STATES))
+        report_state, metric, failure = _outcome(trial, state, metric_id, job_state)
+        custom_job = str(trial.get("customJob", ""))
+        results.append(
+            TrialResult(
+                id=trial_id,
+                state=report_state,
+                parameters=_values(trial.get("parameters") or [], specs, name, f"{where}.parameters"),
+                metric=metric,
+                measurements=_measurements(trial, metric_id),
+                duration_s=_duration(trial.get("startTime"), trial.get("endTime")),
+                model_dir=f"{base}/{trial_id}/model/" if base and report_state == SUCCEEDED else None,
+                log=console_url(custom_job) if _CUSTOM_JOB.fullmatch(custom_job) else None,
+                failure=failure,
+            )
+        )
+    return results
+
+
+def _outcome(
+    trial: dict[str, Any], state: str, metric_id: str, job_state: str
+) -> tuple[str, float | None, str | None]:
+    """(report state, objective, why it failed) of a trial in ``state`` of a job in ``job_state``."""
+    metric = final_metric(trial, metric_id)
+    if state == "SUCCEEDED":
+        if metric is not None and math.isfinite(metric):
+            return SUCCEEDED, metric, None
+        # As --local fails a trial that reports no finite objective: there is nothing to rank it by.
+        shown = f"reported {metric_id}={metric}" if metric is not None else f"reported no '{metric_id}'"
+        return FAILED, None, f"{shown} in its final measurement"
+    if state == "INFEASIBLE":
+        return FAILED, None, trial.get("infeasibleReason") or "infeasible (Vertex AI gave no reason)"
+    if job_state in TERMINAL_STATES:
+        return INTERRUPTED, None, f"still {state} when the job ended {job_state.removeprefix('JOB_STATE_')}"
+    return ACTIVE, None, None
+
+
+def _values(parameters: Any, specs: dict[str, Parameter], name: str, where: str) -> dict[str, Any]:
+    """A trial's ``[{parameterId, value}]`` as the trial received them: typed by the studySpec."""
+    if not isinstance(parameters, list):
+        raise JobError(
+            name, where, f"{type(parameters).__name__} instead of a list", "[{parameterId, value}]"
+        )
+    values: dict[str, Any] = {}
+    for j, item in enumerate(parameters):
+        pid = item.get("parameterId") if isinstance(item, dict) else None
+        spec = specs.get(pid) if isinstance(pid, str) else None
+        if spec is None:
+            raise JobError(name, f"{where}.{j}.parameterId", f"{pid!r}", one_of(specs) or "(no parameters)")
+        value = _typed(spec, item.get("value"))
+        if value is None:
+            allowed = (
+                "one of its values" if spec.kind in ("DISCRETE", "CATEGORICAL") else "a number in its range"
+            )
+            raise JobError(name, f"{where}.{j}.value", f"{item.get('value')!r} for {pid}", allowed)
+        values[pid] = value
+    return values
+
+
+def _typed(spec: Parameter, value: Any) -> Any:
+    """The value as --local passes it (INTEGER int, DOUBLE and DISCRETE float, CATEGORICAL str), or None when
+    it is not one the parameter takes."""
+    if spec.kind == "CATEGORICAL":
+        return value if isinstance(value, str) and value in spec.values else None
+    number = _number(value)
+    if number is None or not math.isfinite(number):
+        return None
+    if spec.kind == "DISCRETE":
+        return number if number in spec.values else None
+    if not spec.low <= number <= spec.high:
+        return None
+    if spec.kind == "INTEGER":
+        return int(number) if number == int(number) else None
+    return number
+
+
+def _measurements(trial: dict[str, Any], metric_id: str) -> list[dict[str, float]]:
+    """Each intermediate measurement of the objective, {step, value}, as --local records them."""
+    found = []
+    for m in trial.get("measurements") or []:
+        value = final_metric({"finalMeasurement": m}, metric_id) if isinstance(m, dict) else None
+        if value is not None:
+            step = str(m.get("stepCount", 0))  # int64: a JSON string
+            found.append({"step": int(step) if step.lstrip("-").isdigit() else 0, "value": value})
+    return found
+
+
+def _duration(start: Any, end: Any) -> float | None:
+    """Seconds from startTime to endTime (RFC 3339; Vertex AI writes up to nine fractional digits)."""
+    try:
+        seconds = (datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds()
+    except (TypeError, ValueError):
+        return None  # still running (no endTime), or a time this Python cannot read: no duration shown
+    return round(seconds, 2)
+
+
+def study_summary(remote: dict[str, Any]) -> dict[str, Any]:
+    """A HyperparameterTuningJob (REST JSON) as study.json holds a study, --local's or Vertex AI's."""
+    name = str(remote.get("name", "the job"))
+    try:
+        study = parse_study(remote)
+    except StudyError as exc:
+        raise exc.to_job_error(file=name) from None
+    trials = trial_results(remote, study.tuned, study.metric_id)
+    state = str(remote.get("state", "JOB_STATE_UNSPECIFIED")).removeprefix("JOB_STATE_")
+    display = str(remote.get("displayName") or job_id_of(name))
+    base = output_prefix(remote, "trialJobSpec")
+    return study_report.summarize(display, study, trials, state=state, base=base, parameters=study.tuned)
+
+
+def write_study_report(remote: dict[str, Any], folder: Path, out: TextIO) -> dict[str, Any]:
+    """study.json and study.png in ``folder``, the table and the best trial on ``out``; the summary."""
+    summary = study_summary(remote)
+    print(f"Study of {remote.get('name')}:", file=out)
+    study_report.publish(summary, folder, out)
+    _print_error(remote, out)
+    return summary
+
+
+def write_custom_job_report(
+    remote: dict[str, Any], storage: Storage, folder: Path, out: TextIO
+) -> dict[str, Any]:
+    """job.json in ``folder`` and a few lines on ``out``: state, times, model folder, its eval metrics."""
+    base = output_prefix(remote, "jobSpec")
+    model_dir = f"{base}/model/" if base else None  # AIP_MODEL_DIR, where the trainer writes metrics.json
+    metrics, note = _read_metrics(storage, model_dir + METRICS_FILE) if model_dir else (None, None)
+    report = {
+        "name": remote.get("name"),
+        "displayName": remote.get("displayName"),
+        "state": str(remote.get("state", "JOB_STATE_UNSPECIFIED")).removeprefix("JOB_STATE_"),
+        "createTime": remote.get("createTime"),
+        "startTime": remote.get("startTime"),
+        "endTime": remote.get("endTime"),
+        "duration_s": _duration(remote.get("startTime"), remote.get("endTime")),
+        "modelDir": model_dir,
+        "error": (remote.get("error") or {}).get("message"),
+        "metrics": metrics,  # the trainer's metrics.json, when readable
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    study_report.write_json(report, folder / "job.json")
+    print(f"CustomJob {report['displayName']} ({report['name']}): {report['state']}", file=out)
+    times = [f"{k} {report[f'{k}Time']}" for k in ("create", "start", "end") if report[f"{k}Time"]]
+    duration = report["duration_s"]
+    print(f"  {', '.join(times) or 'no times yet'}" + (f" ({duration:.0f}s)" if duration else ""), file=out)
+    print(f"  model: {model_dir or 'none (the job has no baseOutputDirectory)'}", file=out)
+    figures = (metrics or {}).get("eval") if isinstance(metrics, dict) else None
+    if isinstance(figures, dict):
+        shown = " ".join(f"{k}={study_report.fmt(v)}" for k, v in sorted(figures.items()))
+        print(f"  eval: {shown}", file=out)
+    if note:
+        print(f"  {note}", file=out)
+    _print_error(remote, out)
+    print(f"Results: {folder / 'job.json'}", file=out)
+    out.flush()
+    return report
+
+
+def _read_metrics(storage: Storage, uri: str) -> tuple[Any, str | None]:
+    """(the parsed metrics.json, None), or (None, why it is not shown)."""
+    try:
+        data = storage.read(uri, METRICS_LIMIT)
+    except Exception as exc:  # noqa: BLE001 - permissions, network: the report goes on without it
+        return None, f"{uri}: not readable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    if data is None:
+        return None, f"{uri}: not found (the job wrote no model yet, or failed before)"
+    if len(data) > METRICS_LIMIT:
+        return None, f"{uri}: over {METRICS_LIMIT} bytes, not read"
+    try:
+        return json.loads(data), None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        return None, f"{uri}: not JSON"
+
+
+def _print_error(remote: dict[str, Any], out: TextIO) -> None:
+    message = (remote.get("error") or {}).get("message")
+    if message:
+        print(f"Job error: {' '.join(str(message).split())}", file=out)
+
+
+def write_report(
+    remote: dict[str, Any], kind: str, folder: Path, storage: Storage, out: TextIO
+) -> dict[str, Any]:
+    """The report of any job: a study's for a tuning job, the short one for a CustomJob."""
+    if runs_study(kind):
+        return write_study_report(remote, folder, out)
+    return write_custom_job_report(remote, storage, folder, out)
