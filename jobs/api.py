@@ -103,7 +103,9 @@ def compile_file(
     parsed = [Override.parse(text, file) for text in overrides]
     document.data = apply_overrides(document.data, parsed, file, document.shared)
     if image_hash is None:
-        image_hash = trainer_image_hash(repo_root, needed="${job.image_tag}" in json.dumps(document.data))
+        # A registry block serves the model on the trainer image (jobs.definition.registry): it needs the tag.
+        needed = "${job.image_tag}" in json.dumps(document.data) or "registry" in document.data
+        image_hash = trainer_image_hash(repo_root, needed=needed)
     context = Context(
         env=env,
         outputs=outputs,
@@ -163,12 +165,32 @@ def check_deployed(job, env: str) -> None:
     walk(job.body, "")
 
 
-def plan_job(job, outputs: Mapping[str, str], *, wait: bool = True):
-    """The submission plan of a compiled job: its missing trainer images built, then create and follow."""
-    from jobs.cloud.builds import job_builds
-    from jobs.cloud.plan import build_plan
+def plan_job(job, outputs: Mapping[str, str], *, wait: bool = True, follow: str | None = None):
+    """The submission plan of a compiled job: its missing trainer images built, then create and follow, then
+    register its model when the definition has a registry block.
 
-    return build_plan(job, wait=wait, builds=job_builds(job, outputs, job.image_hash))
+    ``follow``: the resource name of a job submitted from this definition earlier (``--no-wait``, or a
+    follow that stopped): picked up and followed instead of submitted, then registered.
+    """
+    from jobs.cloud.builds import job_builds, serving_builds
+    from jobs.cloud.plan import build_plan
+    from jobs.definition.errors import JobError
+
+    serving = serving_builds(job, outputs, job.image_hash)
+    if follow is not None:
+        project, region, kind = parse_job_name(follow)
+        if (project, region, kind) != (job.project, job.region, job.kind):
+            raise JobError(
+                job.file,
+                "--follow",
+                f"{follow} is a {kind} in projects/{project}/locations/{region}, and {job.file} defines a "
+                f"{job.kind} in {job.parent}",
+                "a job submitted from this JOB_FILE with the same --env (and --region)",
+            )
+        return build_plan(job, builds=serving, follow=follow)
+    builds = job_builds(job, outputs, job.image_hash)
+    builds += [b for b in serving if b.image not in {known.image for known in builds}]
+    return build_plan(job, wait=wait, builds=builds)
 
 
 def plan_image_builds(outputs: Mapping[str, str], variants: Sequence[str], digest: str):

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from trainer.config import TrainerConfig
+from trainer.contract import METRICS_FILE
 from trainer.env import Cluster, OutputDirs, data_cache_dir, trial_id
 
 log = logging.getLogger("trainer")
@@ -16,7 +17,6 @@ log = logging.getLogger("trainer")
 STARTED = time.perf_counter()
 
 CONFIG_FILE = "trainer_config.json"  # written beside saved_model.pb
-METRICS_FILE = "metrics.json"
 
 
 @dataclass

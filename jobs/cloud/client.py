@@ -39,6 +39,10 @@ class Storage(Protocol):
 
     def upload(self, path: Path, uri: str) -> None: ...
 
+    def read_bytes(self, uri: str, limit: int) -> bytes | None:
+        """The object's bytes; None when it does not exist; at most ``limit`` + 1 bytes are read, so a caller
+        sees an object over its limit without downloading all of it."""
+
 
 class GcsStorage:
     def __init__(self, project: str, client: Any = None) -> None:
@@ -62,6 +66,17 @@ class GcsStorage:
         except PreconditionFailed:
             pass  # same name means same content: someone else uploaded it first
 
+    def read_bytes(self, uri: str, limit: int) -> bytes | None:
+        bucket, name = split_gs(uri)
+        blob = self._client.bucket(bucket).get_blob(name)  # its metadata, or None
+        if blob is None:
+            return None
+        # The blob carries the generation just read, so the download asks for that very object (a rewrite in
+        # between cannot hand back other bytes); over the limit, only its first limit + 1 bytes.
+        if blob.size is not None and blob.size > limit:
+            return blob.download_as_bytes(start=0, end=limit)
+        return blob.download_as_bytes()
+
 
 class LocalDirStorage:
     """``gs://bucket/name`` as ``<root>/bucket/name``: the stand-in for Cloud Storage in tests."""
@@ -80,6 +95,13 @@ class LocalDirStorage:
         target = self.path(uri)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
+
+    def read_bytes(self, uri: str, limit: int) -> bytes | None:
+        target = self.path(uri)
+        if not target.is_file():
+            return None
+        with open(target, "rb") as file:
+            return file.read(limit + 1)
 
 
 class VertexJobs:
@@ -183,12 +205,81 @@ class CloudBuilds:
         return max(live, key=lambda b: b.get("createTime", ""), default=None)
 
 
+class VertexModels:
+    """The Model Registry through the generated ModelServiceClient, in REST JSON form.
+
+    The client is made on first use: following a job never pays for the ModelService import. Every call has
+    a deadline (a REST call without one can hang on a silent server); an upload waits for its long-running
+    operation, whose failure raises.
+    """
+
+    CALL_TIMEOUT = 60.0
+    UPLOAD_TIMEOUT = 1800.0
+
+    def __init__(self, make_client: Callable[[], Any]) -> None:
+        self._make_client = make_client
+        self._client = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """A model (its default version), or with ``@<alias|version>`` that version; None when absent."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return _message_json(self.client.get_model(name=name, timeout=self.CALL_TIMEOUT))
+        except NotFound:
+            return None
+
+    def find_version(self, model: str, label: str, value: str) -> dict[str, Any] | None:
+        """The newest version of ``model`` labelled ``label=value``; None when there is none (or no model)."""
+        from google.api_core.exceptions import NotFound
+
+        request = {"name": model, "filter": f'labels.{label}="{value}"'}
+        try:
+            pager = self.client.list_model_versions(request=request, timeout=self.CALL_TIMEOUT)
+            versions = [_message_json(m) for m in pager]
+        except NotFound:
+            return None
+        # The filter is applied again here: correctness must not hinge on how the server parses it.
+        versions = [v for v in versions if v.get("labels", {}).get(label) == value]
+        return max(versions, key=lambda v: int(v.get("versionId") or 0), default=None)
+
+    def upload(self, request: dict[str, Any]) -> str:
+        """Upload a model (UploadModelRequest, JSON form) and wait for it: the new version's name,
+        ``projects/<p>/locations/<r>/models/<id>@<version id>``."""
+        from google.cloud.aiplatform_v1 import UploadModelRequest
+
+        message = UploadModelRequest.from_json(json.dumps(request))
+        operation = self.client.upload_model(request=message, timeout=self.CALL_TIMEOUT)
+        response = operation.result(timeout=self.UPLOAD_TIMEOUT)
+        return version_name(response.model, response.model_version_id)
+
+    def merge_aliases(self, version: str, aliases: list[str]) -> dict[str, Any]:
+        """Give ``version`` (a name with ``@<version id>``) these aliases; Vertex AI takes each one off the
+        version that held it."""
+        merged = self.client.merge_version_aliases(
+            name=version, version_aliases=aliases, timeout=self.CALL_TIMEOUT
+        )
+        return _message_json(merged)
+
+
+def version_name(model: str, version_id: str) -> str:
+    """``<model name>@<version id>`` (a name that names a version already keeps its own)."""
+    return model if "@" in model else f"{model}@{version_id}"
+
+
 @dataclass
 class Clients:
     jobs: VertexJobs
     storage: Storage
     images: ImageRegistry | None = None
     builds: CloudBuilds | None = None
+    models: VertexModels | None = None
 
 
 ClientFactory = Callable[[str, str], Clients]
@@ -200,12 +291,19 @@ def default_factory(project: str, region: str) -> Clients:
     from google.cloud.artifactregistry_v1 import ArtifactRegistryClient
     from google.cloud.devtools.cloudbuild_v1 import CloudBuildClient
 
-    client = JobServiceClient(client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+    options = {"api_endpoint": f"{region}-aiplatform.googleapis.com"}
+
+    def model_service():
+        from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
+
+        return ModelServiceClient(client_options=options)
+
     return Clients(
-        jobs=VertexJobs(client),
+        jobs=VertexJobs(JobServiceClient(client_options=options)),
         storage=GcsStorage(project),
         images=ImageRegistry(ArtifactRegistryClient()),
         builds=CloudBuilds(CloudBuildClient()),
+        models=VertexModels(model_service),
     )
 
 
