@@ -8,6 +8,7 @@ Usage (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py jobs/census_tuning.yaml --set maxTrialCount=20 --set parallelTrialCount=4
   python scripts/run_job.py jobs/census_cpu.yaml --no-wait         # submit and return
   python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID
+  python scripts/run_job.py jobs/recommender.yaml --follow projects/P/locations/R/customJobs/ID  # + register
   python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml   # legacy AI Platform job
 
 A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
@@ -23,6 +24,11 @@ Submitting is idempotent: each submission is labelled submission_hash=<hash of d
 and a live job with the same label is followed instead of creating a duplicate. Bad input prints one line
 (file: field: problem; allowed: ...) and exits 2 before anything is uploaded or submitted. A job that ends in
 any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.
+
+A definition with a `registry:` block registers the model of a job that succeeded (a study: its best trial's)
+as a new version in the Vertex AI Model Registry, and moves its aliases only past the evaluation gate (see
+jobs/README.md, "Model Registry"). `JOB_FILE --follow RESOURCE_NAME` (same flags as the submit) registers a
+job submitted with --no-wait, or finishes a registration that failed; a retry never uploads a second version.
 
 `convert` turns a legacy AI Platform Training config or submit script into a definition (see
 `run_job.py convert --help` and jobs/README.md).
