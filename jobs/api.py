@@ -103,7 +103,9 @@ def compile_file(
     parsed = [Override.parse(text, file) for text in overrides]
     document.data = apply_overrides(document.data, parsed, file, document.shared)
     if image_hash is None:
-        image_hash = trainer_image_hash(repo_root, needed="${job.image_tag}" in json.dumps(document.data))
+        # A registry block serves the model on the trainer image (jobs.definition.registry): it needs the tag.
+        needed = "${job.image_tag}" in json.dumps(document.data) or "registry" in document.data
+        image_hash = trainer_image_hash(repo_root, needed=needed)
     context = Context(
         env=env,
         outputs=outputs,
@@ -168,17 +170,37 @@ def plan_job(
     outputs: Mapping[str, str],
     *,
     wait: bool = True,
+    follow: str | None = None,
     logs: bool = True,
     report_dir: Path | None = None,
 ):
     """The submission plan of a compiled job: its missing trainer images built, then create and follow (with
-    ``logs``, printing its log entries as they arrive; a tuning job's study report written to ``report_dir``,
-    default .local/reports/<job id>, once it ends)."""
-    from jobs.cloud.builds import job_builds
-    from jobs.cloud.plan import build_plan
+    ``logs``, printing its log entries as they arrive), then a tuning job's study report written to
+    ``report_dir`` (default .local/reports/<job id>) and its model registered when the definition has a
+    registry block.
 
-    return build_plan(job, wait=wait, builds=job_builds(job, outputs, job.image_hash), logs=logs,
-                      report_dir=report_dir)
+    ``follow``: the resource name of a job submitted from this definition earlier (``--no-wait``, or a
+    follow that stopped): picked up and followed instead of submitted, then reported and registered.
+    """
+    from jobs.cloud.builds import job_builds, serving_builds
+    from jobs.cloud.plan import build_plan
+    from jobs.definition.errors import JobError
+
+    serving = serving_builds(job, outputs, job.image_hash)
+    if follow is not None:
+        project, region, kind = parse_job_name(follow)
+        if (project, region, kind) != (job.project, job.region, job.kind):
+            raise JobError(
+                job.file,
+                "--follow",
+                f"{follow} is a {kind} in projects/{project}/locations/{region}, and {job.file} defines a "
+                f"{job.kind} in {job.parent}",
+                "a job submitted from this JOB_FILE with the same --env (and --region)",
+            )
+        return build_plan(job, builds=serving, follow=follow, logs=logs, report_dir=report_dir)
+    builds = job_builds(job, outputs, job.image_hash)
+    builds += [b for b in serving if b.image not in {known.image for known in builds}]
+    return build_plan(job, wait=wait, builds=builds, logs=logs, report_dir=report_dir)
 
 
 def plan_image_builds(outputs: Mapping[str, str], variants: Sequence[str], digest: str):

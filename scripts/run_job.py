@@ -8,6 +8,7 @@ Usage (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py jobs/census_tuning.yaml --set maxTrialCount=20 --set parallelTrialCount=4
   python scripts/run_job.py jobs/census_cpu.yaml --no-wait         # submit and return
   python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID   # state and log lines
+  python scripts/run_job.py jobs/recommender.yaml --follow projects/P/locations/R/customJobs/ID  # + register
   python scripts/run_job.py gcloud_config.yaml --service-account EMAIL --labels team=ml   # gcloud's flags
   python scripts/run_job.py report projects/P/locations/R/hyperparameterTuningJobs/ID   # a study's report
   python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml   # legacy AI Platform job
@@ -31,6 +32,11 @@ Following prints the job's log entries from Cloud Logging as they arrive, each l
 (and trial) and severity; --no-logs follows the state alone. A tuning job followed to its end (in any state)
 gets the report --local writes for its studies: a table of every trial, the best trial, parameter importance,
 study.json and study.png, in .local/reports/<job id>/ (--report-dir DIR moves it).
+
+A definition with a `registry:` block registers the model of a job that succeeded (a study: its best trial's)
+as a new version in the Vertex AI Model Registry, and moves its aliases only past the evaluation gate (see
+jobs/README.md, "Model Registry"). `JOB_FILE --follow RESOURCE_NAME` (same flags as the submit) registers a
+job submitted with --no-wait, or finishes a registration that failed; a retry never uploads a second version.
 
 Verbs, given first: `convert` turns a legacy AI Platform Training config or submit script into a definition;
 `report RESOURCE_NAME` writes the report of any earlier job (a study's, or a CustomJob's state, times, model

@@ -35,6 +35,9 @@ TF_CONFIG = "TF_CONFIG"
 TRIAL_ID = "CLOUD_ML_TRIAL_ID"
 HP_METRIC_FILE = "CLOUD_ML_HP_METRIC_FILE"
 JOB_ID = "CLOUD_ML_JOB_ID"
+# Written by the chief beside the SavedModel in AIP_MODEL_DIR: {"eval": {<metric>: <value>, ...}, ...}. The
+# Model Registry's evaluation gate (jobs.definition.registry) compares versions by its eval metrics.
+METRICS_FILE = "metrics.json"
 
 # workerPoolSpecs positions, as CLUSTER_SPEC names them, and the TF_CONFIG task type each one plays.
 TF_TASK_TYPES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")

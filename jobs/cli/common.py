@@ -24,11 +24,22 @@ class Parser(argparse.ArgumentParser):
 
 
 def print_plan(plan, err: TextIO) -> None:
-    """The steps, then each build request in full: the job request alone is on stdout, pipeable as is."""
+    """The steps, then each build request and the model upload request in full: the job request alone is on
+    stdout, pipeable as is."""
     print("plan (not executed):\n  " + "\n  ".join(plan.describe()), file=err)
     for build in plan.builds:
         print(f"build request for {build.image} (sent only if that tag is missing):", file=err)
         print(json.dumps(build.request, indent=2), file=err)
+    upload = plan.upload_request()
+    if upload is not None:
+        model = f"{upload['parent']}/models/{upload['modelId']}"
+        print(
+            "model upload request (sent once the job succeeds, unless a version labelled with its job id "
+            f"exists; <...> are filled in then; once the model exists, parentModel: {model} replaces "
+            "modelId):",
+            file=err,
+        )
+        print(json.dumps(upload, indent=2), file=err)
 
 
 def cloud_failure(exc: BaseException, err: TextIO) -> int:

@@ -60,7 +60,8 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     mode.add_argument(
         "--follow",
         metavar="RESOURCE_NAME",
-        help="follow an existing job, e.g. projects/p/locations/r/customJobs/123",
+        help="follow an existing job, e.g. projects/p/locations/r/customJobs/123; with the JOB_FILE (and "
+        "flags) it was submitted with, also register its model as that file's registry block says",
     )
     p.add_argument("--no-wait", action="store_true", help="submit and return without following the job")
     p.add_argument(
@@ -179,7 +180,7 @@ def main(
     from jobs.definition.errors import JobError
 
     try:
-        if args.follow:
+        if args.follow and not args.job_file:
             return _follow_existing(args.follow, factory, out, err, args.report_dir, repo_root,
                                     logs=not args.no_logs)
         if not args.job_file:
@@ -202,14 +203,14 @@ def main(
             from jobs.cloud.report import REPORTS, check_report_dir
 
             check_report_dir(job.kind, args.report_dir, repo_root / REPORTS)
-        plan = api.plan_job(job, outputs, wait=not args.no_wait, logs=not args.no_logs,
+        plan = api.plan_job(job, outputs, wait=not args.no_wait, follow=args.follow, logs=not args.no_logs,
                             report_dir=args.report_dir)
         if args.dry_run:
             print(json.dumps(job.request(), indent=2), file=out)
             print_plan(plan, err)
             return 0
         api.check_deployed(job, args.env)
-        return _submit(plan, factory, repo_root, out, err)
+        return _submit(plan, factory, repo_root, out, err, again=lambda name: _follow_command(args, name))
     except JobError as exc:
         print(str(exc), file=err)
         return EXIT_BAD_INPUT
@@ -233,19 +234,27 @@ def _run_local(job, args, outputs, repo_root: Path, out: TextIO) -> int:
         return EXIT_INTERRUPTED
 
 
-def _submit(plan, factory, repo_root: Path, out: TextIO, err: TextIO) -> int:
+def _submit(plan, factory, repo_root: Path, out: TextIO, err: TextIO, again: Callable[[str], str]) -> int:
+    """Execute the plan; ``again(name)`` is the command that follows job ``name`` with this definition (it
+    finishes a registration that did not)."""
     from jobs.api import clients
     from jobs.cloud.plan import FollowInterrupted, FollowJob
+    from jobs.cloud.register import RegistrationFailed
     from jobs.definition.errors import JobError
 
     try:
         ex = plan.execute(clients(factory, plan.job.project, plan.job.region), repo_root, out)
     except JobError:
         raise  # bad input found at the cloud (an image tag that does not resolve): one line, exit 2
+    except RegistrationFailed as failed:
+        return _registration_failed(failed, again(failed.job_name), err)
     except FollowInterrupted as stop:
         if stop.cause is not None:
             cloud_failure(stop.cause, err)
-        return _interrupted(stop.name, err, status=1 if stop.cause is not None else EXIT_INTERRUPTED)
+        # With a registry block, following again with the definition also registers the model.
+        command = again(stop.name) if plan.job.registry is not None else None
+        status = 1 if stop.cause is not None else EXIT_INTERRUPTED
+        return _interrupted(stop.name, err, status=status, command=command)
     except KeyboardInterrupt:
         # Before following there is no job name to give; the submission label makes a rerun safe either way.
         print(
@@ -256,7 +265,57 @@ def _submit(plan, factory, repo_root: Path, out: TextIO, err: TextIO) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - cloud/auth/packaging failures: one line, no traceback
         return cloud_failure(exc, err)
-    return _final_status(ex.remote, err, followed=any(isinstance(s, FollowJob) for s in plan.steps))
+    followed = any(isinstance(s, FollowJob) for s in plan.steps)
+    if plan.job.registry is not None and not followed:
+        print(
+            f"registry: not following, so model {plan.job.registry.model_id} is not registered yet; once the "
+            f"job ends, register it with: {again(ex.remote['name'])}",
+            file=out,
+        )
+    return _final_status(ex.remote, err, followed=followed)
+
+
+def _registration_failed(failed, command: str, err: TextIO) -> int:
+    """One line: what failed, that no alias moved without its gate, and the command that finishes it."""
+    if failed.cause is None:
+        what, status = "was interrupted", EXIT_INTERRUPTED
+    else:
+        cause = " ".join(str(failed.cause).split()) or type(failed.cause).__name__
+        what, status = f"failed ({type(failed.cause).__name__}: {cause})", 1
+    print(
+        f"run_job.py: registering model {failed.model} {what}; the job's model folder is untouched and no "
+        "alias moved without its gate. To finish (a version already uploaded is found by its job label, not "
+        f"uploaded again): {command}",
+        file=err,
+    )
+    return status
+
+
+def _follow_command(args: argparse.Namespace, name: str) -> str:
+    """This command line as ``--follow name``: the same file and the flags that shape the submission."""
+    import shlex
+
+    words = ["python", "scripts/run_job.py", str(args.job_file), "--env", args.env]
+    if args.outputs_file is not None:
+        words += ["--outputs-file", str(args.outputs_file)]
+    for override in args.overrides:
+        words += ["--set", override]
+    from jobs.definition.gcloud_flags import FLAGS
+
+    for flag in FLAGS:
+        value = getattr(args, flag.dest)
+        if flag.switch:
+            words += [flag.flag] if value else []
+        elif flag.repeatable:
+            for item in value or ():
+                words += [flag.flag, item]
+        elif value is not None:
+            words += [flag.flag, str(value)]
+    if args.region is not None:
+        words += ["--region", args.region]
+    if args.report_dir is not None:
+        words += ["--report-dir", str(args.report_dir)]
+    return shlex.join([*words, "--follow", name])
 
 
 def _follow_existing(name: str, factory, out: TextIO, err: TextIO, report_dir, repo_root: Path, *,
@@ -276,10 +335,10 @@ def _follow_existing(name: str, factory, out: TextIO, err: TextIO, report_dir, r
     return _final_status(remote, err, followed=True)
 
 
-def _interrupted(name: str, err: TextIO, status: int = EXIT_INTERRUPTED) -> int:
+def _interrupted(name: str, err: TextIO, status: int = EXIT_INTERRUPTED, command: str | None = None) -> int:
     print(
         f"stopped following; the job keeps running. Follow it again with:\n"
-        f"  python scripts/run_job.py --follow {name}",
+        f"  {command or f'python scripts/run_job.py --follow {name}'}",
         file=err,
     )
     return status

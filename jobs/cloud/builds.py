@@ -135,5 +135,16 @@ def job_builds(job, outputs: Mapping[str, str], image_hash: str) -> list[ImageBu
     return list(builds.values())
 
 
+def serving_builds(job, outputs: Mapping[str, str], image_hash: str) -> list[ImageBuild]:
+    """The trainer image a registered version is served from (the cpu variant), which must exist before the
+    upload names it, whatever the job itself runs on (a gpu or tpu image, or the sdist on a prebuilt one)."""
+    spec = job.registry
+    if spec is None or not spec.serving_image:
+        return []
+    field = "registry.serving"  # its line, or the block's where serving is left to its default
+    line = job.document.line_of(field)
+    return [image_build(spec.serving_image, outputs, image_hash, file=job.file, field=field, line=line)]
+
+
 def variant_image(outputs: Mapping[str, str], variant: str, image_hash: str) -> str:
     return f"{outputs.get('trainer_image', '')}:{variant}-{image_hash}"

@@ -39,9 +39,9 @@ class Storage(Protocol):
 
     def upload(self, path: Path, uri: str) -> None: ...
 
-    def read(self, uri: str, limit: int) -> bytes | None:
-        """At most ``limit + 1`` bytes of the object (more than ``limit``: it is bigger than that), or None
-        when there is no such object. Bounded: what a job wrote is read into memory."""
+    def read_bytes(self, uri: str, limit: int) -> bytes | None:
+        """The object's bytes; None when it does not exist; at most ``limit`` + 1 bytes are read, so a caller
+        sees an object over its limit without downloading all of it."""
 
 
 class GcsStorage:
@@ -66,15 +66,16 @@ class GcsStorage:
         except PreconditionFailed:
             pass  # same name means same content: someone else uploaded it first
 
-    def read(self, uri: str, limit: int) -> bytes | None:
-        from google.api_core.exceptions import NotFound
-
+    def read_bytes(self, uri: str, limit: int) -> bytes | None:
         bucket, name = split_gs(uri)
-        try:
-            # A ranged download (end is inclusive): limit + 1 bytes tell an object over the limit.
-            return self._client.bucket(bucket).blob(name).download_as_bytes(start=0, end=limit)
-        except NotFound:
+        blob = self._client.bucket(bucket).get_blob(name)  # its metadata, or None
+        if blob is None:
             return None
+        # The blob carries the generation just read, so the download asks for that very object (a rewrite in
+        # between cannot hand back other bytes); over the limit, only its first limit + 1 bytes.
+        if blob.size is not None and blob.size > limit:
+            return blob.download_as_bytes(start=0, end=limit)
+        return blob.download_as_bytes()
 
 
 class LocalDirStorage:
@@ -95,11 +96,12 @@ class LocalDirStorage:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
 
-    def read(self, uri: str, limit: int) -> bytes | None:
-        if not self.exists(uri):
+    def read_bytes(self, uri: str, limit: int) -> bytes | None:
+        target = self.path(uri)
+        if not target.is_file():
             return None
-        with self.path(uri).open("rb") as f:
-            return f.read(limit + 1)
+        with open(target, "rb") as file:
+            return file.read(limit + 1)
 
 
 class VertexJobs:
@@ -264,6 +266,74 @@ def logging_session() -> Any:
     return AuthorizedSession(credentials)
 
 
+class VertexModels:
+    """The Model Registry through the generated ModelServiceClient, in REST JSON form.
+
+    The client is made on first use: following a job never pays for the ModelService import. Every call has
+    a deadline (a REST call without one can hang on a silent server); an upload waits for its long-running
+    operation, whose failure raises.
+    """
+
+    CALL_TIMEOUT = 60.0
+    UPLOAD_TIMEOUT = 1800.0
+
+    def __init__(self, make_client: Callable[[], Any]) -> None:
+        self._make_client = make_client
+        self._client = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """A model (its default version), or with ``@<alias|version>`` that version; None when absent."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return _message_json(self.client.get_model(name=name, timeout=self.CALL_TIMEOUT))
+        except NotFound:
+            return None
+
+    def find_version(self, model: str, label: str, value: str) -> dict[str, Any] | None:
+        """The newest version of ``model`` labelled ``label=value``; None when there is none (or no model)."""
+        from google.api_core.exceptions import NotFound
+
+        request = {"name": model, "filter": f'labels.{label}="{value}"'}
+        try:
+            pager = self.client.list_model_versions(request=request, timeout=self.CALL_TIMEOUT)
+            versions = [_message_json(m) for m in pager]
+        except NotFound:
+            return None
+        # The filter is applied again here: correctness must not hinge on how the server parses it.
+        versions = [v for v in versions if v.get("labels", {}).get(label) == value]
+        return max(versions, key=lambda v: int(v.get("versionId") or 0), default=None)
+
+    def upload(self, request: dict[str, Any]) -> str:
+        """Upload a model (UploadModelRequest, JSON form) and wait for it: the new version's name,
+        ``projects/<p>/locations/<r>/models/<id>@<version id>``."""
+        from google.cloud.aiplatform_v1 import UploadModelRequest
+
+        message = UploadModelRequest.from_json(json.dumps(request))
+        operation = self.client.upload_model(request=message, timeout=self.CALL_TIMEOUT)
+        response = operation.result(timeout=self.UPLOAD_TIMEOUT)
+        return version_name(response.model, response.model_version_id)
+
+    def merge_aliases(self, version: str, aliases: list[str]) -> dict[str, Any]:
+        """Give ``version`` (a name with ``@<version id>``) these aliases; Vertex AI takes each one off the
+        version that held it."""
+        merged = self.client.merge_version_aliases(
+            name=version, version_aliases=aliases, timeout=self.CALL_TIMEOUT
+        )
+        return _message_json(merged)
+
+
+def version_name(model: str, version_id: str) -> str:
+    """``<model name>@<version id>`` (a name that names a version already keeps its own)."""
+    return model if "@" in model else f"{model}@{version_id}"
+
+
 @dataclass
 class Clients:
     jobs: VertexJobs
@@ -271,6 +341,7 @@ class Clients:
     images: ImageRegistry | None = None
     builds: CloudBuilds | None = None
     logs: CloudLogs | None = None  # None: nothing to stream a job's log entries from
+    models: VertexModels | None = None
 
 
 ClientFactory = Callable[[str, str], Clients]
@@ -282,13 +353,20 @@ def default_factory(project: str, region: str) -> Clients:
     from google.cloud.artifactregistry_v1 import ArtifactRegistryClient
     from google.cloud.devtools.cloudbuild_v1 import CloudBuildClient
 
-    client = JobServiceClient(client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+    options = {"api_endpoint": f"{region}-aiplatform.googleapis.com"}
+
+    def model_service():
+        from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
+
+        return ModelServiceClient(client_options=options)
+
     return Clients(
-        jobs=VertexJobs(client),
+        jobs=VertexJobs(JobServiceClient(client_options=options)),
         storage=GcsStorage(project),
         images=ImageRegistry(ArtifactRegistryClient()),
         builds=CloudBuilds(CloudBuildClient()),
         logs=CloudLogs(logging_session),
+        models=VertexModels(model_service),
     )
 
 

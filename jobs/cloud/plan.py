@@ -5,13 +5,13 @@ Steps: look up the job's trainer images in Artifact Registry, and build the miss
 staging bucket has it -> look for a live job with this submission's hash (a retry must not create a
 duplicate) -> create the job -> print links -> follow it, streaming its log entries (jobs.cloud.logs) between
 its state lines -> for a tuning job, write the study report once it ends (``report.py``: study.json,
-study.png, the table of trials). Each step reads and writes one ``Execution``; nothing here decides *whether*
-to touch the cloud. Every image is resolved before anything is built, uploaded or submitted.
+study.png, the table of trials) -> register its model in the Model Registry when the definition asks
+(jobs.cloud.register). Each step reads and writes one ``Execution``; nothing here decides *whether* to touch
+the cloud. Every image is resolved before anything is built, uploaded or submitted.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import tempfile
 import time
@@ -23,10 +23,13 @@ from jobs.cloud import client as cloud
 from jobs.cloud import report
 from jobs.cloud.builds import ImageBuild
 from jobs.cloud.logs import GRACE_SECONDS, LogStream
+from jobs.cloud.register import RegisterModel, preview_request
 from jobs.definition import body
 from jobs.definition.compile import SUBMISSION_LABEL, CompiledJob
+from jobs.definition.errors import JobError
 from jobs.definition.image import write_context
 from jobs.definition.package import build_sdist
+from jobs.definition.registry import best_trial
 
 # Seconds between state polls while following; tests set it to 0.
 POLL_SECONDS = 15.0
@@ -179,6 +182,31 @@ class FindLiveJob:
             )
 
 
+class AttachJob:
+    """``run_job.py JOB_FILE --follow NAME``: the job is one submitted from this very definition (same file,
+    flags and checkout), so what registers it is the registry block it was submitted with."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def describe(self, job: CompiledJob) -> str:
+        return f"read {self.name}: it must carry this submission's {SUBMISSION_LABEL}={job.submission_hash}"
+
+    def run(self, ex: Execution) -> None:
+        remote = ex.clients.jobs.get(ex.job.kind, self.name)
+        found = (remote.get("labels") or {}).get(SUBMISSION_LABEL) or "(none)"
+        if found != ex.job.submission_hash:
+            raise JobError(
+                ex.job.file,
+                "--follow",
+                f"{self.name} is not a submission of this definition ({SUBMISSION_LABEL} {found}; "
+                f"{ex.job.file} with these flags and this checkout gives {ex.job.submission_hash})",
+                "the JOB_FILE, --env, --set flags and checkout it was submitted with, or --follow "
+                "RESOURCE_NAME alone (follows it, registers nothing)",
+            )
+        ex.remote = remote
+
+
 class CreateJob:
     def describe(self, job: CompiledJob) -> str:
         return f"otherwise create {job.kind} {job.body.get('displayName')} in {job.parent}"
@@ -263,6 +291,13 @@ class Plan:
         """The CreateBuildRequest of each image the plan may build (what --dry-run prints beside the job)."""
         return [b.request for b in self.builds]
 
+    def upload_request(self) -> dict[str, Any] | None:
+        """The UploadModelRequest the plan sends if the job succeeds (placeholders for what only the finished
+        job knows), or None when the plan registers nothing."""
+        if not any(isinstance(step, RegisterModel) for step in self.steps):
+            return None
+        return preview_request(self.job)
+
     def execute(self, clients: cloud.Clients, repo_root: Path, out: TextIO = sys.stdout) -> Execution:
         with tempfile.TemporaryDirectory(prefix="run-job-") as tmp:
             ex = Execution(self.job, clients, out, repo_root, Path(tmp))
@@ -276,18 +311,26 @@ def build_plan(
     *,
     wait: bool = True,
     builds: list[ImageBuild] = (),
+    follow: str | None = None,
     logs: bool = True,
     report_dir: Path | None = None,
 ) -> Plan:
-    """``report_dir``: where a followed tuning job's study report goes (default .local/reports/<job id>)."""
+    """Submit ``job`` (or, with ``follow``, pick up that job submitted from it), follow it unless told not
+    to wait, write a tuning job's study report (to ``report_dir``, default .local/reports/<job id>), then
+    register its model when the definition has a registry block."""
     steps: list[Step] = image_steps(list(builds))
-    if job.installs_repo_trainer():
-        steps.append(StagePackage())
-    steps += [FindLiveJob(), CreateJob(), ShowLinks()]
-    if wait:
+    if follow is not None:
+        steps += [AttachJob(follow), ShowLinks()]
+    else:
+        if job.installs_repo_trainer():
+            steps.append(StagePackage())
+        steps += [FindLiveJob(), CreateJob(), ShowLinks()]
+    if wait or follow is not None:
         steps.append(FollowJob(logs))
         if body.runs_study(job.kind):
             steps.append(ReportStudy(report_dir))
+        if job.registry is not None:
+            steps.append(RegisterModel())
     return Plan(job, steps, list(builds))
 
 
@@ -324,16 +367,10 @@ def _best_trial(remote: dict[str, Any]) -> tuple[str, str, float] | None:
     metrics = (remote.get("studySpec") or {}).get("metrics") or []
     if not metrics:
         return None
-    metric, sign = metrics[0].get("metricId"), (1 if metrics[0].get("goal") != "MINIMIZE" else -1)
-    scored = []
-    for trial in remote.get("trials") or []:
-        value = report.final_metric(trial, metric)
-        if value is not None and math.isfinite(value):
-            scored.append((sign * value, trial.get("id", "?"), value))
-    if not scored:
-        return None
-    _, trial_id, value = max(scored)
-    return trial_id, metric, value
+    metric = metrics[0].get("metricId")
+    # Any trial with a final measurement, as the study sees it so far (registering takes SUCCEEDED ones only).
+    best = best_trial(remote.get("trials"), metric, metrics[0].get("goal"), succeeded_only=False)
+    return None if best is None else (best[0], metric, best[1])
 
 
 def job_logs(

@@ -299,7 +299,7 @@ def write_custom_job_report(
 def _read_metrics(storage: Storage, uri: str) -> tuple[Any, str | None]:
     """(the parsed metrics.json, None), or (None, why it is not shown)."""
     try:
-        data = storage.read(uri, METRICS_LIMIT)
+        data = storage.read_bytes(uri, METRICS_LIMIT)
     except Exception as exc:  # noqa: BLE001 - permissions, network: the report goes on without it
         return None, f"{uri}: not readable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
     if data is None:

@@ -18,12 +18,19 @@ from datetime import datetime
 from typing import Any
 
 from jobs.definition import body as job_body
-from jobs.definition.body import CUSTOM_JOB, KINDS, TUNING_JOB
+from jobs.definition.body import CUSTOM_JOB, GOALS, KINDS, TUNING_JOB
 from jobs.definition.errors import JobError, one_of
 from jobs.definition.gcloud_flags import JobFlags, apply_flags
 from jobs.definition.kinds import JOB_KINDS, runs_study
 from jobs.definition.loader import Document
 from jobs.definition.references import resolve
+from jobs.definition.registry import (
+    REGISTRY_FIELD,
+    TRAINER_SERVING_IMAGE,
+    RegistryError,
+    RegistrySpec,
+    parse_registry,
+)
 
 PYTHON_PACKAGE = "python-package"
 CONTAINER = "container"
@@ -63,6 +70,9 @@ class CompiledJob:
     package_uri: str
     document: Document
     image_hash: str = ""  # this checkout's trainer image hash (Context.image_hash)
+    # The Model Registry block (jobs.definition.registry): what run_job.py and the scheduled workflow register
+    # after the job succeeds; None when the definition has none.
+    registry: RegistrySpec | None = None
     # The body path of a field minus this prefix is its path in the file (gcloud CustomJobSpec files have no
     # jobSpec level of their own).
     prefix: str = ""
@@ -121,11 +131,11 @@ def job_name(file: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:40] or "job"
 
 
-def submission_hash(body: Mapping[str, Any], context: Context, parent: str) -> str:
+def submission_hash(body: Mapping[str, Any], context: Context, parent: str, registry: Any = None) -> str:
     """Same definition + same code + same overrides -> same hash, so a retried submit finds its job."""
-    # The image hash counts only where the body names the image it tags: a prebuilt-image job stays the same
-    # submission when only the Dockerfile changed.
-    names_image = "${job.image_tag}" in json.dumps(body, default=str)
+    # The image hash counts only where the body (or the registry's serving container) names the image it
+    # tags: a prebuilt-image job stays the same submission when only the Dockerfile changed.
+    names_image = "${job.image_tag}" in json.dumps(body, default=str) or registry is not None
     material = {
         "body": body,
         "code": context.code_hash,
@@ -133,6 +143,8 @@ def submission_hash(body: Mapping[str, Any], context: Context, parent: str) -> s
         "overrides": list(context.overrides),
         "parent": parent,
     }
+    if registry is not None:  # only then: definitions without a block keep their hashes (and job ids)
+        material["registry"] = registry
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -141,7 +153,7 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
     file = document.file
     outputs = {k: str(v) for k, v in context.outputs.items()}
     data = resolve(document.data, {"infra": outputs}, file, final=False)
-    kind, delivery, body, prefix = _normalize(data, file)
+    kind, delivery, body, prefix, registry_block = _normalize(data, file)
     project = outputs.get("project", "")
     flagged = apply_flags(body, kind, context.flags, document, prefix, project)
     _defaults(body, kind)
@@ -161,7 +173,7 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
     if delivery == PYTHON_PACKAGE:
         _default_package_uris(body, kind)
 
-    digest = submission_hash(body, context, parent)
+    digest = submission_hash(body, context, parent, registry_block)
     name = job_name(file)
     job_id = context.job_id or f"{name}-{context.now:%Y%m%d-%H%M%S}-{digest[:6]}"
     job_values = {
@@ -184,6 +196,10 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
     if not isinstance(labels, dict):
         raise JobError(file, to_file_path("labels"), "labels must be a mapping", "key: value pairs")
     labels[SUBMISSION_LABEL] = digest
+    registry = None
+    if registry_block is not None:
+        namespaces = {"infra": outputs, "job": job_values}
+        registry = _registry(document, registry_block, namespaces, kind, body)
     return CompiledJob(
         file=file,
         kind=kind,
@@ -198,12 +214,41 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
         image_hash=context.image_hash,
         prefix=prefix,
         flagged=flagged,
+        registry=registry,
     )
 
 
-def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any], str]:
-    """(kind, delivery, body, prefix) from either form of definition."""
+def _registry(document: Document, block: Any, namespaces, kind: str, body: dict[str, Any]) -> RegistrySpec:
+    """The registry block, references resolved, as a RegistrySpec; errors carry the block's line."""
+    file = document.file
+    block = resolve(block, namespaces, file, REGISTRY_FIELD)
+    serving_image = resolve(TRAINER_SERVING_IMAGE, namespaces, file, f"{REGISTRY_FIELD}.serving")
+    metrics = (body.get(job_body.STUDY_FIELD) or {}).get("metrics") if runs_study(kind) else None
+    first = metrics[0] if isinstance(metrics, list) and len(metrics) == 1 else None
+    study_metric = None
+    if isinstance(first, dict) and isinstance(first.get("metricId"), str) and first.get("goal") in GOALS:
+        study_metric = (first["metricId"], first["goal"])  # else validation reports the studySpec itself
+    try:
+        return parse_registry(
+            block, study_metric=study_metric, runs_study=runs_study(kind), serving_image=serving_image
+        )
+    except RegistryError as exc:
+        line = document.line_of(exc.path)
+        problem = f"{exc.problem} (line {line})" if line else exc.problem
+        raise JobError(file, exc.path, problem, exc.allowed) from None
+
+
+def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any], str, Any]:
+    """(kind, delivery, body, prefix, registry block or None) from either form of definition."""
     data = copy.deepcopy(data)
+    if REGISTRY_FIELD in data and "kind" not in data:
+        raise JobError(
+            file,
+            REGISTRY_FIELD,
+            "a registry block belongs to the headered form of a definition (a gcloud config file has no "
+            "place for it)",
+            "a 'kind: CustomJob|HyperparameterTuningJob' header beside it",
+        )
     if "kind" in data:
         kind = data.pop("kind")
         if kind not in KINDS:
@@ -219,15 +264,16 @@ def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any
         delivery = trainer.get("delivery", PYTHON_PACKAGE)
         if delivery not in DELIVERIES:
             raise JobError(file, "trainer.delivery", f"unknown delivery {delivery!r}", one_of(DELIVERIES))
-        return kind, delivery, data, ""
+        registry = data.pop(REGISTRY_FIELD, None)
+        return kind, delivery, data, "", registry
     if "trainer" in data:
         raise JobError(file, "trainer", "a 'trainer' header needs a 'kind'", "kind: " + "|".join(KINDS))
     if job_body.POOLS_FIELD in data:
         # gcloud ai custom-jobs create --config: the file is a CustomJobSpec.
         spec_field = job_body.spec_field(CUSTOM_JOB)
-        return CUSTOM_JOB, _delivery_of(data, ""), {spec_field: data}, spec_field + "."
+        return CUSTOM_JOB, _delivery_of(data, ""), {spec_field: data}, spec_field + ".", None
     if job_body.STUDY_FIELD in data or job_body.spec_field(TUNING_JOB) in data:
-        return TUNING_JOB, _delivery_of(job_body.job_spec(data, TUNING_JOB), ""), data, ""
+        return TUNING_JOB, _delivery_of(job_body.job_spec(data, TUNING_JOB), ""), data, "", None
     raise JobError(
         file,
         "(top level)",

@@ -34,6 +34,7 @@ from jobs.definition.body import (
 )
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
 from jobs.definition.errors import JobError, one_of
+from jobs.definition.registry import output_prefix
 from jobs.definition.study import StudyError, parse_study
 from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
 from trainer.contract import METRIC_FLAG, REPLICA_VARIABLES, TRAINER_MODULE, WORKER_POOLS
@@ -82,6 +83,8 @@ def validate(
     _check_job_spec(job, spec_field(job.kind), accounts)
     if runs_study(job.kind):
         _check_study(job)
+    if job.registry is not None:
+        _check_registered_output(job)
     trainer_pools = [pool for pool in job.pools() if _runs_repo_trainer(pool, trainer_image)]
     for pool in trainer_pools:
         _check_image(job, pool, trainer_image)
@@ -97,6 +100,8 @@ def validate(
                 "an importable trainer.config that does not import TensorFlow",
             ) from None
         _check_trainer_contract(job, contract, trainer_pools)
+        if job.registry is not None and not runs_study(job.kind):
+            _check_registry_metric(job, contract, trainer_pools[0])
 
 
 def _check_top(job: CompiledJob) -> None:
@@ -630,6 +635,41 @@ def _check_metrics(
                     f"{goal} {wanted!r}, which is better {better}: the study would look for the worst trials",
                     f"goal: {expected}",
                 )
+
+
+def _check_registered_output(job: CompiledJob) -> None:
+    """A registered version is the model in AIP_MODEL_DIR, which Vertex AI sets from baseOutputDirectory."""
+    path = join(spec_field(job.kind), "baseOutputDirectory", "outputUriPrefix")
+    if not is_gs(output_prefix(job.body, job.kind)):
+        raise job.error(
+            path,
+            "missing: the registry block registers the model Vertex AI writes under it (AIP_MODEL_DIR)",
+            "a gs:// prefix with ${job.id}, e.g. ${infra.models_bucket}/<name>/${job.id}",
+        )
+
+
+def _check_registry_metric(job: CompiledJob, trainer: TrainerContract, chief: Pool) -> None:
+    """A CustomJob's versions are compared by a metric its model writes to metrics.json, in the direction
+    that improves it (MINIMIZE accuracy would move the alias to the worst model)."""
+    name = trainer.model_of([str(a) for a in chief.args])
+    model = trainer.model(name)
+    if model is None:
+        return  # an unknown --model: the trainer's parser reported it
+    spec = job.registry
+    if spec.metric not in model.metric_goals:
+        raise job.error(
+            "registry.metric.metricId",
+            f"--model {name} writes no {spec.metric!r} to metrics.json",
+            one_of(model.reportable_metrics),
+        )
+    expected = model.metric_goals[spec.metric]
+    if spec.goal != expected:
+        better = "higher" if expected == "MAXIMIZE" else "lower"
+        raise job.error(
+            "registry.metric.goal",
+            f"{spec.goal} {spec.metric!r}, which is better {better}: the gate would keep the worse version",
+            f"goal: {expected}",
+        )
 
 
 def _check_replicas_run_the_chiefs_program(job: CompiledJob, trainer_pools: list[Pool]) -> None:

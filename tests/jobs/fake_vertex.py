@@ -1,9 +1,11 @@
-"""A fake Google Cloud REST endpoint on 127.0.0.1: Vertex AI's JobService, Cloud Build's builds, Artifact
-Registry's tags and Cloud Logging's entries.list (tests/jobs/fake_logging.py), for the real generated clients
-(REST transport, anonymous credentials) and the logs reader to talk to. It records every request and plays
-scripted sequences of job and build states (a created tuning job reports the scripted ``trials``) and log
-entries; a successful build creates its image tags the way Cloud Build's push does. ``add_job`` stores a job
-as an earlier run left it, for `run_job.py report` and `--follow`."""
+"""A fake Google Cloud REST endpoint on 127.0.0.1: Vertex AI's JobService and ModelService (the Model
+Registry), Cloud Build's builds, Artifact Registry's tags and Cloud Logging's entries.list
+(tests/jobs/fake_logging.py), for the real generated clients (REST transport, anonymous credentials) and the
+logs reader to talk to. It records every request and plays scripted sequences of job and build states (a
+created tuning job reports the scripted ``trials``) and log entries; a successful build creates its image tags
+the way Cloud Build's push does; an upload is a long-running operation that completes on its first poll (or
+fails, when told to). ``add_job`` stores a job as an earlier run left it, for `run_job.py report` and
+`--follow`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from jobs.cloud.client import (
     Clients,
@@ -21,6 +23,7 @@ from jobs.cloud.client import (
     ImageRegistry,
     LocalDirStorage,
     VertexJobs,
+    VertexModels,
     tag_resource_name,
 )
 from jobs.definition.image import VARIANTS
@@ -29,6 +32,9 @@ from tests.jobs.helpers import IMAGE_HASH, OUTPUTS
 
 COLLECTIONS = ("customJobs", "hyperparameterTuningJobs")
 BUILD_OPERATION = "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata"
+UPLOAD_RESPONSE = "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse"
+# A model name, maybe @<alias or version id>, then maybe :<method> (listVersions, mergeVersionAliases).
+MODEL_PATH = re.compile(r"(projects/[^/]+/locations/[^/]+/models/[^/@:]+)(?:@([^/:]+))?(?::(\w+))?")
 
 
 @dataclass
@@ -63,6 +69,14 @@ class FakeVertex:
     build_states: list[str] = field(default_factory=lambda: ["QUEUED", "WORKING", "SUCCESS"])
     build_detail: str = ""
     builds: dict[str, dict] = field(default_factory=dict)
+    # The Model Registry: model name -> its versions (Model JSON, versionId "1", "2", ...), oldest first.
+    models: dict[str, list[dict]] = field(default_factory=dict)
+    operations: dict[str, dict] = field(default_factory=dict)
+    # Messages the next uploads' operations fail with (one per upload, in order): the operation ends with an
+    # error and no version is created, as when Vertex AI cannot read the artifacts.
+    upload_errors: list[str] = field(default_factory=list)
+    # Messages the next MergeVersionAliases calls are refused with (HTTP 503), one per call.
+    merge_errors: list[str] = field(default_factory=list)
     logging: FakeLogging = field(default_factory=FakeLogging)
     fixed: set[str] = field(default_factory=set)  # jobs from add_job: returned as stored, state included
 
@@ -73,7 +87,36 @@ class FakeVertex:
         self.fixed.add(name)
 
     def created(self) -> list[Request]:
-        return [r for r in self.requests if r.method == "POST" and not r.path.endswith("/builds")]
+        """The job creations (POSTs to a job collection)."""
+        return [
+            r for r in self.requests if r.method == "POST" and r.path.rsplit("/", 1)[-1] in COLLECTIONS
+        ]
+
+    def uploads(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "POST" and r.path.endswith("/models:upload")]
+
+    def merges(self) -> list[Request]:
+        return [r for r in self.requests if r.path.endswith(":mergeVersionAliases")]
+
+    def holder(self, model: str, alias: str) -> str | None:
+        """The version id holding ``alias`` of ``model`` (a full model name), or None."""
+        found = [v for v in self.models.get(model, []) if alias in v.get("versionAliases", [])]
+        return found[0]["versionId"] if found else None
+
+    def add_version(self, model: str, artifact_uri: str, labels: dict | None = None) -> dict:
+        """A version uploaded before the test (by another run, or by hand), as UploadModel would add it."""
+        versions = self.models.setdefault(model, [])
+        version = {
+            "name": model,
+            "versionId": str(len(versions) + 1),
+            "displayName": model.rsplit("/", 1)[-1],
+            "artifactUri": artifact_uri,
+            "labels": dict(labels or {}),
+            "versionAliases": [] if versions else ["default"],  # Vertex AI's: the first version is default
+            "versionCreateTime": f"2026-01-02T03:06:{len(versions):02d}Z",
+        }
+        versions.append(version)
+        return version
 
     def created_builds(self) -> list[Request]:
         return [r for r in self.requests if r.method == "POST" and r.path.endswith("/builds")]
@@ -85,9 +128,12 @@ class FakeVertex:
         if method == "POST" and path == "/v2/entries:list":  # Cloud Logging keeps its own record
             return self.logging.list_entries(body or {}, sum(self.polls[name] for name in self.jobs))
         self.requests.append(Request(method, path, query, body))
-        path = path.removeprefix("/v1/")
+        # The generated operations client polls under /ui/ (the first of its URI bindings), the rest /v1/.
+        path = unquote(path).removeprefix("/v1/").removeprefix("/ui/")
         if "/tags/" in path or path.endswith("/builds") or "/builds/" in path:
             return self._registry_or_build(method, path, query, body)
+        if "/models" in path:
+            return self._model_service(method, path, query, body or {})
         collection = next((c for c in COLLECTIONS if path.endswith("/" + c)), None)
         if method == "POST" and collection:
             name = f"{path}/{self.next_id}"
@@ -168,6 +214,69 @@ class FakeVertex:
         return 200, build
 
 
+    def _model_service(self, method: str, path: str, query: dict, body: dict) -> tuple[int, dict]:
+        if path.endswith("/models:upload"):
+            return self._upload(path.removesuffix("/models:upload"), body)
+        if "/operations/" in path:
+            return (200, self._finish(self.operations[path])) if path in self.operations else _not_found(path)
+        found = MODEL_PATH.fullmatch(path)
+        if not found or found.group(1) not in self.models:
+            return _not_found(path)
+        model, which, verb = found.groups()
+        versions = self.models[model]
+        if verb == "listVersions":
+            wanted = re.fullmatch(r'labels\.([\w-]+)="?([^"]*)"?', query.get("filter", [""])[0])
+            listed = [v for v in versions if not wanted or v["labels"].get(wanted[1]) == wanted[2]]
+            return 200, {"models": listed}
+        version = next(
+            (v for v in versions if which in (v["versionId"], *v["versionAliases"])),
+            None if which else next(v for v in versions if "default" in v["versionAliases"]),
+        )
+        if version is None:
+            return _not_found(path)
+        if verb == "mergeVersionAliases":
+            if self.merge_errors:
+                message = self.merge_errors.pop(0)
+                return 503, {"error": {"code": 503, "message": message, "status": "UNAVAILABLE"}}
+            for alias in body.get("versionAliases", []):
+                for other in versions:
+                    if alias.lstrip("-") in other["versionAliases"]:
+                        other["versionAliases"].remove(alias.lstrip("-"))
+                if not alias.startswith("-"):
+                    version["versionAliases"].append(alias)
+        return 200, version
+
+    def _upload(self, parent: str, body: dict) -> tuple[int, dict]:
+        if body.get("parentModel"):
+            model = body["parentModel"]
+            if model not in self.models:
+                return _not_found(model)
+        else:
+            model = f"{parent}/models/{body['modelId']}"
+            if model in self.models:
+                return 409, {"error": {"code": 409, "message": f"{model} exists", "status": "ALREADY_EXISTS"}}
+        name = f"{model}/operations/{len(self.operations) + 1}"
+        self.operations[name] = {"name": name, "done": False, "upload": (model, body["model"])}
+        return 200, {"name": name, "done": False}
+
+    def _finish(self, operation: dict) -> dict:
+        """An upload's operation, done on its first poll: the version added, or the scripted error."""
+        if "upload" in operation:
+            model, fields = operation.pop("upload")
+            operation["done"] = True
+            if self.upload_errors:
+                operation["error"] = {"code": 13, "message": self.upload_errors.pop(0)}
+            else:
+                version = self.add_version(model, fields["artifactUri"], fields.get("labels"))
+                version.update({k: v for k, v in fields.items() if k != "versionAliases"})
+                operation["response"] = {
+                    "@type": UPLOAD_RESPONSE,
+                    "model": model,
+                    "modelVersionId": version["versionId"],
+                }
+        return operation
+
+
 def _not_found(path: str) -> tuple[int, dict]:
     return 404, {"error": {"code": 404, "message": f"no such resource {path}", "status": "NOT_FOUND"}}
 
@@ -232,6 +341,7 @@ class FakeVertexServer:
             from google.auth.credentials import AnonymousCredentials
             from google.auth.transport.requests import AuthorizedSession
             from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+            from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
             from google.cloud.artifactregistry_v1 import ArtifactRegistryClient
             from google.cloud.devtools.cloudbuild_v1 import CloudBuildClient
 
@@ -247,6 +357,7 @@ class FakeVertexServer:
                 images=ImageRegistry(ArtifactRegistryClient(**options)),
                 builds=CloudBuilds(CloudBuildClient(**options)),
                 logs=CloudLogs(lambda: AuthorizedSession(AnonymousCredentials()), endpoint=self.endpoint),
+                models=VertexModels(lambda: ModelServiceClient(**options)),
             )
 
         make.calls = calls

@@ -23,28 +23,26 @@ class _Gcs(BaseHTTPRequestHandler):
         send_json(self, status, payload)
 
     def do_GET(self):  # noqa: N802 - http.server naming
-        path = urlparse(self.path).path  # /storage/v1/b/<bucket>/o/<name>, or /download/storage/... (media)
+        path = urlparse(self.path).path  # [/download]/storage/v1/b/<bucket>/o/<name>
         media = path.startswith("/download/")
         bucket, _, name = path.removeprefix("/download").removeprefix("/storage/v1/b/").partition("/o/")
         key = f"{bucket}/{unquote(name)}"
-        if key not in self.server.objects:
+        data = self.server.objects.get(key)
+        if data is None:
             self._send(404, {"error": {"code": 404, "message": "No such object"}})
-        elif media:
-            self._media(self.server.objects[key])
-        else:
-            self._send(200, {"bucket": bucket, "name": unquote(name)})
-
-    def _media(self, data: bytes) -> None:
-        """The object's bytes, or the part a `Range: bytes=START-END` header asks for (END inclusive)."""
-        self.server.ranges.append(self.headers.get("Range"))
-        found = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
-        part = data[int(found.group(1)) : int(found.group(2)) + 1] if found else data
-        self.send_response(206 if found else 200)
-        if found:
-            self.send_header("Content-Range", f"bytes {found.group(1)}-{len(part) - 1}/{len(data)}")
-        self.send_header("Content-Length", str(len(part)))
-        self.end_headers()
-        self.wfile.write(part)
+        elif not media:
+            metadata = {"bucket": bucket, "name": unquote(name), "size": str(len(data)), "generation": "7"}
+            self._send(200, metadata)
+        else:  # the object's bytes (alt=media), a Range of them when asked
+            self.server.downloads.append(
+                (parse_qs(urlparse(self.path).query).get("generation"), self.headers.get("Range"))
+            )
+            found = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+            part = data[int(found[1]) : int(found[2]) + 1] if found else data
+            self.send_response(206 if found else 200)
+            self.send_header("Content-Length", str(len(part)))
+            self.end_headers()
+            self.wfile.write(part)
 
     def do_POST(self):  # noqa: N802
         url = urlparse(self.path)  # /upload/storage/v1/b/<bucket>/o?uploadType=multipart&ifGenerationMatch=0
@@ -79,7 +77,7 @@ class _Gcs(BaseHTTPRequestHandler):
 @pytest.fixture
 def gcs():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Gcs)
-    server.objects, server.uploads, server.ranges = {}, [], []
+    server.objects, server.uploads, server.downloads = {}, [], []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -87,7 +85,9 @@ def gcs():
     server.server_close()
 
 
-def test_exists_and_upload_only_if_absent(gcs, tmp_path):
+@pytest.fixture
+def store(gcs):
+    """GcsStorage on the real storage client, pointed at the fake."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -96,7 +96,10 @@ def test_exists_and_upload_only_if_absent(gcs, tmp_path):
         credentials=AnonymousCredentials(),
         client_options={"api_endpoint": f"http://127.0.0.1:{gcs.server_address[1]}"},
     )
-    store = GcsStorage("demo-project", client=client)
+    return GcsStorage("demo-project", client=client)
+
+
+def test_exists_and_upload_only_if_absent(gcs, store, tmp_path):
     uri = "gs://demo-staging/packages/0123/trainer-0.1.0.tar.gz"
     package = tmp_path / "trainer-0.1.0.tar.gz"
     package.write_bytes(b"sdist bytes")
@@ -112,19 +115,11 @@ def test_exists_and_upload_only_if_absent(gcs, tmp_path):
     assert gcs.objects["demo-staging/packages/0123/trainer-0.1.0.tar.gz"] == b"sdist bytes"
 
 
-def test_read_is_bounded_and_none_for_a_missing_object(gcs):
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(
-        project="demo-project",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": f"http://127.0.0.1:{gcs.server_address[1]}"},
-    )
-    store = GcsStorage("demo-project", client=client)
-    gcs.objects["demo-models/run/model/metrics.json"] = b'{"eval": {"accuracy": 0.86}}'
-    assert store.read("gs://demo-models/run/model/metrics.json", 1024) == b'{"eval": {"accuracy": 0.86}}'
-    # Over the limit: limit + 1 bytes come back (so the caller can tell), never the whole object.
-    assert store.read("gs://demo-models/run/model/metrics.json", 4) == b'{"eva'
-    assert gcs.ranges == ["bytes=0-1024", "bytes=0-4"]
-    assert store.read("gs://demo-models/run/model/missing.json", 1024) is None
+def test_read_bytes_is_bounded_and_none_when_absent(gcs, store):
+    gcs.objects["demo-models/run/model/metrics.json"] = b'{"eval": {"auc": 0.93}}'
+    assert store.read_bytes("gs://demo-models/run/model/metrics.json", 1024) == b'{"eval": {"auc": 0.93}}'
+    assert store.read_bytes("gs://demo-models/run/model/absent.json", 1024) is None
+    # Over the limit, only limit + 1 bytes come down: enough for the caller to see it is too big.
+    gcs.objects["demo-models/huge.json"] = b"x" * 100
+    assert store.read_bytes("gs://demo-models/huge.json", 10) == b"x" * 11
+    assert gcs.downloads == [(["7"], None), (["7"], "bytes=0-10")]  # the generation whose size was read
