@@ -25,7 +25,9 @@ from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES, JobSubmitte
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
 from infra.constructs.runtime_identity import RUNTIME_DESCRIPTION, RUNTIME_PROJECT_ROLES, RuntimeIdentity
 from infra.constructs.schedule_runner import (
+    REGISTRY_PERMISSIONS,
     SCHEDULER_DESCRIPTION,
+    SCHEDULER_PERMISSIONS,
     SCHEDULER_PROJECT_ROLES,
     ScheduleRunner,
     ScheduleRunnerProps,
@@ -34,6 +36,7 @@ from infra.constructs.service_identity import ServiceIdentityProps
 from infra.google import GoogleProvider
 from infra.naming import bootstrap_stack_name, resource_names
 from infra.outputs import BOOTSTRAP_OUTPUT_KEYS, planned_outputs
+from infra.schedules import ScheduledRun, check_compiled
 
 # What the identities and project IAM need; the platform stack enables the rest.
 BOOTSTRAP_SERVICES = (
@@ -53,9 +56,12 @@ STATE_PREFIX = "infra"
 
 
 class BootstrapStack(TerraformStack):
-    """Stack `<env>-bootstrap` (`cdktn deploy dev-bootstrap`), its own state under `infra/<env>-bootstrap`."""
+    """Stack `<env>-bootstrap` (`cdktn deploy dev-bootstrap`), its own state under `infra/<env>-bootstrap`.
+    `schedules` are the environment's compiled schedules: what the schedule account may do depends on them."""
 
-    def __init__(self, scope: Construct, cfg: EnvironmentConfig) -> None:
+    def __init__(self, scope: Construct, cfg: EnvironmentConfig, schedules: tuple[ScheduledRun, ...] = ()
+                 ) -> None:
+        check_compiled(cfg, schedules)
         super().__init__(scope, bootstrap_stack_name(cfg))
         self.cfg = cfg
         names = resource_names(cfg)
@@ -97,6 +103,8 @@ class BootstrapStack(TerraformStack):
                 project_roles=SCHEDULER_PROJECT_ROLES,
                 account_grants=(Grant("ci-deployer-sa-user", SERVICE_ACCOUNT_USER, self.ci.member),),
                 role_id=names.scheduler_role_id,
+                permissions=SCHEDULER_PERMISSIONS + (
+                    REGISTRY_PERMISSIONS if any(run.registration for run in schedules) else ()),
                 depends_on=tuple(enabled),
             ))
         runtime_actors = actors + (

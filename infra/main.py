@@ -76,7 +76,8 @@ def build_app(configs: Sequence[EnvironmentConfig], outdir: str | Path | None = 
               schedules: Mapping[str, Sequence[ScheduledRun]] | None = None):
     """The app with a `BootstrapStack` and a `PlatformStack` per config (only those named in `stacks`, if
     given); returns it with {stack name: stack}. outdir defaults to CDKTF_OUTDIR (the CLI) or cdktf.out.
-    `schedules` holds each environment's compiled schedules (`compile_schedules`)."""
+    `schedules` holds each environment's compiled schedules (`compile_schedules`): both stacks build from
+    them (the workflows; what the schedule account may do)."""
     # The CDK is imported here, not at module level, so a broken config fails in milliseconds.
     from infra.bootstrap import BootstrapStack
     from infra.cdk import App
@@ -85,10 +86,11 @@ def build_app(configs: Sequence[EnvironmentConfig], outdir: str | Path | None = 
     app = App(outdir=str(outdir)) if outdir is not None else App()
     built = {}
     for cfg in configs:
+        compiled = tuple((schedules or {}).get(cfg.name, ()))
         if stacks is None or bootstrap_stack_name(cfg) in stacks:
-            built[bootstrap_stack_name(cfg)] = BootstrapStack(app, cfg)
+            built[bootstrap_stack_name(cfg)] = BootstrapStack(app, cfg, compiled)
         if stacks is None or cfg.name in stacks:
-            built[cfg.name] = PlatformStack(app, cfg, tuple((schedules or {}).get(cfg.name, ())))
+            built[cfg.name] = PlatformStack(app, cfg, compiled)
     return app, built
 
 
@@ -113,8 +115,9 @@ def main(argv: Sequence[str] | None = None, compiler: ScheduleCompiler | None = 
     stacks = selected_stacks(argv or None)
     try:
         configs = selected_environments(argv or None)
-        # Only the platform stack holds schedules: `dev-bootstrap` alone compiles nothing.
-        schedules = compile_schedules([cfg for cfg in configs if cfg.name in stacks], compiler)
+        # Both stacks need them: the platform stack's workflows, and the schedule account's permissions in the
+        # bootstrap stack (a schedule that registers its model needs more).
+        schedules = compile_schedules(configs, compiler)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -16,6 +16,14 @@ execution. Before creating its job, each execution lists the jobs carrying this 
 or was created within `DUPLICATE_WINDOW_S`. Schedules must run further apart than that window
 (`MIN_SCHEDULE_GAP_MINUTES`, checked in infra.config), so a real next run is never taken for a retry; a run
 still going when the next one is due is followed instead of doubled.
+
+A schedule whose definition has a `registry:` block (`ScheduledRun.registration`) also puts each successful
+run's model into the Vertex AI Model Registry (`register` below): one version per run, found again by its
+`vertex-job` label (so an execution never uploads a run twice), and the definition's aliases moved to it by
+the evaluation gate. A failed job registers nothing. A run whose registration failed (the execution fails)
+is registered by a later execution of the schedule that still lists it (`recent`): the next day's run, or one
+started by hand. The duplicate path registers nothing: the execution that started that run is registering
+it, and two executions registering one run at once could both upload.
 """
 
 from __future__ import annotations
@@ -46,6 +54,44 @@ CREATE_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.customJobs.creat
 LIST_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.customJobs.list"
 EXECUTION_ID_VAR = "GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID"  # set by Workflows in every execution
 RUN_ID = "run_id"  # the workflow variable holding this run's job id
+SUCCEEDED = "JOB_STATE_SUCCEEDED"
+
+# Model Registry (schedules with a registration). The upload connector waits for the upload's long-running
+# operation; `models/<id>@<alias>` names the version holding an alias; mergeVersionAliases adds an alias to
+# a version (moving it from the one holding it).
+LIST_VERSIONS_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.models.listVersions"
+GET_MODEL_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.models.get"
+UPLOAD_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.models.upload"
+MERGE_ALIASES_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.models.mergeVersionAliases"
+READ_OBJECT_CONNECTOR = "googleapis.storage.v1.objects.get"
+JOB_LABEL = "vertex-job"  # on every version: the id of the job that trained it (lowercased)
+MODEL_DIR = "model"  # Vertex AI's AIP_MODEL_DIR: <baseOutputDirectory.outputUriPrefix>/model
+METRICS_FILE = "metrics.json"  # the trainer's, in the model directory: {"eval": {metric: value}, ...}
+GOALS = ("MAXIMIZE", "MINIMIZE")
+UPLOAD_TIMEOUT_S = 1800
+# An execution registers its run within this long after the job ends (the upload's wait, and a few calls
+# around it); only a run that ended longer ago is one a later execution registers.
+REGISTER_GRACE_S = UPLOAD_TIMEOUT_S + 600
+
+
+@dataclass(frozen=True)
+class ScheduledRegistration:
+    """Where a schedule's runs go in the Model Registry (the definition's `registry:` block, compiled by the
+    jobs layer): model `model_id` (created by the first run), `aliases` moved by the evaluation gate on
+    `metric` (`goal` MAXIMIZE or MINIMIZE, read from each version's metrics.json), each version labelled with
+    `labels`, served by `container_spec` (a ModelContainerSpec as canonical JSON text, so the dataclass
+    stays frozen and hashable). The artifacts are each job's own model directory, read from the job."""
+
+    model_id: str
+    display_name: str
+    aliases: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]  # sorted by key
+    metric: str
+    goal: str
+    container_spec: str
+
+    def container_spec_dict(self) -> dict[str, Any]:
+        return json.loads(self.container_spec)
 
 
 @dataclass(frozen=True)
@@ -70,9 +116,19 @@ class ScheduledRun:
     submission_hash: str
     label: str  # the label key holding submission_hash (jobs.definition.compile.SUBMISSION_LABEL)
     timeout_s: int
+    registration: ScheduledRegistration | None = None
 
     def body_dict(self) -> dict[str, Any]:
         return json.loads(self.body)
+
+
+def check_compiled(cfg: Any, schedules: tuple[ScheduledRun, ...]) -> None:
+    """`schedules` are the compiled schedules of `cfg` (an EnvironmentConfig), in its order: both stacks of
+    an environment build from them."""
+    compiled = tuple(run.name for run in schedules)
+    if compiled != tuple(s.name for s in cfg.schedules) or any(run.env != cfg.name for run in schedules):
+        raise ValueError(f"{cfg.source}: schedules compiled for {compiled} do not match the config's "
+                         f"{tuple(s.name for s in cfg.schedules)} (compile with jobs.schedule)")
 
 
 def wait_seconds(run: ScheduledRun) -> int:
@@ -119,7 +175,7 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
     lookback = wait_seconds(run)
     recent_filter = (f'${{"labels.{run.label}=\\"{run.submission_hash}\\" AND create_time>\\"" + '
                      f'time.format(started - {lookback}) + "\\""}}')
-    return {"main": {"steps": [
+    steps = [
         {"init": {"assign": [
             {"parent": run.parent},
             {"started": "${sys.now()}"},
@@ -141,8 +197,7 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
             "steps": [{"check_job": {"switch": [{
                 # Vertex writes createTime with up to nine fractional digits and time.parse takes at most
                 # six: compare whole seconds (the window is hours).
-                "condition": f'${{not("endTime" in job) or '
-                             f'time.parse(text.substring(job.createTime, 0, 19) + "Z") > started - '
+                "condition": f'${{not("endTime" in job) or {_seconds("job.createTime")} > started - '
                              f'{DUPLICATE_WINDOW_S}}}',
                 # Any match will do (duplicates are rare), so no `break`: the loop is over a handful of jobs.
                 "steps": [{"remember": {"assign": [{"duplicate_of": "${job}"}]}}],
@@ -164,11 +219,271 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
             "result": "finished",
         }},
         {"check_state": {"switch": [{
-            "condition": '${finished.state != "JOB_STATE_SUCCEEDED"}',
+            "condition": f'${{finished.state != "{SUCCEEDED}"}}',
             "raise": '${"job " + finished.name + " ended " + finished.state}',
         }]}},
-        {"done": {"return": {"run": "${finished.name}", "state": "${finished.state}", "duplicate": False}}},
-    ]}}
+    ]
+    done = {"run": "${finished.name}", "state": "${finished.state}", "duplicate": False}
+    if run.registration is None:
+        return {"main": {"steps": [*steps, {"done": {"return": done}}]}}
+    # Only once the job succeeded (a failed one raised above): nothing of a failed run is registered.
+    return {
+        "main": {"steps": [*steps, *_register_runs(run),
+                           {"done": {"return": {**done, "registered": "${registered}"}}}]},
+        "register": _register(run),
+        "read_metric": _read_metric(run.registration.metric),
+    }
+
+
+def _seconds(field: str) -> str:
+    """A Vertex AI timestamp as whole seconds: Vertex writes up to nine fractional digits and time.parse
+    takes at most six."""
+    return f'time.parse(text.substring({field}, 0, 19) + "Z")'
+
+
+def _run_id_of(run: ScheduledRun, job: str) -> str:
+    """The run id of a job of this schedule: the request puts it at a fixed place in the display name."""
+    start = run.body_dict()["displayName"].index(run.run_id_placeholder)
+    return f"text.substring({job}.displayName, {start}, {start + len(run.run_id_placeholder)})"
+
+
+def _literal(text: str) -> str:
+    """`text` as a string literal inside an expression."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _assign(step: str, **values: Any) -> dict[str, Any]:
+    return {step: {"assign": [{name: value} for name, value in values.items()]}}
+
+
+def _log(step: str, severity: str, text: str) -> dict[str, Any]:
+    return {step: {"call": "sys.log", "args": {"severity": severity, "text": text}}}
+
+
+def _on_not_found(step: str, then: list[dict[str, Any]]) -> dict[str, Any]:
+    """An `except` that runs `then` on an HTTP 404 and raises anything else again (only an HttpError has a
+    `code`; map.get is null on a missing key, and on an error that is a string)."""
+    return {"as": "e", "steps": [{step: {"switch": [
+        {"condition": '${map.get(e, "code") == 404}', "steps": then},
+        {"condition": True, "raise": "${e}"},
+    ]}}]}
+
+
+def _register_runs(run: ScheduledRun) -> list[dict[str, Any]]:
+    """Main's steps after the run's job succeeded: register the earlier runs of this schedule that `recent`
+    listed and that ended long enough ago that the execution that ran each one is done with it (the one
+    whose registration failed is registered now; one already registered is found again by its label and
+    only gated again), then this run. An earlier run that cannot be registered is logged and left to a
+    later execution; this run's failure fails the execution."""
+    return [
+        {"collect_earlier_runs": {"assign": [
+            {"registered": []}, {"earlier": []}, {"outcome": None},
+            {"settled": f"${{sys.now() - {REGISTER_GRACE_S}}}"},
+        ]}},
+        {"find_earlier_runs": {"for": {
+            "value": "job",
+            "in": '${default(map.get(recent, "customJobs"), [])}',
+            # Two switches: a job that has not ended has no endTime.
+            "steps": [{"check_succeeded": {"switch": [{
+                "condition": f'${{job.state == "{SUCCEEDED}"}}',
+                "steps": [{"check_settled": {"switch": [{
+                    "condition": f"${{{_seconds('job.endTime')} < settled}}",
+                    "steps": [{"add_earlier": {"assign": [{"earlier": "${list.concat(earlier, job)}"}]}}],
+                }]}}],
+            }]}}],
+        }}},
+        {"register_earlier_runs": {"for": {
+            "value": "job",
+            "in": "${earlier}",
+            "steps": [
+                {"register_earlier": {
+                    "try": {"call": "register", "args": {"job": "${job}"}, "result": "outcome"},
+                    "except": {"as": "e", "steps": [
+                        {"note_failure": {"assign": [{"outcome": {
+                            "run": f"${{{_run_id_of(run, 'job')}}}",
+                            "error": '${default(map.get(e, "message"), e)}'}}]}},
+                        _log("log_failure", "ERROR", '${"could not register " + outcome.run + ": " + '
+                                                     'outcome.error + " (a later execution tries again)"}'),
+                    ]},
+                }},
+                {"note_earlier": {"assign": [{"registered": "${list.concat(registered, outcome)}"}]}},
+            ],
+        }}},
+        {"register_run": {"call": "register", "args": {"job": "${finished}"}, "result": "outcome"}},
+        {"note_run": {"assign": [{"registered": "${list.concat(registered, outcome)}"}]}},
+    ]
+
+
+def _register(run: ScheduledRun) -> dict[str, Any]:
+    """Subworkflow `register(job)`: the succeeded job's model as a version of the registry model (the
+    version labelled with its run id if there is one, else a new upload), then the evaluation gate for each
+    alias; returns what it did."""
+    reg = run.registration
+    assert reg is not None
+    model = f"{run.parent}/models/{reg.model_id}"
+
+    def list_versions() -> dict[str, Any]:
+        # (New dicts at each use: a shared one would be a YAML alias in the source.)
+        return {"call": LIST_VERSIONS_CONNECTOR, "result": "listed", "args": {
+            "name": model, "region": run.region, "filter": f'${{"labels.{JOB_LABEL}=\\"" + label + "\\""}}'}}
+
+    has_version = '${len(default(map.get(listed, "models"), [])) > 0}'
+    encryption = run.body_dict().get("encryptionSpec")
+
+    def upload(step: str, target: dict[str, str]) -> dict[str, Any]:
+        # Aliases are never set here: the gate moves them once the version exists.
+        model_spec = {
+            "displayName": expression(reg.display_name, {}),
+            "artifactUri": "${artifact_uri}",
+            "containerSpec": _substitute(reg.container_spec_dict(), {}),
+            "labels": "${labels}",
+            "versionDescription": '${"scheduled run " + run + " (" + job.name + ")"}',
+            # Encrypted like the job that trained it.
+            **({"encryptionSpec": _substitute(encryption, {})} if encryption else {}),
+        }
+        return {step: {"call": UPLOAD_CONNECTOR, "args": {
+            "parent": run.parent, "region": run.region, "body": {**target, "model": model_spec},
+            "connector_params": {"timeout": UPLOAD_TIMEOUT_S}}}}
+
+    # 0.8712 -> "0_8712": a label value is lowercase letters, digits, "_" and "-".
+    metric_label = '${text.replace_all_regex(text.to_lower(string(value)), "[^a-z0-9_-]", "_")}'
+    holder_of_alias = f"${{{_literal(model + '@')} + alias}}"
+    better = ">=" if reg.goal == "MAXIMIZE" else "<="
+    # Why the gate moved the alias or kept it (the log line and the result).
+    values = f'{_literal(reg.metric + " ")} + string(value) + " is %s " + string(holder_value)'
+    no_worse = f'${{{values % "no worse than"} + " of version " + holder_version}}'
+    worse = f'${{{values % "worse than"} + " of version " + holder_version + ", which keeps it"}}'
+    holder_unknown = (f'${{{_literal("the " + reg.metric + " of version ")} + holder_version + '
+                      '", which holds it, is unknown"}')
+    return {"params": ["job"], "steps": [
+        {"describe": {"assign": [
+            {"run": f"${{{_run_id_of(run, 'job')}}}"},
+            {"label": "${text.to_lower(run)}"},
+            {"artifact_uri": f'${{job.jobSpec.baseOutputDirectory.outputUriPrefix + "/{MODEL_DIR}"}}'},
+            {"labels": {**dict(reg.labels), JOB_LABEL: "${label}"}},
+            {"listed": None}, {"model_exists": True}, {"version": None}, {"uploaded": False},
+            {"aliases": []},
+        ]}},
+        {"read_value": {"call": "read_metric", "args": {"artifact_uri": "${artifact_uri}"},
+                        "result": "value"}},
+        # A version labelled with this run exists when an earlier execution uploaded it: never a second.
+        {"find_version": {"try": list_versions(), "except": _on_not_found("check_model_missing", [
+            {"no_model": {"assign": [{"model_exists": False}]}}])}},
+        {"check_found": {"switch": [{"condition": has_version, "steps": [
+            {"take_found": {"assign": [{"version": "${listed.models[0]}"}]}}]}]}},
+        {"upload_new": {"switch": [{"condition": "${version == null}", "steps": [
+            {"label_metric": {"switch": [{"condition": "${value != null}", "steps": [
+                {"add_metric_label": {"assign": [{"metric_label": {reg.metric: metric_label}},
+                                                 {"labels": "${map.merge(labels, metric_label)}"}]}}]}]}},
+            # Waits for the upload's long-running operation: an upload that fails leaves no version and
+            # raises (the execution fails); one that succeeds is the version labelled with this run.
+            {"upload": {"switch": [
+                {"condition": "${model_exists}", "steps": [upload("upload_version", {"parentModel": model})]},
+                {"condition": True, "steps": [upload("create_model", {"modelId": reg.model_id})]},
+            ]}},
+            {"find_uploaded": list_versions()},
+            {"check_uploaded": {"switch": [{"condition": f"${{not({has_version[2:-1]})}}", "raise": (
+                f'${{"uploaded " + run + " but no version of {model} is labelled {JOB_LABEL}=" + label + '
+                f'" yet: a later execution registers it"}}')}]}},
+            {"take_uploaded": {"assign": [{"version": "${listed.models[0]}"}, {"uploaded": True}]}},
+        ]}]}},
+        {"gate": {"for": {"value": "alias", "in": list(reg.aliases), "steps": [
+            {"reset": {"assign": [{"holder": None}, {"holder_version": None}, {"holder_value": None},
+                                  {"outcome": "kept"}, {"why": ""}]}},
+            {"find_holder": {
+                "try": {"steps": [
+                    {"get_holder": {"call": GET_MODEL_CONNECTOR, "result": "holder", "args": {
+                        "name": holder_of_alias, "region": run.region}}},
+                    {"note_holder": {"assign": [{"holder_version": "${holder.versionId}"}]}},
+                ]},
+                # No version holds the alias.
+                "except": _on_not_found("check_holder_missing", [_assign("no_holder", holder=None)]),
+            }},
+            {"weigh": {"switch": [
+                {"condition": "${holder_version == version.versionId}", "steps": [
+                    _assign("already_held", outcome="held")]},
+                # An unmeasured model takes no alias, not even one nobody holds.
+                {"condition": "${value == null}", "steps": [
+                    _assign("unknown_value", why=f"its {reg.metric} is unknown")]},
+                {"condition": "${holder == null}", "steps": [
+                    _assign("first_holder", outcome="moved", why="no version held it")]},
+                # A run registered late (or gated again) never takes an alias back from a newer version.
+                {"condition": "${int(holder_version) > int(version.versionId)}", "steps": [_assign(
+                    "newer_holder", why='${"version " + holder_version + ", newer, holds it"}')]},
+                {"condition": True, "steps": [
+                    {"read_holder_value": {"call": "read_metric", "args": {
+                        "artifact_uri": "${holder.artifactUri}"}, "result": "holder_value"}},
+                    {"compare": {"switch": [
+                        {"condition": "${holder_value == null}", "steps": [
+                            _assign("unknown_holder_value", why=holder_unknown)]},
+                        # A tie moves it: the newer model, as good by the definition's own metric.
+                        {"condition": f"${{value {better} holder_value}}", "steps": [
+                            _assign("no_worse", outcome="moved", why=no_worse)]},
+                        {"condition": True, "steps": [_assign("worse", why=worse)]},
+                    ]}},
+                ]},
+            ]}},
+            {"move_alias": {"switch": [{"condition": '${outcome == "moved"}', "steps": [
+                {"merge_alias": {"call": MERGE_ALIASES_CONNECTOR, "args": {
+                    "name": f"${{{_literal(model + '@')} + version.versionId}}", "region": run.region,
+                    "body": {"versionAliases": ["${alias}"]}}}}]}]}},
+            {"log_gate": {"switch": [
+                {"condition": '${outcome == "moved"}', "steps": [_log("log_moved", "INFO", (
+                    f'${{{_literal(reg.model_id + " version ")} + version.versionId + " (" + run + "): '
+                    f'moved alias " + alias + " to it: " + why}}'))]},
+                {"condition": '${outcome == "kept"}', "steps": [_log("log_kept", "NOTICE", (
+                    f'${{{_literal(reg.model_id + " version ")} + version.versionId + " (" + run + "): '
+                    f'kept without alias " + alias + ": " + why}}'))]},
+            ]}},
+            {"note_alias": {"assign": [
+                {"entry": {"alias": "${alias}", "outcome": "${outcome}", "holder": "${holder_version}",
+                           "holder_value": "${holder_value}"}},
+                {"aliases": "${list.concat(aliases, entry)}"}]}},
+        ]}}},
+        {"registered": {"return": {
+            "run": "${run}", "model": model, "version": "${version.versionId}", "uploaded": "${uploaded}",
+            "metric": reg.metric, "value": "${value}", "aliases": "${aliases}"}}},
+    ]}
+
+
+def _read_metric(metric: str) -> dict[str, Any]:
+    """Subworkflow `read_metric(artifact_uri)`: metrics.json["eval"][metric] of the model in `artifact_uri`,
+    or null (logged) when the file or the value is missing or the file is not JSON."""
+    missing = _literal(f"no eval.{metric} in ")
+    return {"params": ["artifact_uri"], "steps": [
+        {"locate": {"assign": [
+            # gs://bucket/a/b/model[/] -> bucket, a/b/model/metrics.json
+            {"path": '${text.replace_all_regex(text.substring(artifact_uri, 5, len(artifact_uri)), "/+$", '
+                     '"")}'},
+            {"parts": '${text.split(path, "/")}'},
+            {"bucket": "${parts[0]}"},
+            {"object": f'${{text.substring(path, len(bucket) + 1, len(path)) + "/{METRICS_FILE}"}}'},
+            {"where": '${"gs://" + bucket + "/" + object}'},
+            {"raw": None}, {"report": None}, {"value": None},
+        ]}},
+        {"read_file": {
+            # The object name as one path segment: the connector does not encode its "/".
+            "try": {"call": READ_OBJECT_CONNECTOR, "result": "raw", "args": {
+                "bucket": "${bucket}", "object": "${text.url_encode(object)}", "alt": "media"}},
+            "except": _on_not_found("check_file_missing", [
+                _log("log_no_file", "WARNING", '${"no " + where}'), {"no_file": {"return": None}}]),
+        }},
+        {"decode": {
+            "try": {"steps": [{"parse": {"assign": [{"report": "${json.decode(raw)}"}]}}]},
+            "except": {"as": "e", "steps": [{"check_parsed": {"switch": [
+                # alt=media returns the bytes; a file stored as application/json may come back parsed.
+                {"condition": '${"TypeError" in e.tags}', "steps": [_assign("parsed", report="${raw}")]},
+                {"condition": '${"ValueError" in e.tags}', "steps": [
+                    _log("log_not_json", "WARNING", '${where + " is not JSON"}'),
+                    {"not_json": {"return": None}}]},
+                {"condition": True, "raise": "${e}"},
+            ]}}]},
+        }},
+        {"pick": {"assign": [{"value": f'${{map.get(report, ["eval", {_literal(metric)}])}}'}]}},
+        {"check_value": {"switch": [{"condition": "${value == null}", "steps": [
+            _log("log_no_value", "WARNING", f"${{{missing} + where}}"), {"no_value": {"return": None}}]}]}},
+        {"found": {"return": "${value}"}},
+    ]}
 
 
 def workflow_source(run: ScheduledRun, late_values: Mapping[str, str]) -> str:

@@ -23,7 +23,7 @@ from infra.constructs.tensorboard import Tensorboard, TensorboardProps
 from infra.google import GoogleProvider
 from infra.naming import platform_member_allowed, resource_names, service_account_email
 from infra.outputs import OUTPUTS, Output, planned_outputs, tensorboard_prefix
-from infra.schedules import ScheduledRun
+from infra.schedules import ScheduledRun, check_compiled
 
 SERVICES = (
     "aiplatform.googleapis.com",
@@ -95,10 +95,7 @@ class PlatformStack(TerraformStack):
 
     def __init__(self, scope: Construct, cfg: EnvironmentConfig, schedules: tuple[ScheduledRun, ...] = ()
                  ) -> None:
-        compiled = tuple(run.name for run in schedules)
-        if compiled != tuple(s.name for s in cfg.schedules) or any(run.env != cfg.name for run in schedules):
-            raise ValueError(f"{cfg.source}: schedules compiled for {compiled} do not match the config's "
-                             f"{tuple(s.name for s in cfg.schedules)} (compile with jobs.schedule)")
+        check_compiled(cfg, schedules)
         super().__init__(scope, cfg.name)
         self.cfg = cfg
         names = resource_names(cfg)
@@ -118,9 +115,10 @@ class PlatformStack(TerraformStack):
 
         submitters = tuple((member_id(member), member) for member in cfg.job_submitters)
         # The bootstrap stack's accounts, by their deterministic emails: this stack creates no identity.
-        runtime_member, builder_member, deployer_member = (
+        runtime_member, builder_member, deployer_member, scheduler_member = (
             f"serviceAccount:{service_account_email(cfg, account_id)}"
-            for account_id in (names.runtime_account_id, names.builder_account_id, names.deployer_account_id))
+            for account_id in (names.runtime_account_id, names.builder_account_id, names.deployer_account_id,
+                               names.scheduler_account_id))
 
         encryption_deps = list(enabled)
         if cfg.kms_key:
@@ -137,6 +135,9 @@ class PlatformStack(TerraformStack):
         rt = ("runtime", runtime_member)
         vertex = ("vertex-ai-agent", agents.vertex_ai)
         tpus = (("cloud-tpu-agent", agents.cloud_tpu), ("cloud-tpu-vm-agent", agents.cloud_tpu_vm))
+        # Scheduled runs that register their model read each version's metrics.json (the evaluation gate).
+        registers = any(run.registration for run in schedules)
+        registrars = (("schedule-runner", scheduler_member),) if registers else ()
         # bucket role -> (object viewers, object users, TensorFlow writers), each as (key, member)
         access = {
             # Jobs read data; the agents read it for TPU input pipelines and dataset/model imports.
@@ -146,7 +147,7 @@ class PlatformStack(TerraformStack):
             "staging": ((rt, vertex, ("builder", builder_member)),
                         (*submitters, ("ci-deployer", deployer_member)), ()),
             # Jobs (and TPU workers) write checkpoints, models and event files; people read results.
-            "models": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
+            "models": ((vertex, *submitters, *registrars), (rt, *tpus), (rt, *tpus)),
             "tensorboard-logs": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
         }
         self.buckets: dict[str, TrainingBucket] = {}

@@ -5,6 +5,8 @@ Each schedule's job file goes through the very compile and validation `run_job.p
 --set ...` uses, with the environment's planned outputs (synthesis runs before any deploy; the one value only
 a deploy knows, the TensorBoard's id, the stack hands the workflow as a reference). The only difference from
 the dry-run request is the job id, a placeholder each run replaces with its own (see infra/schedules.py).
+A definition's `registry:` block becomes the run's `registration`: the workflow registers each successful
+run's model as the definition asks (run_job.py does the same after a job it submitted).
 
     from infra.config import load_environment
     from jobs.schedule import compile_schedules
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
 from infra.outputs import planned_outputs
-from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRun
+from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRegistration, ScheduledRun
 from jobs.api import REPO_ROOT
 from jobs.definition.body import CUSTOM_JOB, duration_seconds, spec_field
 from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
@@ -111,4 +113,22 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
         submission_hash=job.submission_hash,
         label=SUBMISSION_LABEL,
         timeout_s=math.ceil(seconds) if seconds is not None and seconds >= 0 else VERTEX_DEFAULT_TIMEOUT_S,
+        # TODO(merge): job.registry once CompiledJob has it (the definition's registry: block).
+        registration=registration_of(getattr(job, "registry", None)),
+    )
+
+
+def registration_of(registry) -> ScheduledRegistration | None:
+    """A compiled definition's registry block (jobs.definition.registry.RegistrySpec), or None, as the plain
+    frozen data the platform stack takes (infra/ never imports jobs/)."""
+    if registry is None:
+        return None
+    return ScheduledRegistration(
+        model_id=registry.model_id,
+        display_name=registry.display_name,
+        aliases=tuple(registry.aliases),
+        labels=tuple(sorted(registry.labels.items())),
+        metric=registry.metric,
+        goal=registry.goal,
+        container_spec=json.dumps(registry.container_spec, sort_keys=True),
     )

@@ -19,6 +19,18 @@ SCHEDULER_PERMISSIONS = (
     "aiplatform.customJobs.list",
     "workflows.executions.create",
 )
+# What registering each run's model adds, only where some schedule's definition has a `registry:` block: list
+# the model's versions (the one labelled with the run, if an earlier execution uploaded it), get the version
+# holding an alias (`models/<id>@<alias>`), upload a version and poll its operation, and move an alias
+# (mergeVersionAliases is an update of the model). The upload names no service account, so Vertex AI's service
+# agent reads the artifacts and the serving image: no actAs. Reading metrics.json is a grant on the models
+# bucket (platform stack), not a project role.
+REGISTRY_PERMISSIONS = (
+    "aiplatform.models.get",
+    "aiplatform.models.list",
+    "aiplatform.models.update",
+    "aiplatform.models.upload",
+)
 # The workflow's log lines (call logging of errors, sys.log) are written as this account.
 SCHEDULER_PROJECT_ROLES = ("roles/logging.logWriter",)
 SCHEDULER_DESCRIPTION = "Identity of the scheduled retraining runs (Cloud Scheduler + Workflows, infra/)"
@@ -44,9 +56,10 @@ class ScheduleRunnerProps(ServiceIdentityProps):
 
 class ScheduleRunner(ServiceIdentity):
     """The service account scheduled retraining runs as, with a custom project role holding exactly the
-    permissions in SCHEDULER_PERMISSIONS. One account for both steps of a run: Cloud Scheduler mints its
-    token to start the workflow, and the workflow calls Vertex AI as it. Created only for an environment with
-    schedules; grants on the runtime account let it act as that one account.
+    permissions in SCHEDULER_PERMISSIONS (and REGISTRY_PERMISSIONS where a schedule registers its model).
+    One account for both steps of a run: Cloud Scheduler mints its token to start the workflow, and the
+    workflow calls Vertex AI as it. Created only for an environment with schedules; grants on the runtime
+    account let it act as that one account.
     """
 
     def __init__(self, scope: Construct, id_: str, props: ScheduleRunnerProps) -> None:

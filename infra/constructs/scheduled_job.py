@@ -17,10 +17,13 @@ from infra.google import (
 )
 from infra.schedules import (
     ATTEMPT_DEADLINE_S,
+    GOALS,
+    JOB_LABEL,
     MAX_BACKOFF_S,
     MAX_RETRY_DURATION_S,
     MIN_BACKOFF_S,
     RETRY_COUNT,
+    ScheduledRegistration,
     ScheduledRun,
     workflow_source,
 )
@@ -29,6 +32,9 @@ EXECUTIONS_API = "https://workflowexecutions.googleapis.com/v1"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}[a-z0-9]$")
 ENV_VAR = re.compile(r"^[A-Z][A-Z0-9_]{0,39}$")
+# Vertex AI: a model id (UploadModelRequest.modelId) and a version alias (mergeVersionAliases).
+MODEL_ID = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9-]$")
 
 
 @dataclass(frozen=True)
@@ -62,15 +68,54 @@ class ScheduledJobProps:
                     and ENV_VAR.fullmatch(str(item[1])) is not None, "(placeholder, VARIABLE_NAME, value)")
         v.check_labels(where, self.labels or {})
         v.check_kms_key(where, self.kms_key, self.run.region)
+        if self.run.registration is not None:
+            check_registration(where, self.run)
+
+
+def check_registration(where: str, run: ScheduledRun) -> None:
+    """What the Model Registry would refuse in the middle of a run, refused at synthesis instead."""
+    reg, name = run.registration, "run.registration"
+    v.check(where, name, reg, isinstance(reg, ScheduledRegistration),
+            "an infra.schedules.ScheduledRegistration")
+    v.check_str(where, f"{name}.model_id", reg.model_id, MODEL_ID,
+                "a model id: a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'")
+    v.check_text(where, f"{name}.display_name", reg.display_name, 128)
+    v.check(where, f"{name}.aliases", reg.aliases, isinstance(reg.aliases, tuple)
+            and all(v.matches(ALIAS, a) for a in reg.aliases) and len(set(reg.aliases)) == len(reg.aliases),
+            "a tuple of distinct version aliases such as production ([a-z][a-zA-Z0-9-]*, 2-128 characters)")
+    # The metric names a label of each version, beside the run's: the definition's labels leave them room.
+    v.check_str(where, f"{name}.metric", reg.metric, v.LABEL_KEY, "a metric id that is a label key")
+    v.check(where, f"{name}.goal", reg.goal, reg.goal in GOALS, " or ".join(GOALS))
+    labels = dict(reg.labels) if isinstance(reg.labels, tuple) else None
+    most = v.MAX_LABELS - 2
+    v.check(where, f"{name}.labels", reg.labels, labels is not None and list(labels) == sorted(labels)
+            and len(labels) == len(reg.labels) <= most and not {JOB_LABEL, reg.metric} & set(labels),
+            f"(key, value) pairs sorted by key, at most {most}, none named {JOB_LABEL} or the metric")
+    v.check_labels(where, labels)
+    try:
+        spec = json.loads(reg.container_spec)
+    except (TypeError, ValueError):
+        spec = None
+    v.check(where, f"{name}.container_spec", reg.container_spec,
+            isinstance(spec, dict) and isinstance(spec.get("imageUri"), str),
+            "a ModelContainerSpec as JSON text, with its imageUri")
+    display = run.body_dict().get("displayName")
+    v.check(where, "run.body.displayName", display,
+            isinstance(display, str) and run.run_id_placeholder in display,
+            "the run id (the placeholder): a registered version is found again by the run id in it")
+    v.check_str(where, "run.run_id_placeholder", run.run_id_placeholder.lower(), v.LABEL_VALUE,
+                f"a run id that, lowercased, is a label value ({JOB_LABEL}): at most 63 characters")
 
 
 class ScheduledJob(Construct):
-    """One schedule: a Cloud Workflows workflow that creates the compiled CustomJob and waits for its end,
-    and the Cloud Scheduler job that starts an execution of it at each cron time.
+    """One schedule: a Cloud Workflows workflow that creates the compiled CustomJob and waits for its end (and
+    with a registration, registers the model in the Model Registry), and the Cloud Scheduler job that starts
+    an execution of it at each cron time.
 
     No Composer: a workflow waiting on a job costs a few billable polling steps, and an idle schedule nothing.
-    Its identity (created in the bootstrap stack) may start executions, create and read Vertex AI jobs and act
-    as the runtime account; this construct grants nothing (the provider has no workflow-level IAM resource).
+    Its identity (created in the bootstrap stack) may start executions, create and read Vertex AI jobs, act
+    as the runtime account and, where a schedule registers, register models (and read the models bucket);
+    this construct grants nothing (the provider has no workflow-level IAM resource).
     """
 
     def __init__(self, scope: Construct, id_: str, props: ScheduledJobProps) -> None:

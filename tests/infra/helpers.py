@@ -45,5 +45,25 @@ def scenario_runs(cfg) -> tuple:
             time_zone=schedule.time_zone, paused=schedule.paused,
             parent=f"projects/{cfg.project_id}/locations/{cfg.region}", region=cfg.region,
             body=json.dumps(body, sort_keys=True), job_name=schedule.name, run_id_placeholder=placeholder,
-            submission_hash=f"hash-{schedule.name}", label="submission_hash", timeout_s=7200))
+            submission_hash=f"hash-{schedule.name}", label="submission_hash", timeout_s=7200,
+            registration=scenario_registration(planned) if schedule.name == REGISTERING else None))
     return tuple(runs)
+
+
+# The one scenario schedule whose definition registers its model (the standard scenario's second): its
+# environment's schedule account gets the registry's permissions, the other scenarios' do not.
+REGISTERING = "weekly-wide"
+
+
+def scenario_registration(planned):
+    import json
+
+    from infra.schedules import ScheduledRegistration
+
+    return ScheduledRegistration(
+        model_id="recommender", display_name="Recommender", aliases=("production",),
+        labels=(("team", "scenario-ml"),), metric="recall_at_10", goal="MAXIMIZE",
+        container_spec=json.dumps({
+            "imageUri": f"{planned['trainer_image']}:cpu-abc",
+            "command": ["python", "-m", "trainer.serve"], "ports": [{"containerPort": 8080}],
+            "predictRoute": "/predict", "healthRoute": "/health"}, sort_keys=True))

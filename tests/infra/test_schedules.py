@@ -60,6 +60,7 @@ class FakeVertex:
         self.jobs = [dict(j) for j in jobs]
         self.outcome = outcome
         self.created: list[dict] = []
+        self.now = NOW  # when the next job is created (it ends 10 minutes later)
 
     def list(self, args: dict) -> dict:
         found = re.fullmatch(r'labels\.([a-z_]+)="([^"]*)" AND create_time>"([^"]+)"', args["filter"])
@@ -73,7 +74,7 @@ class FakeVertex:
     def create(self, args: dict) -> dict:
         assert args["connector_params"]["timeout"] > 0
         job = {**args["body"], "name": f"{args['parent']}/customJobs/{len(self.jobs) + 1}",
-               "state": self.outcome, "createTime": iso(NOW), "endTime": iso(NOW + 600)}
+               "state": self.outcome, "createTime": iso(self.now), "endTime": iso(self.now + 600)}
         self.jobs.append(job)
         self.created.append(args)
         return job
@@ -224,16 +225,33 @@ def test_environments_without_schedules_have_none_of_it(stacks, bootstraps, conf
         assert absent not in text
 
 
-def test_the_schedule_account_holds_exactly_what_a_run_needs(bootstraps, configs):
-    cfg = configs[BASIC]
-    stack = bootstraps[BASIC]
+# Registering a run's model: list the versions, get the one holding an alias, upload one (polling its
+# operation), move an alias (an update of the model).
+REGISTRY = ["aiplatform.models.get", "aiplatform.models.list", "aiplatform.models.update",
+            "aiplatform.models.upload"]
+
+
+# The standard scenario has a schedule whose definition registers its model, the cmek scenario has not.
+@pytest.mark.parametrize(("env", "registers"), [(BASIC, True), (CMEK, False)])
+def test_the_schedule_account_holds_exactly_what_a_run_needs(bootstraps, stacks, configs, env, registers):
+    cfg = configs[env]
+    stack = bootstraps[env]
     names = resource_names(cfg)
     (account_key,) = [k for k, b in resources(stack, "google_service_account").items()
                       if b["account_id"] == names.scheduler_account_id]
     member = f"serviceAccount:${{google_service_account.{account_key}.email}}"
     (role_key, role), = resources(stack, "google_project_iam_custom_role").items()
-    assert sorted(role["permissions"]) == ["aiplatform.customJobs.create", "aiplatform.customJobs.get",
-                                           "aiplatform.customJobs.list", "workflows.executions.create"]
+    assert sorted(role["permissions"]) == sorted(
+        ["aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list",
+         "workflows.executions.create"] + (REGISTRY if registers else []))
+    # On resources (platform stack): reading the models bucket's objects (metrics.json), nothing else.
+    account = f"serviceAccount:{service_account_email(cfg, names.scheduler_account_id)}"
+    grants = [(rtype, b["role"], b.get("bucket")) for rtype, bodies in stacks[env]["resource"].items()
+              if rtype.endswith("_iam_member") for b in bodies.values() if b["member"] == account]
+    models = [k for k, b in resources(stacks[env], "google_storage_bucket").items()
+              if b["labels"]["bucket-role"] == "models"]
+    assert grants == ([("google_storage_bucket_iam_member", "roles/storage.objectViewer",
+                        f"${{google_storage_bucket.{models[0]}.name}}")] if registers else [])
     project = sorted(b["role"] for b in resources(stack, "google_project_iam_member").values()
                      if b["member"] == member)
     custom = f"${{google_project_iam_custom_role.{role_key}.name}}"

@@ -9,11 +9,12 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
+import jobs.api
 from infra.config import ConfigError, parse_environment
 from infra.outputs import planned_outputs
-from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S
+from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRegistration
 from jobs.api import REPO_ROOT, compile_file
-from jobs.schedule import compile_schedules
+from jobs.schedule import compile_schedules, registration_of
 
 CONFIG = """
 project_id: sched-proj-1
@@ -117,3 +118,51 @@ def test_a_fixed_name_or_output_directory_is_refused(cfg, override, field):
     message = str(caught.value)
     assert message.startswith(f"jobs/recommender.yaml: field '{field}': ")
     assert "would be the same for every scheduled run" in message and "${job.id}" in message
+
+
+class StandInRegistry:
+    """A compiled definition's `registry` (jobs.definition.registry.RegistrySpec), by its attribute names."""
+
+    model_id = "recommender"
+    display_name = "MovieLens recommender"
+    aliases = ["production", "candidate"]
+    labels = {"team": "ml", "app": "movielens"}
+    metric = "recall_at_10"
+    goal = "MAXIMIZE"
+    container_spec = {
+        "imageUri": "r/trainer:cpu-abc",
+        "command": ["python", "-m", "trainer.serve"],
+        "ports": [{"containerPort": 8080}],
+        "predictRoute": "/predict",
+        "healthRoute": "/health",
+    }
+
+
+class WithRegistry:
+    """A compiled job that has a registry block."""
+
+    def __init__(self, job, registry) -> None:
+        self._job, self.registry = job, registry
+
+    def __getattr__(self, name):
+        return getattr(self._job, name)
+
+
+def test_a_definitions_registry_block_becomes_the_runs_registration(cfg, monkeypatch):
+    expected = ScheduledRegistration(
+        model_id="recommender", display_name="MovieLens recommender", aliases=("production", "candidate"),
+        # Sorted: the same definition always synthesizes the same workflow.
+        labels=(("app", "movielens"), ("team", "ml")), metric="recall_at_10", goal="MAXIMIZE",
+        container_spec=json.dumps(StandInRegistry.container_spec, sort_keys=True))
+    assert registration_of(StandInRegistry()) == expected
+    assert registration_of(None) is None
+    assert json.loads(expected.container_spec) == StandInRegistry.container_spec
+    hash(expected)  # frozen and hashable, like the rest of ScheduledRun
+
+    real = jobs.api.compile_file
+    with monkeypatch.context() as patch:
+        patch.setattr(jobs.api, "compile_file",
+                      lambda *args, **kwargs: WithRegistry(real(*args, **kwargs), StandInRegistry()))
+        daily, _ = compile_schedules(cfg)
+    assert daily.registration == expected
+    assert compile_schedules(cfg)[0].registration is None  # no registry block: nothing registers
