@@ -113,8 +113,7 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
         submission_hash=job.submission_hash,
         label=SUBMISSION_LABEL,
         timeout_s=math.ceil(seconds) if seconds is not None and seconds >= 0 else VERTEX_DEFAULT_TIMEOUT_S,
-        # TODO(merge): job.registry once CompiledJob has it (the definition's registry: block).
-        registration=registration_of(getattr(job, "registry", None)),
+        registration=registration_of(job.registry),
     )
 
 

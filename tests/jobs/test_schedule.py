@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-import jobs.api
 from infra.config import ConfigError, parse_environment
 from infra.outputs import planned_outputs
 from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRegistration
@@ -138,16 +137,6 @@ class StandInRegistry:
     }
 
 
-class WithRegistry:
-    """A compiled job that has a registry block."""
-
-    def __init__(self, job, registry) -> None:
-        self._job, self.registry = job, registry
-
-    def __getattr__(self, name):
-        return getattr(self._job, name)
-
-
 def test_a_definitions_registry_block_becomes_the_runs_registration(cfg, monkeypatch):
     expected = ScheduledRegistration(
         model_id="recommender", display_name="MovieLens recommender", aliases=("production", "candidate"),
@@ -159,10 +148,12 @@ def test_a_definitions_registry_block_becomes_the_runs_registration(cfg, monkeyp
     assert json.loads(expected.container_spec) == StandInRegistry.container_spec
     hash(expected)  # frozen and hashable, like the rest of ScheduledRun
 
-    real = jobs.api.compile_file
-    with monkeypatch.context() as patch:
-        patch.setattr(jobs.api, "compile_file",
-                      lambda *args, **kwargs: WithRegistry(real(*args, **kwargs), StandInRegistry()))
-        daily, _ = compile_schedules(cfg)
-    assert daily.registration == expected
-    assert compile_schedules(cfg)[0].registration is None  # no registry block: nothing registers
+    # The shipped daily job's own block, through the very compile `run_job.py --dry-run` does.
+    daily = compile_schedules(cfg)[0]
+    spec = json.loads(daily.registration.container_spec)
+    assert daily.registration == ScheduledRegistration(
+        model_id="recommender", display_name="recommender", aliases=("production",),
+        labels=(("app", "movielens"),), metric="recall_at_k", goal="MAXIMIZE",
+        container_spec=daily.registration.container_spec)
+    assert spec["command"] == ["python", "-m", "trainer.serve"] and ":cpu-" in spec["imageUri"]
+    assert daily.job_file == "jobs/recommender.yaml"

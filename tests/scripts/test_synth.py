@@ -158,12 +158,22 @@ def test_shipped_and_rewritten_stacks_pass_the_policy_scan(shipped_and_rewritten
 def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rewritten, monkeypatch):
     """Run each synthesized workflow (the Workflows interpreter of the infra tests, a fake Vertex AI) and
     compare the job it creates with what `run_job.py JOB --dry-run --env ENV --set ...` prints: equal, once
-    the dry-run's job id is this run's id and the planned TensorBoard the deployed one."""
+    the dry-run's job id is this run's id and the planned TensorBoard the deployed one. A schedule whose job
+    registers its model uploads the model the dry-run's upload request names, served by the same container."""
     from io import StringIO
 
     from infra.outputs import planned_outputs
-    from infra.schedules import CREATE_CONNECTOR, LIST_CONNECTOR
+    from infra.schedules import (
+        CREATE_CONNECTOR,
+        GET_MODEL_CONNECTOR,
+        LIST_CONNECTOR,
+        LIST_VERSIONS_CONNECTOR,
+        MERGE_ALIASES_CONNECTOR,
+        READ_OBJECT_CONNECTOR,
+        UPLOAD_CONNECTOR,
+    )
     from jobs.cli.run_job import main as run_job
+    from tests.infra.test_schedule_registry import FakeRegistry, FakeStorage
     from tests.infra.workflows_interpreter import Interpreter
 
     results, _ = shipped_and_rewritten
@@ -178,19 +188,40 @@ def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rew
                        if w["name"] == resource_names(cfg).schedule(schedule.name)]
         created: list[dict] = []
 
-        def create(args, created=created):
+        storage = FakeStorage()
+
+        def create(args, created=created, storage=storage):
             created.append(args)
+            model = args["body"]["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"] + "/model"
+            storage.files[model + "/metrics.json"] = b'{"eval": {"recall_at_k": 0.3}}'
             return {**args["body"], "name": "n", "state": "JOB_STATE_SUCCEEDED"}
 
+        parent = f"projects/{planned_outputs(cfg)['project']}/locations/{planned_outputs(cfg)['region']}"
+        registry = FakeRegistry(parent)
         program = yaml.safe_load(workflow["source_contents"].replace("$${", "${"))
         Interpreter(program, now=now, env={"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": "abcdef12-3456",
                                             "TENSORBOARD": "projects/p/locations/r/tensorboards/77"},
-                    connectors={LIST_CONNECTOR: lambda args: {}, CREATE_CONNECTOR: create}).run()
+                    connectors={LIST_CONNECTOR: lambda args: {}, CREATE_CONNECTOR: create,
+                                LIST_VERSIONS_CONNECTOR: registry.list_versions,
+                                GET_MODEL_CONNECTOR: registry.get, UPLOAD_CONNECTOR: registry.upload,
+                                MERGE_ALIASES_CONNECTOR: registry.merge,
+                                READ_OBJECT_CONNECTOR: storage.get}).run()
         ((sent,),) = [created]
 
         out, err = StringIO(), StringIO()
         argv = [schedule.job, "--dry-run", "--env", env, *(f"--set={o}" for o in schedule.overrides)]
         assert run_job(argv, out=out, err=err, outputs=planned_outputs(cfg)) == 0, err.getvalue()
+        if schedule.job == "jobs/recommender.yaml":  # the shipped daily job registers its model
+            printed = err.getvalue()
+            upload = json.loads(printed[printed.index("\n{", printed.index("model upload request")) + 1:])
+            ((uploaded,),) = [registry.uploads]
+            dry_run_id = json.loads(out.getvalue())["customJob"]["displayName"]
+            run_id = sent["body"]["displayName"]
+            assert uploaded["model"]["artifactUri"] == upload["model"]["artifactUri"].replace(
+                dry_run_id, run_id)
+            assert uploaded["model"]["containerSpec"] == upload["model"]["containerSpec"]
+            assert uploaded["modelId"] == upload["modelId"] == "recommender"
+            assert registry.holder("production") == "1"  # the first version takes the alias
         request = json.loads(out.getvalue())
         dry_run_id = request["customJob"]["displayName"]
         run_id = sent["body"]["displayName"]
