@@ -181,7 +181,7 @@ def test_the_recommender_trains_and_serves_its_signatures(model_run):
         metrics["history"][0]["val_recall_at_k"])
     got = done.reload
     assert got["signatures"] == ["serving_default", "similar_items", "top_k"]
-    assert got["known_user"] == [True, True, False, True] and got["known_item"] == [True, True, True, False]
+    assert got["default_is_top_k"] and got["known"] == [True, False, True]
     assert [sum(bool(i) for i in row) for row in got["items"]] == [5, 3, 2]
     assert got["similar_known"] == [True, False] and got["similar"][1] == [""] * 5
 

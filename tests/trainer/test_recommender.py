@@ -77,7 +77,7 @@ SCORE = REPO_ROOT / "tests" / "trainer" / "score_recommender.py"
 
 
 @pytest.mark.training
-def test_the_export_scores_pairs_lists_unseen_items_and_similar_items(movielens_run):
+def test_the_export_lists_unseen_items_and_similar_items(movielens_run):
     import numpy as np
 
     from trainer.tasks.recommender import data as rd
@@ -87,8 +87,7 @@ def test_the_export_scores_pairs_lists_unseen_items_and_similar_items(movielens_
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["signatures"] == ["serving_default", "similar_items", "top_k"]
-    assert got["known_user"] == [True, True, False, True] and got["known_item"] == [True, True, True, False]
-    assert got["score"][3] == -1e9 and got["score"][0] != got["score"][1]
+    assert got["default_is_top_k"] and got["known"] == [True, False, True]
 
     # The batch's widest k is 5: narrower rows are padded with "" and 0.
     assert [len(row) for row in got["items"]] == [5, 5, 5]
@@ -271,3 +270,79 @@ def test_top_k_lists_too_large_to_export_are_refused_before_training(tmp_path, m
     entries, allowed = 60 * (users + 1), 50 * (users + 1)
     assert str(refused.value) == (f"--top-k 60: {users} users x 60 recommendations would export {entries} "
                                   f"list entries, more than the {allowed} allowed; use --top-k 50 or less")
+
+
+def test_the_item_item_part_is_eases_weights_scaled_and_neither_checkpointed_nor_exported(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+
+    import trainer.tasks.recommender as recommender
+    from trainer.config import resolve_config
+    from trainer.tasks.recommender import data as rd
+
+    ratings = tmp_path / "ratings.csv"
+    ratings.write_text(RATINGS_HEAD)
+
+    def made(*flags):
+        cfg = resolve_config(["--model", "recommender", "--train-files", str(ratings), "--top-k", "5", *flags])
+        data = recommender.make_data(cfg, 64, 64)
+        return cfg, data, recommender.build_model(cfg, data)
+
+    cfg, data, model = made("--item-item-scale", "3")
+    items = len(data.state["items"])
+    assert data.report["item_item"] == f"EASE's weights on {items} items, scale 3"
+    # The same split and vocabularies the task made, as EASE's baseline sees them.
+    given = rd.read_ratings([str(ratings)], rd.RatingColumns("userId", "movieId", "rating", "timestamp"), "x")
+    train, _ = rd.split_ratings(given, "random", 0.2, cfg.seed)
+    fit = rd.index(train, *rd.vocabularies(train, rd.RatingColumns("userId", "movieId", "rating", "timestamp")))
+    weights = rd.ease_weights(fit, items)
+    splits, values = data.state["rated"]
+    users = np.arange(1, data.state["num_users"] + 1, dtype=np.int32)
+    seen = np.zeros((len(users), int(np.diff(splits).max())), np.int32)
+    history = np.zeros((len(users), items + 1), np.float32)
+    for row, user in enumerate(users):
+        mine = values[splits[user]:splits[user + 1]]
+        seen[row, :len(mine)], history[row, mine] = mine, 1
+    factors = model.user_scores(tf.constant(users)).numpy()
+    hybrid = model.user_scores(tf.constant(users), tf.constant(seen)).numpy()
+    np.testing.assert_allclose(hybrid[:, 1:] - factors[:, 1:], 3 * (history @ weights)[:, 1:], rtol=1e-4,
+                               atol=1e-4)
+    # A weight is what training saves and the export holds: the items x items matrix is neither.
+    square = [v.path for v in model.weights if tuple(v.shape) == (items + 1, items + 1)]
+    assert not square
+    saved = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt" / "c"))
+    assert all(tuple(shape) != (items + 1, items + 1) for _, shape in tf.train.list_variables(saved))
+
+    _, data, model = made("--item-item-scale", "0")
+    assert model._item_item is None and data.report["item_item"].startswith("off (--item-item-scale 0)")
+    _, data, model = made("--ease-max-items", "10")
+    assert model._item_item is None and data.report["item_item"].startswith(
+        f"skipped: {items} items > --ease-max-items 10")
+
+
+def test_the_item_item_weights_are_kept_for_later_trials_and_checked_when_read(tmp_path, caplog):
+    import numpy as np
+
+    from trainer.tasks.recommender import kept_item_item
+
+    ratings = tmp_path / "ratings.csv"
+    ratings.write_text("userId,movieId,rating\n1,10,4\n")
+    folder = str(tmp_path / "kept")
+    calls = []
+
+    def weights(num_items, value=1.0):
+        def compute():
+            calls.append(num_items)
+            return np.full((num_items + 1, num_items + 1), value, np.float32)
+        got, keep = kept_item_item(folder, [str(ratings)], ["seed", 42], num_items, compute)
+        if keep:
+            keep()
+        return got
+
+    first = weights(3)
+    assert (weights(3, value=2.0) == first).all() and calls == [3]  # a later trial reads the kept matrix
+    # Kept bytes of another shape (a damaged or foreign file under the same name) are never trusted.
+    (kept,) = (tmp_path / "kept").iterdir()
+    np.save(kept.open("wb"), np.zeros((2, 2), np.float32))
+    assert (weights(3, value=5.0) == 5).all() and calls == [3, 3]
+    assert "not reading the kept item-item weights" in caplog.text

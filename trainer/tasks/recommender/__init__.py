@@ -1,5 +1,6 @@
 """A ranking recommender, registered as ``--model recommender``: matrix factorisation trained with a sampled
-softmax over items (Keras 3, sparse updates), evaluated by recall@k and NDCG@k.
+softmax over items (Keras 3, sparse updates) plus a closed-form item-item part where the catalogue fits in
+memory, evaluated by recall@k and NDCG@k.
 
 Input: CSV files (local or ``gs://``) whose header names the user, item, rating and, optionally, timestamp
 columns (MovieLens's ``userId,movieId,rating,timestamp`` by default; ``--user-column`` etc. rename them).
@@ -10,7 +11,10 @@ IDs are strings; the vocabularies come from the training ratings and travel insi
 Model (:mod:`trainer.tasks.recommender.model`): every training rating is an interaction; a user's score of an
 item is ``p_u . q_i + b_i``, trained to rank the rated item above ``--negatives`` items sampled from the
 catalogue (softmax cross-entropy), with ``--l2`` on the factors a rating touches. A step updates only the
-rows it touched, so its cost does not grow with the catalogue.
+rows it touched, so its cost does not grow with the catalogue. For a catalogue of at most
+``--ease-max-items`` items the score adds ``--item-item-scale`` times EASE's item-item weights summed over
+the items the user rated (computed once before training, the same matrix the EASE baseline scores with, and
+kept for the job's later trials and restarts); a larger catalogue uses the factors alone, saying so.
 
 Metrics, on each eval user's held-out positives (ratings >= ``--positive-threshold`` of items the user did
 not rate in training; those items are never candidates): ``recall_at_k`` (the default tuning metric,
@@ -19,10 +23,10 @@ most-rated unseen items (popularity) and, for a catalogue of at most ``--ease-ma
 users, in metrics.json's ``data.baselines`` and the log. At most ``--eval-users`` users are scored (a seeded
 sample), so evaluation stays bounded on large data.
 
-Export: ``serving_default`` scores (user, item) pairs; ``top_k`` returns each user's best items they did not
-rate in training (lists computed at export: ``users x --top-k`` indices, whatever the number of ratings); an
-unknown user gets the most popular items. ``similar_items`` returns an item's nearest items by the cosine of
-the item factors; an unknown item gets an empty row and ``known`` false.
+Export: ``serving_default`` and ``top_k`` return each user's best items they did not rate in training, with
+the model's probability of each (lists computed at export: ``users x --top-k`` entries, whatever the number
+of ratings); an unknown user gets the most popular items. ``similar_items`` returns an item's nearest items
+by the cosine of the item factors; an unknown item gets an empty row and ``known`` false.
 
 Multi-worker: every worker reads the ratings, makes the same split and vocabularies (checked with an
 all-gather) and trains on its own 1/workers share of the training ratings (logged as "this worker's share").
@@ -90,6 +94,9 @@ class RecommenderConfig(TaskConfig):
     ease_max_items: int = option(20000, "compute the EASE baseline when the catalogue has at most this many "
                                  "items (a dense items x items inverse; 0: never) (default %(default)s)",
                                  type=integral, metavar="N")
+    item_item_scale: float = option(20.0, "weight of the item-item part (EASE's weights over the items a "
+                                    "user rated) in the score, for a catalogue of at most --ease-max-items "
+                                    "items; 0: the factors alone (default %(default)s)")
     top_k: int = option(0, "the most items the top_k and similar_items signatures return, at most the "
                         f"catalogue (default 0: {DEFAULT_TOP_K} or the whole catalogue if smaller)",
                         type=integral, metavar="K")
@@ -111,17 +118,19 @@ class RecommenderConfig(TaskConfig):
         check(self.ranking_k >= 1, "ranking_k", "an integer >= 1", self.ranking_k)
         check(self.eval_users >= 1, "eval_users", "an integer >= 1", self.eval_users)
         check(self.ease_max_items >= 0, "ease_max_items", "an integer >= 0", self.ease_max_items)
+        check(0 <= self.item_item_scale <= 1e6, "item_item_scale", "a number in 0..1e6", self.item_item_scale)
         check(self.top_k >= 0, "top_k", "an integer >= 0", self.top_k)
 
 
 SPEC = TaskSpec(
     name="recommender",
-    description="ranking recommender: matrix factorisation trained with a sampled softmax over items (CSV "
-                "ratings), scored by recall@k and NDCG@k",
+    description="ranking recommender: matrix factorisation trained with a sampled softmax over items plus "
+                "EASE's item-item weights (CSV ratings), scored by recall@k and NDCG@k",
     config=RecommenderConfig,
     metrics={"recall_at_k": MAXIMIZE, "ndcg_at_k": MAXIMIZE, "loss": MINIMIZE},
-    export_formats={"JSON": "{\"user\": ID, \"item\": ID} instances (ids as strings); the top_k signature "
-                            "takes {\"user\": ID, \"k\": N}, similar_items {\"item\": ID, \"k\": N}"},
+    export_formats={"JSON": "{\"user\": ID, \"k\": N} instances (ids as strings) -> the user's best N "
+                            "unseen items (serving_default, also named top_k); similar_items takes "
+                            "{\"item\": ID, \"k\": N}"},
     defaults={"num_epochs": 15, "train_batch_size": 1024, "eval_batch_size": 128, "learning_rate": 0.1},
     flag_help={"learning_rate": "Adagrad learning rate (sparse: only the rows a step touched) "
                                 "(default %(default)s)",
@@ -229,14 +238,31 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     eval_ds = eval_ds.ragged_batch(global_eval_batch).map(
         lambda x, y: ({"user": x["user"], "seen": x["seen"].to_tensor()}, y.to_tensor()))
 
-    baselines, keep = {}, None
+    # A random split's eval ratings come from the training files: each file is stat'ed once.
+    files = list(dict.fromkeys([*given.sources, *evaluation.sources]))
+    keeps = []
+    weights = None
+    if task.item_item_scale > 0 and len(items) <= task.ease_max_items:
+        # Every worker scores its eval users and exports with it: each reads the kept matrix or computes it.
+        weights, keep_weights = kept_item_item(shard.cache_dir, files, [columns, split, cfg.seed],
+                                               len(items), lambda: rd.ease_weights(fit, len(items)))
+        if shard.index == 0:
+            keeps.append(keep_weights)
+        item_item = f"EASE's weights on {len(items)} items, scale {task.item_item_scale:g}"
+    elif task.item_item_scale > 0:
+        item_item = (f"skipped: {len(items)} items > --ease-max-items {task.ease_max_items} (a dense items x "
+                     "items matrix); the factors alone")
+    else:
+        item_item = "off (--item-item-scale 0): the factors alone"
+    log.info("model: matrix factorisation; item-item part: %s", item_item)
+    baselines = {}
     if shard.index == 0:
         depends = [columns, split, cfg.seed, task.positive_threshold, task.ranking_k, task.eval_users,
                    task.ease_max_items]
-        # A random split's eval ratings come from the training files: each file is stat'ed once.
-        files = list(dict.fromkeys([*given.sources, *evaluation.sources]))
-        baselines, keep = kept_baselines(shard.cache_dir, files, depends, lambda: rd.ranking_baselines(
-            fit, ranked, len(items), task.ranking_k, task.ease_max_items))
+        baselines, keep_figures = kept_baselines(shard.cache_dir, files, depends, lambda: (
+            rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items, weights)))
+        keeps.append(keep_figures)
+    keeps = [keep for keep in keeps if keep]
     report = {
         "train": {"files": list(given.sources), "ratings": len(train), "users": len(users),
                   "items": len(items), "this_worker_ratings": len(mine)},
@@ -244,7 +270,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
                  "unknown_users": int(np.sum(score.users == 0)),
                  "unknown_items": int(np.sum(score.items == 0)),
                  "ranked_users": len(ranked), "users_with_positives": ranked.total},
-        "split": split, "rating_range": [low, high],
+        "split": split, "rating_range": [low, high], "item_item": item_item,
         "ranking": {"k": task.ranking_k, "positive_threshold": task.positive_threshold},
         "baselines": {name: figures for name, figures in baselines.items() if "skipped" not in figures},
         "skipped_baselines": {name: f["skipped"] for name, f in baselines.items() if "skipped" in f},
@@ -266,11 +292,12 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         train_steps=max(1, math.ceil(len(train) / global_train_batch)),
         preprocessor=lookup, report=report,
         state={"items": items.tolist(), "rated": rated, "num_users": len(users), "max_k": max_k,
-               "popularity": np.bincount(fit.items, minlength=len(items) + 1)},
-        keep=keep)
+               "popularity": np.bincount(fit.items, minlength=len(items) + 1), "item_item": weights},
+        keep=(lambda: [keep() for keep in keeps]) if keeps else None)
 
 
 _BASELINES_FORMAT = 1  # bump when what the baselines compute changes: older kept figures are then not read
+_ITEM_ITEM_FORMAT = 1  # likewise for the item-item weights
 
 
 def kept_baselines(folder: str | None, files: list[str], depends: list,
@@ -281,6 +308,42 @@ def kept_baselines(folder: str | None, files: list[str], depends: list,
     study pays for it once."""
     import json
 
+    def decode(raw: bytes):
+        figures = json.loads(raw)
+        return figures if isinstance(figures, dict) else None
+
+    return _kept(folder, "baselines.json", "baselines", [_BASELINES_FORMAT, depends], files, 1 << 20, decode,
+                 lambda figures: json.dumps(figures).encode(), compute)
+
+
+def kept_item_item(folder: str | None, files: list[str], depends: list, num_items: int,
+                   compute) -> tuple:
+    """The model's item-item weights ``[items + 1, items + 1]`` float32, as :func:`kept_baselines` keeps
+    the baselines' figures: the inverse is the slowest part of a run on the shipped data."""
+    import io
+
+    import numpy as np
+
+    shape = (num_items + 1, num_items + 1)
+
+    def decode(raw: bytes):
+        weights = np.load(io.BytesIO(raw), allow_pickle=False)
+        return weights if weights.shape == shape and weights.dtype == np.float32 else None
+
+    def encode(weights) -> bytes:
+        out = io.BytesIO()
+        np.save(out, weights, allow_pickle=False)
+        return out.getvalue()
+
+    return _kept(folder, "item-item.npy", "item-item weights", [_ITEM_ITEM_FORMAT, depends], files,
+                 shape[0] * shape[1] * 4 + 4096, decode, encode, compute)
+
+
+def _kept(folder, name: str, what: str, version: list, files: list[str], max_bytes: int, decode, encode,
+          compute) -> tuple:
+    """(``compute()``, a callable that keeps it) or (the value kept for the same files and ``version``
+    ([format, what it depends on]), None). ``name`` is the kept file's (``prefix.suffix``; the key goes
+    between); ``decode`` returns None (or raises ValueError) for kept bytes that are not a valid value."""
     import tensorflow as tf
 
     from trainer import kept
@@ -291,19 +354,21 @@ def kept_baselines(folder: str | None, files: list[str], depends: list,
         identity = kept.files_identity(files)
     except tf.errors.OpError:
         return compute(), None
-    path = f"{folder}/baselines-{kept.key(_BASELINES_FORMAT, identity, repr(depends))}.json"
-    raw = kept.read(path, 1 << 20, "baselines")
+    prefix, suffix = name.rsplit(".", 1)
+    fmt, depends = version
+    path = f"{folder}/{prefix}-{kept.key(fmt, identity, repr(depends))}.{suffix}"
+    raw = kept.read(path, max_bytes, what)
     if raw is not None:
         try:
-            figures = json.loads(raw)
-            if isinstance(figures, dict):
-                log.info("baselines: read from %s", path)
-                return figures, None
+            value = decode(raw)
         except ValueError:
-            pass
-        log.warning("not reading the kept baselines %s: computing them again", path)
-    figures = compute()
-    return figures, lambda: kept.write(path, json.dumps(figures).encode(), "baselines")
+            value = None
+        if value is not None:
+            log.info("%s: read from %s", what, path)
+            return value, None
+        log.warning("not reading the kept %s %s: computing them again", what, path)
+    value = compute()
+    return value, lambda: kept.write(path, encode(value), what)
 
 
 def build_model(cfg, data: TaskData):
@@ -312,25 +377,36 @@ def build_model(cfg, data: TaskData):
     state = data.state
     model = RankingMF(state["num_users"], len(state["items"]), cfg.task.embedding_dim, cfg.task.l2,
                       cfg.task.negatives, state["popularity"], cfg.task.ranking_k, seed=cfg.seed,
+                      item_item=state["item_item"], item_item_scale=cfg.task.item_item_scale,
                       name="ranking_mf")
     return compile_recommender(model, cfg.learning_rate)
 
 
 def serving_fn(model, data: TaskData, export_format: str):
-    from trainer.tasks.recommender.model import score_function
+    from trainer.tasks.recommender.model import top_k_function
 
     if export_format != "JSON":
         raise ValueError(f"unsupported export format {export_format!r}")
-    return score_function(model, data.preprocessor)
+    # A deployed recommender's default request asks for recommendations: serving_default is top_k.
+    return top_k_function(data.preprocessor, data.state["items"], *_lists(model, data))
 
 
 def more_signatures(model, data: TaskData):
-    from trainer.tasks.recommender.model import recommendations, similar_items_function, top_k_function
+    from trainer.tasks.recommender.model import similar_items_function, top_k_function
 
     state = data.state
-    table = recommendations(model, state["rated"], state["max_k"])
-    return {"top_k": top_k_function(model, data.preprocessor, state["items"], table),
+    return {"top_k": top_k_function(data.preprocessor, state["items"], *_lists(model, data)),
             "similar_items": similar_items_function(model, data.preprocessor, state["items"], state["max_k"])}
+
+
+def _lists(model, data: TaskData):
+    """Each user's recommendations and their probabilities, computed once for both signatures."""
+    from trainer.tasks.recommender.model import recommendations
+
+    state = data.state
+    if "lists" not in state:
+        state["lists"] = recommendations(model, state["rated"], state["max_k"])
+    return state["lists"]
 
 
 TASK = Task(spec=SPEC, make_data=make_data, build_model=build_model, serving_fn=serving_fn,

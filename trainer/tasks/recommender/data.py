@@ -472,15 +472,17 @@ def ranking_figures(scores: np.ndarray, users: EvalUsers, rows: np.ndarray, k: i
 
 
 def ranking_baselines(train: Indexed, users: EvalUsers, num_items: int, k: int,
-                      ease_max_items: int) -> dict[str, dict]:
+                      ease_max_items: int, ease: np.ndarray | None = None) -> dict[str, dict]:
     """recall@k and NDCG@k on ``users`` of the most-rated unseen items (popularity) and, for a catalogue of
     at most ``ease_max_items``, of EASE (closed form, lambda 100: a dense items x items inverse, so it is
-    skipped above that size, saying so)."""
+    skipped above that size, saying so). ``ease``: its weights, when the caller has them already."""
     popularity = np.bincount(train.items, minlength=num_items + 1).astype(np.float32)
     figures = {"popularity": np.zeros((len(users), 2))}
-    ease = None
-    if num_items <= ease_max_items:
-        ease = _ease(train, num_items)
+    if num_items > ease_max_items:
+        ease = None
+    elif ease is None:
+        ease = ease_weights(train, num_items)
+    if ease is not None:
         figures["ease"] = np.zeros((len(users), 2))
     for start in range(0, len(users), _CHUNK):
         rows = np.arange(start, min(start + _CHUNK, len(users)))
@@ -492,13 +494,13 @@ def ranking_baselines(train: Indexed, users: EvalUsers, num_items: int, k: int,
             figures["ease"][rows] = ranking_figures(history @ ease, users, rows, k)
     out = {name: {"recall_at_k": float(f[:, 0].mean()), "ndcg_at_k": float(f[:, 1].mean())}
            for name, f in figures.items()}
-    if ease is None:
+    if num_items > ease_max_items:
         out["ease"] = {"skipped": f"{num_items} items > --ease-max-items {ease_max_items}: EASE inverts a "
                                   "dense items x items matrix"}
     return out
 
 
-def _ease(train: Indexed, num_items: int) -> np.ndarray:
+def ease_weights(train: Indexed, num_items: int) -> np.ndarray:
     """EASE's item-item weights [items + 1, items + 1] (row and column 0 zero), from the training ratings
     as implicit feedback; the Gram matrix is built from the sparse pairs, never a dense users x items."""
     pairs = np.unique(train.users.astype(np.int64) * (num_items + 1) + train.items)

@@ -1,11 +1,22 @@
-"""A ranking recommender in Keras 3: matrix factorisation trained with a sampled softmax over items, its
-sparse optimiser, its ranking evaluation and its serving signatures.
+"""A ranking recommender in Keras 3: matrix factorisation trained with a sampled softmax over items, with a
+closed-form item-item part for catalogues that fit in memory; its sparse optimiser, its ranking evaluation
+and its serving signatures.
 
-Model: a user ``u`` scores item ``i`` as ``p_u . q_i + b_i``, trained as ``P(i | u) = softmax over the
-catalogue``: for each training rating, its item against ``--negatives`` items drawn uniformly from the
-catalogue per step (sampled softmax; a uniform proposal needs no log-Q correction). Unlike squared error on
-observed ratings, the loss says something about the items a user never rated, which is where
-recommendations come from (issue 27: the rating-trained model's recall@10 was 0.022).
+Model: a user ``u`` scores item ``i`` as ``p_u . q_i + b_i + a * sum_{j rated by u} W_ji``, and
+``P(i | u)`` is the softmax of those scores over the catalogue.
+- The factors are trained as that softmax: for each training rating, its item against ``--negatives``
+  items drawn uniformly from the catalogue per step (sampled softmax; a uniform proposal needs no log-Q
+  correction). Unlike squared error on observed ratings, the loss says something about the items a user
+  never rated, which is where recommendations come from (issue 27: the rating-trained model's recall@10 was
+  0.022).
+- ``W`` is EASE's item-item weight matrix (closed form, computed before training from the training ratings,
+  the same matrix the EASE baseline uses), scaled by ``a`` (``--item-item-scale``); it exists only for a
+  catalogue of at most ``--ease-max-items`` items, being a dense items x items matrix. Why both: every
+  low-rank model measured on the shipped ratings (sampled- and full-softmax MF, iALS, linear and non-linear
+  autoencoders) stopped at 0.86-0.89x EASE's recall@10; a full-rank item-item part closes that gap, and the
+  factors, added to it, rank a little better than EASE alone (see scripts/benchmarks/bench_recommender.py).
+  Larger catalogues train and serve the factors alone. ``W`` is held outside the model's weights: neither
+  checkpointed nor exported (the export keeps each user's recommendations instead).
 
 Scale: a step touches ``batch`` user rows, ``batch + negatives`` item rows and nothing else. Keras 3's
 optimisers update whole tables every step (Adam's moments are dense), so :class:`SparseAdagrad` applies an
@@ -55,13 +66,21 @@ class SparseAdagrad(keras.optimizers.Adagrad):
         table.scatter_sub(tf.IndexedSlices(values * scale, rows))
 
 
+class _Untracked:
+    """Holds a tensor out of Keras's and TensorFlow's tracking: no weight, no checkpoint, no export."""
+
+    def __init__(self, value):
+        self.value = value
+
+
 class RankingMF(keras.Model):
     """Training batches ``({"user": int [B], "item": int [B]}, rating [B])``; evaluation batches ``({"user":
     int [B], "seen": int [B, S]}, positives int [B, P])`` (0-padded). Indices are 1-based into the training
     vocabularies, 0 an unknown id."""
 
     def __init__(self, num_users: int, num_items: int, dim: int, l2: float, negatives: int,
-                 popularity: np.ndarray, k: int, seed: int = 0, **kwargs):
+                 popularity: np.ndarray, k: int, seed: int = 0, item_item: np.ndarray | None = None,
+                 item_item_scale: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         self.num_users, self.num_items = int(num_users), int(num_items)
         self.l2, self.negatives, self.k = float(l2), int(min(negatives, num_items)), int(k)
@@ -77,6 +96,9 @@ class RankingMF(keras.Model):
         popularity[0] = HIDDEN
         self.popularity = self.add_weight(shape=(num_items + 1,), name="log_popularity", trainable=False,
                                           initializer=keras.initializers.Constant(popularity))
+        self.item_item_scale = float(item_item_scale)
+        use = item_item is not None and self.item_item_scale > 0
+        self._item_item = _Untracked(tf.constant(item_item, tf.float32)) if use else None
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.recall_tracker = keras.metrics.Mean(name="recall_at_k")
         self.ndcg_tracker = keras.metrics.Mean(name="ndcg_at_k")
@@ -101,13 +123,27 @@ class RankingMF(keras.Model):
         score = tf.where(users > 0, score, tf.gather(self.popularity, items))
         return tf.where(items > 0, score, HIDDEN)
 
-    def user_scores(self, users):
-        """Every item's score for each user ``[B, items + 1]`` (column 0, the unknown item, hidden)."""
+    def user_scores(self, users, seen=None):
+        """Every item's score for each user ``[B, items + 1]`` (column 0, the unknown item, hidden), given
+        the items each rated in training (``seen`` int [B, S], 0-padded) for the item-item part."""
         every = tf.range(self.num_items + 1)
         bias = tf.squeeze(self.item_bias(every), -1)
         scores = tf.matmul(self.user_factors(users), self.item_factors(every), transpose_b=True) + bias
+        if self._item_item is not None and seen is not None:
+            scores += self.item_item_scale * self.item_item_scores(seen)
         scores = tf.where((users > 0)[:, None], scores, self.popularity[None, :])
         return tf.concat([tf.fill([tf.shape(users)[0], 1], HIDDEN), scores[:, 1:]], axis=1)
+
+    def item_item_scores(self, seen):
+        """``sum_{j in seen} W_j`` per row ``[B, items + 1]``, ``seen`` int [B, S] 0-padded (each item once):
+        a sparse product, so its cost is the rated items' count times the catalogue, not the catalogue
+        squared."""
+        seen = tf.cast(seen, tf.int64)
+        where = tf.where(seen > 0)
+        history = tf.SparseTensor(tf.stack([where[:, 0], tf.gather_nd(seen, where)], axis=1),
+                                  tf.ones([tf.shape(where)[0]], tf.float32),
+                                  tf.stack([tf.shape(seen, out_type=tf.int64)[0], self.num_items + 1]))
+        return tf.sparse.sparse_dense_matmul(history, self._item_item.value)
 
     def train_step(self, data):
         x, _ = data[0], data[1]
@@ -133,8 +169,7 @@ class RankingMF(keras.Model):
     def test_step(self, data):
         x, positives = data[0], data[1]
         users, seen = x["user"], tf.cast(x["seen"], tf.int32)
-        scores = self.user_scores(users)
-        scores = hide(scores, seen, HIDDEN)
+        scores = hide(self.user_scores(users, seen), seen, HIDDEN)
         is_positive = hide(tf.zeros_like(scores), tf.cast(positives, tf.int32), 1.0) > 0
         count = tf.reduce_sum(tf.cast(is_positive, tf.float32), axis=1)
         weight = tf.cast(count > 0, tf.float32)  # padding rows (no positives) count for nothing
@@ -191,31 +226,43 @@ def compile_recommender(model: RankingMF, learning_rate: float) -> RankingMF:
 
 
 def rated_by_user(users: np.ndarray, items: np.ndarray, num_users: int) -> tuple[np.ndarray, np.ndarray]:
-    """The items each user rated in training as CSR arrays (row_splits [num_users + 2], values), by index."""
-    order = np.lexsort((items, users))
+    """The items each user rated in training as CSR arrays (row_splits [num_users + 2], values), by index,
+    each item once per user (sorted)."""
+    width = int(items.max(initial=0)) + 1
+    pairs = np.unique(users.astype(np.int64) * width + items)
+    users, items = pairs // width, pairs % width
     counts = np.bincount(users, minlength=num_users + 1)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), items[order].astype(np.int32)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), items.astype(np.int32)
 
 
 def recommendations(model: RankingMF, rated: tuple[np.ndarray, np.ndarray], max_k: int,
-                    chunk: int = 512) -> np.ndarray:
-    """Each known user's ``max_k`` best unseen items, ``[num_users + 1, max_k]`` int32 (row 0: the most
-    popular items), scoring ``chunk`` users at a time: the top_k signature serves these lists, so the export
-    holds ``users x max_k`` indices instead of every user's rated items."""
+                    chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Each known user's ``max_k`` best unseen items and their probabilities, ``[num_users + 1, max_k]``
+    int32 and float32 (row 0: the most popular items and their share of the training ratings), scoring
+    ``chunk`` users at a time: the top_k signature serves these lists, so the export holds ``users x max_k``
+    entries instead of every user's rated items (and the item-item matrix)."""
     splits, values = rated
     table = np.zeros((model.num_users + 1, max_k), np.int32)
-    popular = np.argsort(-model.popularity.numpy()[1:], kind="stable")[:max_k] + 1
-    table[0, :len(popular)] = popular
+    probability = np.zeros((model.num_users + 1, max_k), np.float32)
+    counts = np.expm1(model.popularity.numpy()[1:].astype(np.float64))
+    popular = np.argsort(-counts, kind="stable")[:max_k]
+    table[0, :len(popular)] = popular + 1
+    probability[0, :len(popular)] = counts[popular] / counts.sum()
     for start in range(1, model.num_users + 1, chunk):
         users = np.arange(start, min(start + chunk, model.num_users + 1), dtype=np.int32)
         lengths = splits[users + 1] - splits[users]
         seen = np.zeros((len(users), max(1, int(lengths.max()))), np.int32)
         mine = values[splits[users[0]]:splits[users[-1] + 1]]
         seen[np.arange(len(users)).repeat(lengths), _ranks(lengths)] = mine
-        scores = hide(model.user_scores(tf.constant(users)), tf.constant(seen), HIDDEN)
-        best, index = tf.math.top_k(scores, k=max_k)
-        table[users] = np.where(best.numpy() > HIDDEN / 2, index.numpy(), 0)
-    return table
+        seen = tf.constant(seen)
+        scores = model.user_scores(tf.constant(users), seen)
+        # P(i | u) over the whole catalogue, the seen items included, as the model was trained.
+        log_norm = tf.reduce_logsumexp(scores[:, 1:], axis=1, keepdims=True)
+        best, index = tf.math.top_k(hide(scores, seen, HIDDEN), k=max_k)
+        found = best.numpy() > HIDDEN / 2
+        table[users] = np.where(found, index.numpy(), 0)
+        probability[users] = np.where(found, tf.exp(best - log_norm).numpy(), 0)
+    return table, probability
 
 
 def _ranks(lengths: np.ndarray) -> np.ndarray:
@@ -239,28 +286,16 @@ class IdLookup(keras.layers.Layer):
         return {"user": self.users(inputs["user"]), "item": self.items(inputs["item"])}
 
 
-def score_function(model: RankingMF, lookup: IdLookup):
-    """``serving_default``: ``user``, ``item`` (string ids [N]) -> ``score`` [N] (the model's score; higher
-    is a better recommendation, comparable within one user) and whether each id was known. An unknown user's
-    score is the item's log popularity; an unknown item's score is -1e9."""
-
-    def score(user, item):
-        ids = lookup({"user": user, "item": item})
-        return {"score": model(ids), "known_user": ids["user"] > 0, "known_item": ids["item"] > 0}
-
-    ids = [tf.TensorSpec([None], tf.string, name="user"), tf.TensorSpec([None], tf.string, name="item")]
-    return score, ids
-
-
-def top_k_function(model: RankingMF, lookup: IdLookup, item_vocab: Sequence[str], table: np.ndarray):
-    """``top_k``: ``user`` (string ids [N]), ``k`` (int [N], clipped to 1..max_k) -> ``items`` [N, K] and
-    ``scores`` [N, K], K the batch's largest k: each user's best items that they did not rate in training,
-    best first, from the lists :func:`recommendations` computed at export. A row asking for fewer than K, or
-    a user with fewer unrated items, is padded with item "" and score 0. An unknown user gets the most
-    popular items. ``scores`` are the model's probability of each item being the user's next (popularity's
-    share of the training ratings for an unknown user)."""
+def top_k_function(lookup: IdLookup, item_vocab: Sequence[str], table: np.ndarray,
+                   probability: np.ndarray):
+    """``top_k`` (and ``serving_default``): ``user`` (string ids [N]), ``k`` (int [N], clipped to 1..max_k)
+    -> ``items`` [N, K], ``scores`` [N, K] and ``known`` [N], K the batch's largest k: each user's best items
+    that they did not rate in training, best first, from the lists :func:`recommendations` computed at export.
+    A row asking for fewer than K, or a user with fewer unrated items, is padded with item "" and score 0.
+    ``scores`` are the model's probability of each item being the user's next. An unknown user (``known``
+    false) gets the most popular items, scored by their share of the training ratings."""
     item_ids = tf.constant(["", *item_vocab], tf.string)  # index 0, the unknown id, is never recommended
-    lists = tf.constant(table)
+    lists, scores_of = tf.constant(table), tf.constant(probability)
     max_k = table.shape[1]
 
     def top_k(user, k):
@@ -268,16 +303,10 @@ def top_k_function(model: RankingMF, lookup: IdLookup, item_vocab: Sequence[str]
         wanted = tf.clip_by_value(tf.cast(k, tf.int32), 1, max_k)
         width = tf.reduce_max(wanted)
         index = tf.gather(lists, users)[:, :width]
-        every = tf.range(model.num_items + 1)
-        logits = model.user_scores(users)  # [N, items + 1]; an unknown user's row is log popularity
-        probability = tf.nn.softmax(logits, axis=1)
-        if_unknown = tf.gather(tf.exp(model.popularity) - 1.0, every)
-        share = if_unknown / tf.reduce_sum(if_unknown[1:])
-        probability = tf.where((users > 0)[:, None], probability, share[None, :])
-        scores = tf.gather(probability, index, batch_dims=1)
         keep = (tf.range(width)[None, :] < wanted[:, None]) & (index > 0)
         return {"items": tf.where(keep, tf.gather(item_ids, index), ""),
-                "scores": tf.where(keep, scores, 0.0)}
+                "scores": tf.where(keep, tf.gather(scores_of, users)[:, :width], 0.0),
+                "known": users > 0}
 
     return top_k, [tf.TensorSpec([None], tf.string, name="user"), tf.TensorSpec([None], tf.int32, name="k")]
 
