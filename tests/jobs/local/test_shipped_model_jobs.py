@@ -31,7 +31,7 @@ SHRINK = {
     ],
     "image_dropout_tuning": [*STUDY, f"{TRIAL}.1={MNIST_SMALL}", f"{TRIAL}.4=--num-epochs=1"],
     "recommender": [f"{POOL}.3=--num-epochs=1", f"{POOL}.4=--ease-max-items=0"],
-    "recommender_tuning": [*STUDY, f"{TRIAL}.2=--num-epochs=1"],
+    "recommender_tuning": [*STUDY, f"{TRIAL}.2=--num-epochs=1", f"{TRIAL}.4=--ease-max-items=0"],
 }
 # job -> (metric, its range): what each job's evaluation reports.
 METRIC = {
