@@ -116,6 +116,26 @@ def prepare(
     )
 
 
+def _convert(argv: list[str], **context) -> int:
+    """Legacy AI Platform job -> a definition."""
+    from jobs.cli import convert
+
+    return convert.main(argv, **context)
+
+
+def _serve(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path, **_) -> int:
+    """An exported SavedModel served on this machine as Vertex AI serves it."""
+    from jobs.cli import serve
+
+    return serve.main(argv, out=out, err=err, repo_root=repo_root)
+
+
+# Commands of their own, picked by the first argument before the job-file parser sees it (a job file named
+# like a verb is given as ./serve). Each gets the rest of argv and main()'s keyword arguments; its module is
+# imported only when it runs.
+VERBS: dict[str, Callable[..., int]] = {"convert": _convert, "serve": _serve}
+
+
 def main(
     argv: list[str] | None = None,
     *,
@@ -132,19 +152,10 @@ def main(
     out = out or sys.stdout
     err = err or sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["convert"]:  # a subcommand of its own: legacy AI Platform -> a definition
-        from jobs.cli import convert  # run_job.py's one subcommand
-
-        return convert.main(
-            argv[1:],
-            out=out,
-            err=err,
-            repo_root=repo_root,
-            outputs=outputs,
-            code_hash=code_hash,
-            image_hash=image_hash,
-            now=now,
-        )
+    verb = VERBS.get(argv[0]) if argv else None
+    if verb is not None:
+        context = {"outputs": outputs, "code_hash": code_hash, "image_hash": image_hash, "now": now}
+        return verb(argv[1:], out=out, err=err, repo_root=repo_root, **context)
     parser = build_parser(description)
     args = parser.parse_args(argv)
     from jobs import api

@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import subprocess_env
 from tests.trainer.helpers import REPO_ROOT, error_lines, run_trainer
+from tests.trainer.serving import serving
 
 RATINGS = str(REPO_ROOT / "data" / "movielens" / "ratings.csv")
 with open(RATINGS, encoding="utf-8") as _file:
@@ -76,16 +77,22 @@ def test_trains_on_a_seeded_split_and_beats_popularity(movielens_run):
 SCORE = REPO_ROOT / "tests" / "trainer" / "score_recommender.py"
 
 
+@pytest.fixture(scope="module")
+def scored(movielens_run) -> dict:
+    """SCORE's calls of every signature of the export, in a fresh interpreter."""
+    out = subprocess.run([sys.executable, SCORE, str(movielens_run / "model")], capture_output=True,
+                         text=True, env=subprocess_env(), timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.training
-def test_the_export_scores_pairs_lists_unseen_items_and_similar_items(movielens_run):
+def test_the_export_scores_pairs_lists_unseen_items_and_similar_items(movielens_run, scored):
     import numpy as np
 
     from trainer.tasks.recommender import data as rd
 
-    out = subprocess.run([sys.executable, SCORE, str(movielens_run / "model")], capture_output=True,
-                         text=True, env=subprocess_env(), timeout=120, cwd="/")
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = scored
     assert got["signatures"] == ["serving_default", "similar_items", "top_k"]
     assert got["known_user"] == [True, True, False, True] and got["known_item"] == [True, True, True, False]
     assert got["score"][3] == -1e9 and got["score"][0] != got["score"][1]
@@ -118,6 +125,36 @@ def test_the_export_scores_pairs_lists_unseen_items_and_similar_items(movielens_
     assert got["similar_scores"][0] == sorted(got["similar_scores"][0], reverse=True)
     assert all(-1 <= s <= 1 for s in got["similar_scores"][0])
     assert got["similar"][1] == [""] * 5 and got["similar_scores"][1] == [0.0] * 5
+
+
+@pytest.fixture(scope="module")
+def recommender_server(movielens_run, tmp_path_factory):
+    command = [sys.executable, "-m", "trainer.serve", "--model-dir", str(movielens_run / "model"), "--host",
+               "127.0.0.1", "--port", "0"]
+    with serving(command, log_dir=tmp_path_factory.mktemp("serve")) as server:
+        yield server
+
+
+@pytest.mark.training
+def test_the_served_export_answers_as_its_signatures_do(recommender_server, scored):
+    """SCORE's calls again, over HTTP: the same batches give the same answers, signature by signature."""
+    server = recommender_server
+    users, items = ["1", "1", "no-such-user", "1"], ["1", "50", "50", "?"]
+    pairs = server.predictions([{"user": u, "item": i} for u, i in zip(users, items, strict=True)])
+    assert [p["score"] for p in pairs] == pytest.approx(scored["score"], rel=1e-6)
+    assert [p["known_user"] for p in pairs] == scored["known_user"]
+    assert [p["known_item"] for p in pairs] == scored["known_item"]
+    # A known user, an unknown one (the most rated items) and another, asking for 5, 3 and 2 items.
+    asks = [{"user": "1", "k": 5}, {"user": "no-such-user", "k": 3}, {"user": "2", "k": 2}]
+    best = server.predictions(asks, signature="top_k")
+    assert [p["items"] for p in best] == scored["items"]
+    assert [p["scores"] for p in best] == [pytest.approx(row, rel=1e-6) for row in scored["scores"]]
+    near = server.predictions([{"item": "1", "k": 5}, {"item": "no-such-item", "k": 3}], "similar_items")
+    assert [p["items"] for p in near] == scored["similar"] and [p["known"] for p in near] == [True, False]
+    assert near[0]["scores"] == pytest.approx(scored["similar_scores"][0], rel=1e-6)
+    # One user a request, as an application asks: that user's own k items.
+    alone = server.predictions([{"user": "2", "k": 2}], signature="top_k")[0]
+    assert alone["items"] == scored["items"][2][:2]
 
 
 @pytest.mark.training
