@@ -9,6 +9,7 @@ Usage (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py jobs/census_cpu.yaml --no-wait         # submit and return
   python scripts/run_job.py --follow projects/P/locations/R/customJobs/ID
   python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml   # legacy AI Platform job
+  python scripts/run_job.py serve .local/gs/BUCKET/census-cpu/JOB_ID/model       # serve an export here
 
 A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
 with a thin header (`kind`, `trainer.delivery`) and references: ${infra.<output>} from the environment's infra
@@ -25,7 +26,9 @@ and a live job with the same label is followed instead of creating a duplicate. 
 any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.
 
 `convert` turns a legacy AI Platform Training config or submit script into a definition (see
-`run_job.py convert --help` and jobs/README.md).
+`run_job.py convert --help` and jobs/README.md). `serve MODEL_DIR` serves an exported SavedModel on
+http://127.0.0.1:8080 exactly as its Model Registry entry serves it on Vertex AI (`python -m trainer.serve`
+with the AIP_* variables; see `run_job.py serve --help` and trainer/serve.py).
 """
 
 import sys

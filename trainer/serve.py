@@ -11,13 +11,16 @@ On this machine (``run_job.py serve`` runs this with the variables Vertex AI set
                                         "parameters": {"signature": "top_k"}}'
     curl -s localhost:8080/predict -d "{\\"instances\\": [{\\"b64\\": \\"$(base64 -w0 rose.jpg)\\"}]}"
 
-On Vertex AI the Model Registry entry runs ``python -m trainer.serve`` on the trainer's cpu image (the stack
-the model was trained and exported with: TF 2.21 / Keras 3; Vertex AI's prebuilt TensorFlow prediction images
-end at TF 2.15 with Keras 2, which cannot load these exports). The model comes from ``AIP_STORAGE_URI``
-(Vertex AI's gs:// copy of the Model's artifactUri), the port from ``AIP_HTTP_PORT`` and the routes from
-``AIP_HEALTH_ROUTE`` and ``AIP_PREDICT_ROUTE`` (:mod:`trainer.contract`). A gs:// (any ``scheme://``) model is
-first copied to a local folder with ``tf.io.gfile``, whose gs:// support is built into TensorFlow 2.21 (no
-tensorflow-io, no google-cloud-storage in the image); a local MODEL_DIR is loaded where it is.
+On Vertex AI the Model Registry entry runs ``python -m trainer.serve`` on the trainer's cpu image: the stack
+the model was trained and exported with (TF 2.21 / Keras 3), every signature of the export. Vertex AI's
+prebuilt TensorFlow prediction images end at TF 2.15, are no longer updated, and serve ``serving_default``
+only (the recommender's ``top_k`` and ``similar_items`` would be out of reach); TF 2.15.1 itself does load
+these exports (checked 2026-11 with Python TF, not the images' model server). The model comes from
+``AIP_STORAGE_URI`` (Vertex AI's gs:// copy of the Model's artifactUri), the port from ``AIP_HTTP_PORT`` and
+the routes from ``AIP_HEALTH_ROUTE`` and ``AIP_PREDICT_ROUTE`` (:mod:`trainer.contract`). A gs:// (any
+``scheme://``) model is first copied to a local folder with ``tf.io.gfile``, whose gs:// support is built into
+TensorFlow 2.21 (no tensorflow-io, no google-cloud-storage in the image); a local MODEL_DIR is loaded where
+it is.
 
 The request is Vertex AI's: ``{"instances": [...], "parameters": {"signature": NAME}}`` (the signature
 defaults to ``serving_default``; ``GET`` on the health route lists them). Each instance is an object keyed by
@@ -30,8 +33,9 @@ a one-output signature), strings as JSON strings, or ``{"b64": ...}`` where they
 Every request is bounded before the model sees it: at most MAX_BODY_BYTES of body (Vertex AI's online
 payload limit), MAX_INSTANCES instances, MAX_REQUEST_PIXELS image pixels by the images' headers (a small
 PNG can declare a huge decode) and MAX_CONCURRENT requests at once; a connection idle or stalled for
-IDLE_TIMEOUT_S is closed. Bad input of any kind is HTTP 400 with one line of JSON, ``{"error": "FIELD:
-problem; allowed: ...", "field": FIELD}``; nothing a request sends stops the server or returns a traceback.
+IDLE_TIMEOUT_S is closed. A refused request gets one line of JSON, ``{"error": "FIELD: problem; allowed:
+...", "field": FIELD}``: HTTP 400 for anything wrong in it (404 an unknown route, 405 the wrong method, 503
+before the model is loaded); nothing a request sends stops the server or returns a traceback.
 
 The server listens at once (TensorFlow is imported and the model loaded and warmed up in the background, each
 signature called once so that the first request is not slow) and answers the health route 503 until then.
