@@ -104,7 +104,8 @@ TINY_PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACkl
 
 
 class RequestError(ValueError):
-    """A bad request: HTTP 400 with ``str()``, one line naming the field and what is allowed."""
+    """A refused request (HTTP 400, or the status the handler gives it): ``str()`` is one line naming the
+    field, the problem and what is allowed."""
 
     def __init__(self, field: str, problem: str, allowed: str = ""):
         super().__init__(f"{field}: {problem}" + (f"; allowed: {allowed}" if allowed else ""))
@@ -189,7 +190,7 @@ def parse_body(body: bytes) -> dict:
         raise RequestError("body", f"a JSON {_kind(payload)}, not an object", '{"instances": [...]}')
     unknown = sorted(set(payload) - {"instances", "parameters"})
     if unknown:
-        raise RequestError(unknown[0], "unknown field", "instances, parameters")
+        raise RequestError(unknown[0][:60], "unknown field", "instances, parameters")
     if "instances" not in payload:
         raise RequestError("instances", "missing", f"a list of 1 to {MAX_INSTANCES} instances")
     return payload
@@ -204,9 +205,9 @@ def read_request(payload: Mapping, signatures: Mapping[str, Signature]) -> tuple
         raise RequestError("parameters", f"a JSON {_kind(parameters)}", '{"signature": NAME}')
     unknown = sorted(set(parameters) - set(PARAMETERS))
     if unknown:
-        raise RequestError(f"parameters.{unknown[0]}", "unknown parameter", ", ".join(PARAMETERS))
+        raise RequestError(f"parameters.{unknown[0][:60]}", "unknown parameter", ", ".join(PARAMETERS))
     name = parameters.get("signature", DEFAULT_SIGNATURE)
-    if name not in signatures:
+    if not isinstance(name, str) or name not in signatures:
         raise RequestError("parameters.signature", f"no signature {_short(name)}",
                            ", ".join(sorted(signatures)))
     signature = signatures[name]
@@ -543,7 +544,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send(HTTPStatus.OK, self.server.health_body)
         elif route == self.server.predict_route:
-            self._error(HTTPStatus.METHOD_NOT_ALLOWED, "method", "GET", f"POST {route}")
+            self._error(HTTPStatus.METHOD_NOT_ALLOWED, RequestError("method", "GET", f"POST {route}"))
         else:
             self._not_found(route)
 
@@ -551,17 +552,16 @@ class Handler(BaseHTTPRequestHandler):
         route = urlsplit(self.path).path
         if route != self.server.predict_route:
             if route == self.server.health_route:
-                self._error(HTTPStatus.METHOD_NOT_ALLOWED, "method", "POST", f"GET {route}")
+                self._error(HTTPStatus.METHOD_NOT_ALLOWED, RequestError("method", "POST", f"GET {route}"))
             else:
                 self._not_found(route)
             return
-        # Whatever happens below, the body may still be in the socket: a later request on this connection
-        # would be read from the middle of it.
         try:
             length = self._content_length()
         except RequestError as exc:
+            # The body is left unread in the socket: a next request on this connection would start inside it.
             self.close_connection = True
-            self._error(HTTPStatus.BAD_REQUEST, exc.field, str(exc))
+            self._error(HTTPStatus.BAD_REQUEST, exc)
             return
         with self.server.busy:
             try:
@@ -594,8 +594,8 @@ class Handler(BaseHTTPRequestHandler):
     def _predict(self, body: bytes) -> None:
         signatures = self.server.signatures
         if signatures is None:
-            self._error(HTTPStatus.SERVICE_UNAVAILABLE, "model", "still loading",
-                        f"GET {self.server.health_route} answers 200 once it is ready")
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, RequestError(
+                "model", "still loading", f"GET {self.server.health_route} answers 200 once it is ready"))
             return
         with self.server.idle:
             self.server.in_flight += 1
@@ -614,42 +614,40 @@ class Handler(BaseHTTPRequestHandler):
         try:
             signature, columns, n = read_request(parse_body(body), signatures)
         except RequestError as exc:
-            self._error(HTTPStatus.BAD_REQUEST, exc.field, str(exc))
+            self._error(HTTPStatus.BAD_REQUEST, exc)
             return
         try:
             outputs = signature.call(columns)
         except tf.errors.InvalidArgumentError as exc:  # e.g. bytes that are no image the model can decode
-            reason = op_reason(exc)[:300]
-            self._error(HTTPStatus.BAD_REQUEST, "instances", f"instances: the model refused them: {reason}")
+            self._error(HTTPStatus.BAD_REQUEST, RequestError("instances", f"the model refused them: "
+                                                             f"{op_reason(exc)[:300]}"))
             return
         except Exception:  # noqa: BLE001 - logged in full here; the client gets one line
             log.exception("signature %s failed", signature.name)
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "model", "model: the signature failed (see the "
-                        "server's log)")
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, RequestError(
+                "model", f"the signature {signature.name} failed (see the server's log)"))
             return
         try:
             payload = _json({"predictions": predictions(outputs, n)})
         except ValueError as exc:  # a non-finite number, or an output that is not one row per instance
             log.error("signature %s: %s", signature.name, exc)
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "model", f"model: {exc}")
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, RequestError("model", str(exc)))
             return
         self._send(HTTPStatus.OK, payload)
 
     def _not_found(self, route: str) -> None:
         routes = f"GET {self.server.health_route}, POST {self.server.predict_route}"
-        self._error(HTTPStatus.NOT_FOUND, "path", f"path: no route {_short(route)}; allowed: {routes}")
+        self._error(HTTPStatus.NOT_FOUND, RequestError("path", f"no route {_short(route)}", routes))
 
-    def _error(self, status: HTTPStatus, field: str, message: str, allowed: str | None = None) -> None:
-        if allowed is not None:  # (status, field, problem, allowed): the message is built here
-            message = f"{field}: {message}; allowed: {allowed}"
+    def _error(self, status: HTTPStatus, error: RequestError) -> None:
         if status >= 500:
-            log.warning("%s %s: %d %s", self.command, self.path[:100], status, message)
-        self._send(status, _json({"error": message, "field": field}))
+            log.warning("%s %s: %d %s", self.command, self.path[:100], status, error)
+        self._send(status, _json({"error": str(error), "field": error.field}))
 
     def send_error(self, code, message=None, explain=None):  # noqa: D102 - http.server's own errors as JSON
         self.close_connection = True
         status = HTTPStatus(code)
-        self._send(status, _json({"error": f"request: {message or status.phrase}", "field": "request"}))
+        self._error(status, RequestError("request", (message or status.phrase)[:300]))
 
     def _send(self, status: HTTPStatus, body: bytes) -> None:
         self.send_response(status)
@@ -777,4 +775,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Skip the interpreter's teardown: with TensorFlow loaded it takes ~2 s after the server has stopped, and
+    # nothing in it matters once the log is flushed.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -19,14 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser
-from trainer.contract import (
-    HEALTH_ROUTE,
-    HTTP_PORT,
-    PREDICT_ROUTE,
-    SERVE_MODULE,
-    SERVING_DEFAULTS,
-    STORAGE_URI,
-)
+from trainer import contract
 from trainer.serve import model_dir_problem, port
 
 STOP_WAIT_S = 30  # after Ctrl-C, how long the server may take to finish the requests in flight
@@ -43,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--port",
         type=port,
-        default=int(SERVING_DEFAULTS[HTTP_PORT]),
+        default=int(contract.SERVING_DEFAULTS[contract.HTTP_PORT]),
         help="port to listen on (default %(default)s, as on Vertex AI; 0: any free port)",
     )
     p.add_argument(
@@ -61,22 +54,23 @@ def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
         print(f"run_job.py serve: error: {problem}", file=err)
         return EXIT_BAD_INPUT
     model = str(Path(args.model_dir).resolve())
+    defaults = contract.SERVING_DEFAULTS
+    routes = {name: defaults[name] for name in (contract.HEALTH_ROUTE, contract.PREDICT_ROUTE)}
     env = {
         **os.environ,
-        STORAGE_URI: model,
-        HTTP_PORT: str(args.port),
-        HEALTH_ROUTE: SERVING_DEFAULTS[HEALTH_ROUTE],
-        PREDICT_ROUTE: SERVING_DEFAULTS[PREDICT_ROUTE],
+        **routes,
+        contract.STORAGE_URI: model,
+        contract.HTTP_PORT: str(args.port),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
     }
     url = f"http://{args.host}:{args.port}" if args.port else "the port its first line names"
+    health, predict = routes[contract.HEALTH_ROUTE], routes[contract.PREDICT_ROUTE]
     print(
-        f"serving {model} on {url} (POST {env[PREDICT_ROUTE]}; GET {env[HEALTH_ROUTE]} is 200 once it is "
-        "loaded); Ctrl-C stops it",
+        f"serving {model} on {url} (POST {predict}; GET {health} is 200 once it is loaded); Ctrl-C stops it",
         file=out,
         flush=True,
     )
-    command = [sys.executable, "-m", SERVE_MODULE, "--host", args.host]
+    command = [sys.executable, "-m", contract.SERVE_MODULE, "--host", args.host]
     proc = subprocess.Popen(command, cwd=repo_root, env=env)
     try:
         return proc.wait()
