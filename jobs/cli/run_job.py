@@ -1,7 +1,9 @@
 """The command line behind scripts/run_job.py (see its docstring for usage).
 
-Order of work: parse flags -> load the definition strictly -> apply --set -> resolve the environment's infra
-outputs -> compile -> validate -> build the plan -> print it (--dry-run), run it here (--local) or execute it.
+Verbs (``VERBS``) come first: ``convert`` and ``serve`` take the rest of the arguments with parsers of their
+own. Otherwise, order of work: parse flags -> load the definition strictly -> apply --set -> resolve the
+environment's infra outputs -> compile -> validate -> build the plan -> print it (--dry-run), run it here
+(--local) or execute it.
 Everything up to the plan is pure and offline; bad input anywhere there is one line on stderr and exit 2.
 """
 
@@ -11,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
@@ -116,26 +119,6 @@ def prepare(
     )
 
 
-def _convert(argv: list[str], **context) -> int:
-    """Legacy AI Platform job -> a definition."""
-    from jobs.cli import convert
-
-    return convert.main(argv, **context)
-
-
-def _serve(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path, **_) -> int:
-    """An exported SavedModel served on this machine as Vertex AI serves it."""
-    from jobs.cli import serve
-
-    return serve.main(argv, out=out, err=err, repo_root=repo_root)
-
-
-# Commands of their own, picked by the first argument before the job-file parser sees it (a job file named
-# like a verb is given as ./serve). Each gets the rest of argv and main()'s keyword arguments; its module is
-# imported only when it runs.
-VERBS: dict[str, Callable[..., int]] = {"convert": _convert, "serve": _serve}
-
-
 def main(
     argv: list[str] | None = None,
     *,
@@ -152,10 +135,9 @@ def main(
     out = out or sys.stdout
     err = err or sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
-    verb = VERBS.get(argv[0]) if argv else None
-    if verb is not None:
-        context = {"outputs": outputs, "code_hash": code_hash, "image_hash": image_hash, "now": now}
-        return verb(argv[1:], out=out, err=err, repo_root=repo_root, **context)
+    if argv[:1] and argv[0] in VERBS:
+        call = Call(out, err, repo_root, factory, outputs, now, code_hash, image_hash)
+        return VERBS[argv[0]](argv[1:], call)
     parser = build_parser(description)
     args = parser.parse_args(argv)
     from jobs import api
@@ -265,3 +247,45 @@ def _final_status(remote: dict, err: TextIO, *, followed: bool) -> int:
     message = (remote.get("error") or {}).get("message", "no error message")
     print(f"{remote.get('name')} ended {state}: {message}", file=err)
     return 1
+
+
+@dataclass(frozen=True)
+class Call:
+    """What main() was given, handed on to a verb (each takes what it needs)."""
+
+    out: TextIO
+    err: TextIO
+    repo_root: Path
+    factory: Callable | None
+    outputs: Mapping[str, str] | None
+    now: datetime | None
+    code_hash: str | None
+    image_hash: str | None
+
+
+def _convert(argv: list[str], call: Call) -> int:
+    """Legacy AI Platform Training config or script -> a definition (jobs/cli/convert.py)."""
+    from jobs.cli import convert
+
+    return convert.main(
+        argv,
+        out=call.out,
+        err=call.err,
+        repo_root=call.repo_root,
+        outputs=call.outputs,
+        code_hash=call.code_hash,
+        image_hash=call.image_hash,
+        now=call.now,
+    )
+
+
+def _serve(argv: list[str], call: Call) -> int:
+    """An exported SavedModel served on this machine as its Model Registry entry is (jobs/cli/serve.py)."""
+    from jobs.cli import serve
+
+    return serve.main(argv, out=call.out, err=call.err, repo_root=call.repo_root)
+
+
+# The verbs, checked on the first argument before JOB_FILE is parsed: each gets the arguments after it and has
+# its own parser and --help. A job file named like a verb is given as a path: ./serve.
+VERBS: dict[str, Callable[[list[str], Call], int]] = {"convert": _convert, "serve": _serve}
