@@ -368,7 +368,9 @@ def predictions(outputs: Mapping[str, Any], n: int) -> list:
         array = outputs[name]
         if array.ndim == 0 or array.shape[0] != n:
             raise ValueError(f"output {name} has shape {list(array.shape)}, not one row per instance ({n})")
-        values[name] = _jsonable(array.tolist(), name.endswith(BYTES_SUFFIX))
+        values[name] = array.tolist()  # NumPy numbers and booleans become JSON's; strings are bytes here
+        if array.dtype == object:
+            values[name] = _jsonable(values[name], name.endswith(BYTES_SUFFIX))
     if len(names) == 1:
         return values[names[0]]
     return [{name: values[name][i] for name in names} for i in range(n)]
