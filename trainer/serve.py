@@ -92,7 +92,7 @@ MAX_INSTANCES = 1000  # instances in one request: each is one row of one batch t
 # Pixels the images of one request may declare (trainer.tasks.image_classifier.data.image_pixels): one 48 MP
 # photo, not a decompression bomb (a 1 MB PNG can declare 20000 x 20000 pixels, 1.2 GB decoded as RGB).
 MAX_REQUEST_PIXELS = 50_000_000
-MAX_CONCURRENT = 8  # requests read and predicted at once; later ones wait (their bodies stay in the socket)
+MAX_CONCURRENT = 8  # requests parsed and predicted at once; later ones wait with their bodies read
 IDLE_TIMEOUT_S = 30  # a connection that sends nothing for this long (mid-request or between two) is closed
 STOP_GRACE_S = 20  # after SIGTERM, how long requests in flight may take to finish
 # Outputs that are raw bytes whatever their content (TF Serving's and Vertex AI's naming convention).
@@ -498,6 +498,9 @@ def _warm_up(signature: Signature) -> None:
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True  # idle keep-alive connections never hold up a stop
+    # Connections the kernel queues before the server accepts them: socketserver's 5 drops a burst's
+    # surplus SYNs, which the clients resend only after a second.
+    request_queue_size = 128
 
     def __init__(self, address, health: str, predict: str):
         super().__init__(address, Handler)
@@ -565,15 +568,17 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._error(HTTPStatus.BAD_REQUEST, exc)
             return
+        # The body is read before the request takes one of the MAX_CONCURRENT slots: a client that stalls
+        # mid-body holds its own connection's thread until IDLE_TIMEOUT_S, never a slot.
+        try:
+            body = self.rfile.read(length)
+        except OSError:  # a stalled or dropped client (the socket timeout): nobody to answer
+            self.close_connection = True
+            return
+        if len(body) < length:
+            self.close_connection = True
+            return
         with self.server.busy:
-            try:
-                body = self.rfile.read(length)
-            except OSError:  # a stalled or dropped client (the socket timeout): nobody to answer
-                self.close_connection = True
-                return
-            if len(body) < length:
-                self.close_connection = True
-                return
             self._predict(body)
 
     def _content_length(self) -> int:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -325,17 +326,22 @@ def test_hostile_requests_are_one_line_json_errors(census_server, raw, status, f
     assert census_server.raw(_post(ROW))[0] == 200  # and the server goes on serving
 
 
-def test_a_stalled_client_holds_up_no_one(census_server):
-    stalled = socket.create_connection(("127.0.0.1", census_server.port))
+def test_stalled_clients_hold_up_no_one(census_server):
+    from trainer.serve import MAX_CONCURRENT
+
+    stalled = [socket.create_connection(("127.0.0.1", census_server.port)) for _ in range(MAX_CONCURRENT + 1)]
     try:
-        stalled.sendall(_post(ROW)[:-20])  # 20 bytes of the body never come
+        for sock in stalled:
+            sock.sendall(_post(ROW)[:-20])  # 20 bytes of the body never come
         answers = []
         threads = [threading.Thread(target=lambda: answers.append(census_server.raw(_post(ROW))[0]))
-                   for _ in range(12)]  # more than MAX_CONCURRENT at once
+                   for _ in range(12)]  # more than MAX_CONCURRENT at once, besides the stalled ones
+        deadline = time.monotonic() + 10  # well within IDLE_TIMEOUT_S, when the stalled clients are dropped
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=60)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         assert answers == [200] * 12
     finally:
-        stalled.close()
+        for sock in stalled:
+            sock.close()
