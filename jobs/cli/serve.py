@@ -63,7 +63,7 @@ def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
         contract.HTTP_PORT: str(args.port),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
     }
-    url = f"http://{args.host}:{args.port}" if args.port else "the port its first line names"
+    url = f"http://{args.host}:{args.port}" if args.port else "a free port (the server's first line names it)"
     health, predict = routes[contract.HEALTH_ROUTE], routes[contract.PREDICT_ROUTE]
     print(
         f"serving {model} on {url} (POST {predict}; GET {health} is 200 once it is loaded); Ctrl-C stops it",

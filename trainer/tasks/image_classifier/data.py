@@ -271,7 +271,7 @@ def _header_size(encoded: bytes) -> tuple[int, int]:
         height = int.from_bytes(data[22:26], "little", signed=True)
         return abs(height), int.from_bytes(data[18:22], "little", signed=True)
     if encoded.startswith(_JPEG):
-        import tensorflow as tf  # only here: the prediction server checks every string it is sent
+        import tensorflow as tf  # for JPEGs only: trainer.serve checks every string a request sends
 
         try:
             height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy().tolist()
