@@ -3,6 +3,17 @@
 #   docker build --target cpu -t IMAGE .     # also: gpu (CUDA wheels), tpu (tensorflow-tpu + libtpu)
 #   docker run --rm IMAGE --model wide_deep --train-files gs://... --eval-files gs://... --job-dir gs://...
 #
+# The cpu image is also the serving image of the models it exports: a Model Registry entry's containerSpec
+# runs it with command ["python", "-m", "trainer.serve"] (which replaces the ENTRYPOINT), port 8080, routes
+# /predict and /health, and Vertex AI passes the model as AIP_STORAGE_URI (see trainer/serve.py). Serving
+# needs nothing the trainer does not (the standard library, NumPy and TensorFlow, whose gs:// support is
+# built in), so there is no separate stage; the same TensorFlow and Keras that exported a model load it.
+# Vertex AI's prebuilt prediction images end at TF 2.15, are no longer updated and serve only the
+# serving_default signature (not the recommender's top_k and similar_items).
+#
+#   docker run --rm -p 8080:8080 -e AIP_STORAGE_URI=gs://BUCKET/.../model \
+#       --entrypoint python IMAGE -m trainer.serve
+#
 # Every Python package is pinned with its hashes in docker/requirements-<target>.txt, generated from
 # Pipfile.lock by scripts/image_requirements.py, so the image trains on the stack that local runs use. Pip
 # downloads only those wheels (plus the one pinned sdist); nothing else is fetched while building. Data is

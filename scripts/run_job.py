@@ -12,6 +12,7 @@ Usage (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py gcloud_config.yaml --service-account EMAIL --labels team=ml   # gcloud's flags
   python scripts/run_job.py report projects/P/locations/R/hyperparameterTuningJobs/ID   # a study's report
   python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml   # legacy AI Platform job
+  python scripts/run_job.py serve .local/gs/BUCKET/census-cpu/JOB_ID/model       # serve an export here
 
 A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
 with a thin header (`kind`, `trainer.delivery`) and references: ${infra.<output>} from the environment's infra
@@ -40,8 +41,10 @@ job submitted with --no-wait, or finishes a registration that failed; a retry ne
 
 Verbs, given first: `convert` turns a legacy AI Platform Training config or submit script into a definition;
 `report RESOURCE_NAME` writes the report of any earlier job (a study's, or a CustomJob's state, times, model
-folder and metrics). See `run_job.py <verb> --help` and jobs/README.md. A job file named like a verb is given
-as a path: `run_job.py ./report`.
+folder and metrics); `serve MODEL_DIR` serves an exported SavedModel on http://127.0.0.1:8080 exactly as its
+Model Registry entry serves it on Vertex AI (`python -m trainer.serve` with the AIP_* variables). See
+`run_job.py <verb> --help` and jobs/README.md. A job file named like a verb is given as a path:
+`run_job.py ./report`.
 """
 
 import sys

@@ -259,8 +259,12 @@ def _glob_uri(pattern: str, flag: str) -> list[str]:
 
 
 def op_reason(exc) -> str:
-    """The first line of a tf.errors.OpError's message (some, e.g. ram:// NotFoundError, have none)."""
-    lines = (exc.message or "").strip().splitlines()
+    """The first line of a tf.errors.OpError's message (some, e.g. ram:// NotFoundError, have none); for an
+    error inside a tf.function ("Graph execution error:", the node, a stack), the op's own line."""
+    lines = [line.strip() for line in (exc.message or "").strip().splitlines() if line.strip()]
+    if lines and lines[0] == "Graph execution error:":
+        reason = [line for line, after in zip(lines, lines[1:], strict=False) if after.startswith("[[")]
+        return reason[0] if reason else lines[-1]
     return lines[0] if lines else type(exc).__name__
 
 

@@ -1,9 +1,9 @@
 """The command line behind scripts/run_job.py (see its docstring for usage).
 
-Verbs (``VERBS``) come first: ``convert`` and ``report`` take the rest of the arguments with parsers of their
-own. Otherwise, order of work: parse flags -> load the definition strictly -> apply --set -> resolve the
-environment's infra outputs -> compile -> validate -> build the plan -> print it (--dry-run), run it here
-(--local) or execute it.
+Verbs (``VERBS``) come first: ``convert``, ``report`` and ``serve`` take the rest of the arguments with
+parsers of their own. Otherwise, order of work: parse flags -> load the definition strictly -> apply --set ->
+resolve the environment's infra outputs -> compile -> validate -> build the plan -> print it (--dry-run), run
+it here (--local) or execute it.
 Everything up to the plan is pure and offline; bad input anywhere there is one line on stderr and exit 2.
 """
 
@@ -392,6 +392,13 @@ def _report(argv: list[str], call: Call) -> int:
     return report.main(argv, factory=call.factory, out=call.out, err=call.err, repo_root=call.repo_root)
 
 
+def _serve(argv: list[str], call: Call) -> int:
+    """An exported SavedModel served on this machine as its Model Registry entry is (jobs/cli/serve.py)."""
+    from jobs.cli import serve
+
+    return serve.main(argv, out=call.out, err=call.err, repo_root=call.repo_root)
+
+
 # The verbs, checked on the first argument before JOB_FILE is parsed: each gets the arguments after it and has
 # its own parser and --help. A job file named like a verb is given as a path: ./report.
-VERBS: dict[str, Callable[[list[str], Call], int]] = {"convert": _convert, "report": _report}
+VERBS: dict[str, Callable[[list[str], Call], int]] = {"convert": _convert, "report": _report, "serve": _serve}

@@ -237,8 +237,9 @@ def _serving(value: Any) -> str:
         version = f"{found['major']}.{found['minor']}"
         raise RegistryError(
             path,
-            f"Vertex AI's prebuilt TensorFlow {version} prediction image (the line ends at 2.15, Keras 2) "
-            "cannot load this trainer's SavedModel (TensorFlow 2.21, Keras 3)",
+            f"Vertex AI's prebuilt TensorFlow {version} prediction image (the line ends at 2.15 and is no "
+            "longer updated) serves serving_default only, on a TensorFlow this trainer (2.21) is not "
+            "tested on",
             allowed,
         )
     if found:

@@ -154,7 +154,8 @@ INVALID = [
         CUSTOM,
         block(serving="us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"),
         "registry.serving",
-        "prebuilt TensorFlow 2.15 prediction image (the line ends at 2.15, Keras 2) cannot load",
+        "prebuilt TensorFlow 2.15 prediction image (the line ends at 2.15 and is no longer updated) serves "
+        "serving_default only",
     ),
     (
         "prebuilt-sklearn",

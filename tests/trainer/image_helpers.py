@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 import json
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +86,54 @@ def serve_records(model_dir: Path, pattern: str, limit: int = 4) -> dict:
                          capture_output=True, text=True, env=subprocess_env(), timeout=120, cwd="/")
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG's signature and IHDR chunk: all a header check reads, declaring width x height grayscale pixels
+    that never follow (a decompression bomb's first 33 bytes)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    crc = struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + crc
+
+
+def encoded_images(pattern: str) -> list[bytes]:
+    """Each record's ``image/encoded`` bytes, in SCORE_IMAGES's order, read without TensorFlow (a test that
+    only sends images need not import it): TFRecord framing (length, its CRC, data, CRC), then the Example's
+    protobuf fields, Example.features (1) -> map entry (1) -> key (1) / Feature (2) -> bytes_list (1) -> value
+    (1)."""
+    images = []
+    for path in sorted(glob.glob(pattern)):
+        data = Path(path).read_bytes()
+        at = 0
+        while at < len(data):
+            length = int.from_bytes(data[at:at + 8], "little")
+            record = data[at + 12:at + 12 + length]
+            at += 16 + length
+            for entry in _fields(_fields(record)[1][0]).get(1, []):
+                field = _fields(entry)
+                if field[1][0] == b"image/encoded":
+                    images.append(_fields(_fields(field[2][0])[1][0])[1][0])
+    return images
+
+
+def _fields(message: bytes) -> dict[int, list[bytes]]:
+    """The length-delimited fields of a protobuf message by number (the others skipped)."""
+    def varint(at: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = message[at]
+            value, shift, at = value | (byte & 0x7F) << shift, shift + 7, at + 1
+            if byte < 0x80:
+                return value, at
+
+    fields: dict[int, list[bytes]] = {}
+    at = 0
+    while at < len(message):
+        key, at = varint(at)
+        if key & 7 == 2:
+            size, at = varint(at)
+            fields.setdefault(key >> 3, []).append(message[at:at + size])
+            at += size
+        else:  # varint, 64-bit or 32-bit
+            at = varint(at)[1] if key & 7 == 0 else at + (8 if key & 7 == 1 else 4)
+    return fields

@@ -4,14 +4,24 @@ written)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.helpers import subprocess_env
 from tests.trainer.helpers import REPO_ROOT, error_lines, run_trainer
-from tests.trainer.image_helpers import FLOWERS_EVAL, FLOWERS_TRAIN, serve_records
+from tests.trainer.image_helpers import (
+    FLOWERS_EVAL,
+    FLOWERS_TRAIN,
+    encoded_images,
+    png_header,
+    serve_records,
+)
+from tests.trainer.serving import serving
 
 MNIST_EVAL = str(REPO_ROOT / "data" / "mnist" / "mnist-eval.tfrecord-*")
 
@@ -59,9 +69,15 @@ def test_flowers_trains_reports_and_exports(flowers_run):
     assert config["model"] == "image_classifier" and config["task"]["image_size"] == 32
 
 
+@pytest.fixture(scope="module")
+def scored_images(flowers_run) -> dict:
+    """The 50 evaluation images through the signature in a fresh interpreter (score_image_model.py)."""
+    return serve_records(flowers_run / "model", FLOWERS_EVAL, limit=0)
+
+
 @pytest.mark.training
-def test_the_export_serves_raw_jpeg_bytes(flowers_run):
-    result = serve_records(flowers_run / "model", FLOWERS_EVAL, limit=0)  # all 50 evaluation images
+def test_the_export_serves_raw_jpeg_bytes(flowers_run, scored_images):
+    result = scored_images
     assert result["jpeg"] and result["inputs"] == ["image_bytes"]
     metrics = json.loads((flowers_run / "model" / "metrics.json").read_text())
     assert result["classes"] == metrics["data"]["classes"]
@@ -75,6 +91,53 @@ def test_the_export_serves_raw_jpeg_bytes(flowers_run):
     assert len(result["label"]) == 50
     assert result["loss"] == pytest.approx(metrics["eval"]["loss"], rel=2e-3)
     assert result["accuracy"] == pytest.approx(metrics["eval"]["accuracy"], abs=1 / 50 + 1e-6)
+
+
+# Vertex AI's routes when a Model names none (the deployed model's own path); its gs:// model copy is stood in
+# by a file:// URI: the server copies any scheme:// URI with tf.io.gfile before loading, as it copies gs://.
+VERTEX_ROUTES = {"AIP_HEALTH_ROUTE": "/v1/endpoints/123/deployedModels/456",
+                 "AIP_PREDICT_ROUTE": "/v1/endpoints/123/deployedModels/456:predict"}
+
+
+@pytest.fixture(scope="module")
+def image_server(flowers_run, tmp_path_factory):
+    """The export served as Vertex AI starts the container: `python -m trainer.serve` with no flags, all it
+    needs from AIP_* variables; leaving it sends SIGTERM, which must stop it cleanly."""
+    uri = (flowers_run / "model").as_uri() + "/"
+    env = subprocess_env(AIP_STORAGE_URI=uri, AIP_HTTP_PORT="0", **VERTEX_ROUTES)
+    with serving([sys.executable, "-m", "trainer.serve"], env=env, log_dir=tmp_path_factory.mktemp("serve"),
+                 health_route=VERTEX_ROUTES["AIP_HEALTH_ROUTE"],
+                 predict_route=VERTEX_ROUTES["AIP_PREDICT_ROUTE"]) as server:
+        yield server
+    copy = re.search(r"copied file://\S+ to (\S+) ", server.log.read_text())
+    assert copy and not Path(copy[1]).exists()  # the local copy went with the server
+
+
+@pytest.mark.training
+def test_the_served_export_classifies_as_the_saved_model_does(image_server, scored_images):
+    images = [base64.b64encode(image).decode() for image in encoded_images(FLOWERS_EVAL)]
+    # Ten photos a request (~1.2 MB of base64, under Vertex AI's 1.5 MB), in both of Vertex AI's forms.
+    instances = [{"b64": b} if i % 2 else {"image_bytes": {"b64": b}} for i, b in enumerate(images)]
+    served = [p for start in range(0, len(images), 10)
+              for p in image_server.predictions(instances[start:start + 10])]
+    assert [p["label"] for p in served] == scored_images["label"]
+    for got, expected in zip(served, scored_images["probabilities"], strict=True):
+        assert got["probabilities"] == pytest.approx(expected, abs=1e-5)
+        assert got["classes"] == scored_images["classes"] and got["label"] == got["classes"][got["class_id"]]
+
+
+@pytest.mark.training
+def test_bytes_that_are_no_image_or_a_decompression_bomb_are_400(image_server):
+    status, body = image_server.predict([{"b64": base64.b64encode(b"not an image").decode()}])
+    assert (status, body["field"]) == (400, "instances")
+    assert body["error"].startswith("instances: the model refused them: Unknown image file format")
+    bomb = base64.b64encode(png_header(30_000, 30_000)).decode()  # 900 MP declared in 33 bytes
+    status, body = image_server.predict([{"b64": bomb}])
+    assert (status, body["field"]) == (400, "image_bytes")
+    assert "images of over 50000000 pixels" in body["error"]
+    status, body = image_server.request("GET", image_server.health_route)
+    assert status == 200 and body["signatures"]["serving_default"] == {
+        "inputs": {"image_bytes": "string [N]"}, "outputs": ["class_id", "classes", "label", "probabilities"]}
 
 
 def _not_a_tfrecord(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import subprocess_env
 from tests.trainer.helpers import REPO_ROOT, error_lines, run_trainer
+from tests.trainer.serving import serving
 
 RATINGS = str(REPO_ROOT / "data" / "movielens" / "ratings.csv")
 with open(RATINGS, encoding="utf-8") as _file:
@@ -76,16 +77,22 @@ def test_trains_on_a_seeded_split_and_beats_popularity(movielens_run):
 SCORE = REPO_ROOT / "tests" / "trainer" / "score_recommender.py"
 
 
+@pytest.fixture(scope="module")
+def scored(movielens_run) -> dict:
+    """SCORE's calls of every signature of the export, in a fresh interpreter."""
+    out = subprocess.run([sys.executable, SCORE, str(movielens_run / "model")], capture_output=True,
+                         text=True, env=subprocess_env(), timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.training
-def test_the_export_lists_unseen_items_and_similar_items(movielens_run):
+def test_the_export_lists_unseen_items_and_similar_items(movielens_run, scored):
     import numpy as np
 
     from trainer.tasks.recommender import data as rd
 
-    out = subprocess.run([sys.executable, SCORE, str(movielens_run / "model")], capture_output=True,
-                         text=True, env=subprocess_env(), timeout=120, cwd="/")
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = scored
     assert got["signatures"] == ["serving_default", "similar_items", "top_k"]
     assert got["default_is_top_k"] and got["known"] == [True, False, True]
 
@@ -117,6 +124,33 @@ def test_the_export_lists_unseen_items_and_similar_items(movielens_run):
     assert got["similar_scores"][0] == sorted(got["similar_scores"][0], reverse=True)
     assert all(-1 <= s <= 1 for s in got["similar_scores"][0])
     assert got["similar"][1] == [""] * 5 and got["similar_scores"][1] == [0.0] * 5
+
+
+@pytest.fixture(scope="module")
+def recommender_server(movielens_run, tmp_path_factory):
+    command = [sys.executable, "-m", "trainer.serve", "--model-dir", str(movielens_run / "model"), "--host",
+               "127.0.0.1", "--port", "0"]
+    with serving(command, log_dir=tmp_path_factory.mktemp("serve")) as server:
+        yield server
+
+
+@pytest.mark.training
+def test_the_served_export_answers_as_its_signatures_do(recommender_server, scored):
+    """SCORE's top_k and similar_items calls again, over HTTP: the same batches, the same answers."""
+    server = recommender_server
+    # A known user, an unknown one (the most rated items) and another, asking for 5, 3 and 2 items.
+    asks = [{"user": "1", "k": 5}, {"user": "no-such-user", "k": 3}, {"user": "2", "k": 2}]
+    best = server.predictions(asks, signature="top_k")
+    assert [p["items"] for p in best] == scored["items"]
+    assert [p["scores"] for p in best] == [pytest.approx(row, rel=1e-6) for row in scored["scores"]]
+    assert server.predictions(asks) == best  # no signature named: serving_default, which is top_k
+    near = server.predictions([{"item": "1", "k": 5}, {"item": "no-such-item", "k": 3}], "similar_items")
+    assert [p["items"] for p in near] == scored["similar"]
+    assert [p["known"] for p in near] == scored["similar_known"] == [True, False]
+    assert near[0]["scores"] == pytest.approx(scored["similar_scores"][0], rel=1e-6)
+    # One user a request, as an application asks: that user's own k items.
+    alone = server.predictions([{"user": "2", "k": 2}], signature="top_k")[0]
+    assert alone["items"] == scored["items"][2][:2]
 
 
 @pytest.mark.training
@@ -284,7 +318,8 @@ def test_the_item_item_part_is_eases_weights_scaled_and_neither_checkpointed_nor
     ratings.write_text(RATINGS_HEAD)
 
     def made(*flags):
-        cfg = resolve_config(["--model", "recommender", "--train-files", str(ratings), "--top-k", "5", *flags])
+        cfg = resolve_config(["--model", "recommender", "--train-files", str(ratings), "--top-k", "5",
+                              *flags])
         data = recommender.make_data(cfg, 64, 64)
         return cfg, data, recommender.build_model(cfg, data)
 
@@ -292,9 +327,9 @@ def test_the_item_item_part_is_eases_weights_scaled_and_neither_checkpointed_nor
     items = len(data.state["items"])
     assert data.report["item_item"] == f"EASE's weights on {items} items, scale 3"
     # The same split and vocabularies the task made, as EASE's baseline sees them.
-    given = rd.read_ratings([str(ratings)], rd.RatingColumns("userId", "movieId", "rating", "timestamp"), "x")
-    train, _ = rd.split_ratings(given, "random", 0.2, cfg.seed)
-    fit = rd.index(train, *rd.vocabularies(train, rd.RatingColumns("userId", "movieId", "rating", "timestamp")))
+    columns = rd.RatingColumns("userId", "movieId", "rating", "timestamp")
+    train, _ = rd.split_ratings(rd.read_ratings([str(ratings)], columns, "x"), "random", 0.2, cfg.seed)
+    fit = rd.index(train, *rd.vocabularies(train, columns))
     weights = rd.ease_weights(fit, items)
     splits, values = data.state["rated"]
     users = np.arange(1, data.state["num_users"] + 1, dtype=np.int32)

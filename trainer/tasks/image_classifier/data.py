@@ -262,8 +262,6 @@ def _undecodable(channels: int) -> str:
 def _header_size(encoded: bytes) -> tuple[int, int]:
     """(height, width) from an image's header, as :func:`_header_sizes` reads it; (0, 0) when the bytes are
     no JPEG/PNG/GIF/BMP image or its header is damaged."""
-    import tensorflow as tf
-
     data = encoded + b"\0" * 26
     if encoded.startswith(_PNG):
         return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
@@ -273,6 +271,8 @@ def _header_size(encoded: bytes) -> tuple[int, int]:
         height = int.from_bytes(data[22:26], "little", signed=True)
         return abs(height), int.from_bytes(data[18:22], "little", signed=True)
     if encoded.startswith(_JPEG):
+        import tensorflow as tf  # for JPEGs only: trainer.serve checks every string a request sends
+
         try:
             height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy().tolist()
             return height, width
@@ -287,6 +287,13 @@ def _decode_pixels(encoded: bytes, height: int, width: int) -> int:
     if encoded.startswith(_GIF):
         return height * width + sum(w * h for w, h in _gif_frames(encoded))
     return height * width
+
+
+def image_pixels(encoded: bytes) -> int:
+    """Pixels ``tf.io.decode_image`` would allocate for ``encoded``, read from its header without decoding
+    (0 for bytes that are no JPEG/PNG/GIF/BMP image): what the prediction server (trainer.serve) holds a
+    request's images to, as the scan holds a record to MAX_IMAGE_PIXELS."""
+    return _decode_pixels(encoded, *_header_size(encoded))
 
 
 def _gif_frames(data: bytes) -> list[tuple[int, int]]:

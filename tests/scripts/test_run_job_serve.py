@@ -1,0 +1,57 @@
+"""`run_job.py serve MODEL_DIR`: a verb of its own, light (no TensorFlow until the server starts), and bad
+input is one line with exit status 2 before any server starts. Serving a real export through it is tested
+with the census export in tests/trainer/test_task.py (the verb is how those tests start their server)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.jobs.helpers import CUSTOM
+from tests.scripts.test_run_job import heavy_modules, probe
+
+
+def test_help_is_light(script_env):
+    result = probe(["serve", "--help"], script_env)
+    assert result.returncode == 0, result.stderr
+    assert "usage: run_job.py serve [-h] [--port PORT] [--host HOST] MODEL_DIR" in result.stdout
+    assert heavy_modules(result.stderr) == ""
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "fifo", "no-saved-model", "pb-is-a-folder", "port-range",
+                                  "port-word", "no-model-dir"])
+def test_bad_input_is_one_line_exit_2(case, cli, capsys, tmp_path):
+    model = tmp_path / "model"
+    args = [model]
+    if case == "missing":
+        expected = f"run_job.py serve: error: {model}: no such file or directory"
+    elif case == "file":
+        model.write_text("not a folder")
+        expected = f"run_job.py serve: error: {model}: not a directory (a SavedModel is a folder"
+    elif case == "fifo":
+        os.mkfifo(model)  # never opened: a read would block
+        expected = f"run_job.py serve: error: {model}: not a directory"
+    elif case in ("no-saved-model", "pb-is-a-folder"):
+        (model / ("saved_model.pb" if case == "pb-is-a-folder" else "variables")).mkdir(parents=True)
+        why = "saved_model.pb is not a file" if case == "pb-is-a-folder" else "no saved_model.pb"
+        expected = f"run_job.py serve: error: {model}: no SavedModel here ({why})"
+    elif case.startswith("port"):
+        value = "65536" if case == "port-range" else "http"
+        args += ["--port", value]
+        expected = f"run_job.py serve: error: argument --port: invalid port value: '{value}'"
+    else:
+        args = []
+        expected = "run_job.py serve: error: the following arguments are required: MODEL_DIR"
+    rc, out, err = cli(["serve", *args])
+    err += capsys.readouterr().err  # argparse writes to sys.stderr itself
+    assert rc == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith(expected), err
+
+
+def test_a_job_file_named_like_the_verb_is_given_as_a_path(cli, tmp_path, monkeypatch):
+    (tmp_path / "serve").write_text(CUSTOM, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = cli(["./serve", "--dry-run"])
+    assert rc == 0, err
+    assert '"workerPoolSpecs"' in out
