@@ -27,7 +27,9 @@ from typing import Any
 from infra.config import LABEL_KEY, LABEL_VALUE
 from jobs.definition.body import GOALS, job_spec, join
 from jobs.definition.errors import FieldError, one_of
-from trainer.contract import METRICS_FILE
+from trainer.contract import HEALTH_ROUTE as HEALTH_ROUTE_VAR
+from trainer.contract import HTTP_PORT, METRICS_FILE, SERVE_MODULE, SERVING_DEFAULTS
+from trainer.contract import PREDICT_ROUTE as PREDICT_ROUTE_VAR
 
 REGISTRY_FIELD = "registry"
 FIELDS = ("model", "aliases", "labels", "metric", "serving")
@@ -48,10 +50,11 @@ LABEL_RULE = "lowercase letters, digits, _ and -, at most 63"
 # The serving container `serving: trainer` names: the trainer image's cpu variant running the repo's server.
 SERVING_TRAINER = "trainer"
 TRAINER_SERVING_IMAGE = "${infra.trainer_image}:cpu-${job.image_tag}"
-SERVER_COMMAND = ("python", "-m", "trainer.serve")
-SERVING_PORT = 8080
-PREDICT_ROUTE = "/predict"
-HEALTH_ROUTE = "/health"
+# The server and its defaults are the trainer's contract (trainer.serve listens where these say).
+SERVER_COMMAND = ("python", "-m", SERVE_MODULE)
+SERVING_PORT = int(SERVING_DEFAULTS[HTTP_PORT])
+PREDICT_ROUTE = SERVING_DEFAULTS[PREDICT_ROUTE_VAR]
+HEALTH_ROUTE = SERVING_DEFAULTS[HEALTH_ROUTE_VAR]
 # Vertex AI's prebuilt prediction images, e.g. us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest.
 PREBUILT_PREDICTION = re.compile(
     r"(?:[a-z]+-docker\.pkg\.dev/vertex-ai/prediction|gcr\.io/cloud-aiplatform/prediction)/"
