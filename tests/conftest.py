@@ -1,11 +1,14 @@
 """Shared pytest setup. Layer-specific fixtures live in each tests/<layer>/conftest.py."""
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import SUMMARY, summary_section
+from tests.user_copy import USER_COPY_ROOT, USER_COPY_RUN, start_suites
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,11 +39,22 @@ LONG_FIRST = ("tests/trainer/test_prebuilt_compat.py", "tests/trainer/test_task.
 LAST = ("tests/test_shipped_environments.py",)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own: its controller's plugin is registered by then
 def pytest_configure(config):
     # pytest-xdist reorders loadscope/loadfile work by the number of tests per module unless told not to
     # (--no-loadscope-reorder; reordering is its default in 3.8), which undid the order below.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if config.pluginmanager.has_plugin("dsession"):  # pytest-xdist's controller: workers inherit the folder
+        os.environ[USER_COPY_ROOT] = tempfile.mkdtemp(prefix="user-copy-")
+        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(USER_COPY_ROOT), ignore_errors=True))
+
+
+def _start_user_copy(config, root: Path) -> None:
+    """Start the suites on a user's copy of the repo (tests/user_copy.py) in ``root``; stopped at the end."""
+    run = start_suites(root)
+    config.stash[USER_COPY_RUN] = run
+    config.add_cleanup(run.stop)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -57,22 +71,17 @@ def pytest_collection_modifyitems(session, config, items):
 
     # sort is stable: every other test keeps its collected order.
     items.sort(key=rank)
-    if not any(item.nodeid.startswith("tests/test_shipped_environments.py") for item in items):
-        return
-    import shutil
-    import tempfile
+    # A pytest-xdist worker leaves it to the controller (pytest_xdist_node_collection_finished).
+    if not hasattr(config, "workerinput") and any(item.nodeid.startswith(LAST) for item in items):
+        root = Path(tempfile.mkdtemp(prefix="user-copy-"))
+        config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+        _start_user_copy(config, root)
 
-    from tests.user_copy import USER_COPY_RUN, start_suites
 
-    root = Path(tempfile.mkdtemp(prefix="user-copy-"))
-    run = start_suites(root / "repo")
-    config.stash[USER_COPY_RUN] = run
-
-    def cleanup():
-        run.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-    config.add_cleanup(cleanup)
+@pytest.hookimpl(optionalhook=True)  # an xdist hook, in the controller, before any test is scheduled
+def pytest_xdist_node_collection_finished(node, ids):
+    if USER_COPY_RUN not in node.config.stash and any(nodeid.startswith(LAST) for nodeid in ids):
+        _start_user_copy(node.config, Path(os.environ[USER_COPY_ROOT]))
 
 
 # The summary sections tests wrote (tests.helpers.summary_section), printed once at the end of the run. Under
