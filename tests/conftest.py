@@ -1,11 +1,14 @@
 """Shared pytest setup. Layer-specific fixtures live in each tests/<layer>/conftest.py."""
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import SUMMARY, summary_section
+from tests.user_copy import USER_COPY_ROOT, USER_COPY_RUN, start_suites
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,36 +21,67 @@ os.environ.setdefault("CHECKPOINT_DISABLE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-# The modules whose fixtures run longest, handed to an xdist worker first: collected in path order they came
-# last, and a worker ran the prebuilt-stack module (~220 s) alone while the other sat idle at the end.
+# `--dist loadfile` hands a pytest-xdist worker a whole module at a time, in the order pytest_configure and
+# pytest_collection_modifyitems leave them (pytest-xdist's own reordering, by descending number of tests, is
+# switched off below). The longest modules go first, longest first, measured on two cores: collected in path
+# order the trainer's came last, and a worker ran the prebuilt-stack module (~150 s) alone while the other
+# sat idle at the end. Next come the other modules with a test marked `training` (a new one is long more
+# often than not), then the rest in path order: many short modules, which even out the two workers' ends.
 LONG_FIRST = ("tests/trainer/test_prebuilt_compat.py", "tests/trainer/test_task.py",
-              "tests/jobs/local/test_shipped_model_jobs.py", "tests/trainer/test_multiworker.py",
-              "tests/trainer/test_hostile_data.py")
+              "tests/trainer/test_multiworker.py", "tests/jobs/local/test_shipped_model_jobs.py",
+              "tests/trainer/test_recommender.py", "tests/trainer/test_hostile_data.py",
+              "tests/trainer/test_image_data.py", "tests/jobs/local/test_tuning.py",
+              "tests/jobs/test_convert.py", "tests/trainer/test_preemption.py",
+              "tests/scripts/test_run_job_local.py", "tests/jobs/local/test_census_e2e.py",
+              "tests/scripts/test_run_job.py", "tests/trainer/test_image_classifier.py",
+              "tests/trainer/test_image_models.py")
+# Last: it waits for the suites on a user's copy, started in the background at collection (below).
+LAST = ("tests/test_shipped_environments.py",)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own: its controller's plugin is registered by then
+def pytest_configure(config):
+    # pytest-xdist reorders loadscope/loadfile work by the number of tests per module unless told not to
+    # (--no-loadscope-reorder; reordering is its default in 3.8), which undid the order below.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    if config.pluginmanager.has_plugin("dsession"):  # pytest-xdist's controller: workers inherit the folder
+        os.environ[USER_COPY_ROOT] = tempfile.mkdtemp(prefix="user-copy-")
+        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(USER_COPY_ROOT), ignore_errors=True))
+
+
+def _start_user_copy(config, root: Path) -> None:
+    """Start the suites on a user's copy of the repo (tests/user_copy.py) in ``root``; stopped at the end."""
+    run = start_suites(root)
+    config.stash[USER_COPY_RUN] = run
+    config.add_cleanup(run.stop)
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Put the longest modules first; start the suites on a user's copy of the repo (tests/user_copy.py) in
-    the background as soon as a test that needs them is collected, so they overlap with the rest of the
-    run."""
-    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+    """Put the longest modules first (LONG_FIRST, then those that train); start the suites on a user's copy
+    of the repo (tests/user_copy.py) in the background as soon as a test that needs them is collected, so
+    they overlap with the rest of the run."""
+    training = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("training")}
+
+    def rank(item):
+        path = item.nodeid.split("::", 1)[0]
+        if path in LONG_FIRST:
+            return 0, LONG_FIRST.index(path)
+        return (3 if path in LAST else 1 if path in training else 2), 0
+
     # sort is stable: every other test keeps its collected order.
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
-    if not any(item.nodeid.startswith("tests/test_shipped_environments.py") for item in items):
-        return
-    import shutil
-    import tempfile
+    items.sort(key=rank)
+    # A pytest-xdist worker leaves it to the controller (pytest_xdist_node_collection_finished).
+    if not hasattr(config, "workerinput") and any(item.nodeid.startswith(LAST) for item in items):
+        root = Path(tempfile.mkdtemp(prefix="user-copy-"))
+        config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+        _start_user_copy(config, root)
 
-    from tests.user_copy import USER_COPY_RUN, start_suites
 
-    root = Path(tempfile.mkdtemp(prefix="user-copy-"))
-    run = start_suites(root / "repo")
-    config.stash[USER_COPY_RUN] = run
-
-    def cleanup():
-        run.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-    config.add_cleanup(cleanup)
+@pytest.hookimpl(optionalhook=True)  # an xdist hook, in the controller, before any test is scheduled
+def pytest_xdist_node_collection_finished(node, ids):
+    if USER_COPY_RUN not in node.config.stash and any(nodeid.startswith(LAST) for nodeid in ids):
+        _start_user_copy(node.config, Path(os.environ[USER_COPY_ROOT]))
 
 
 # The summary sections tests wrote (tests.helpers.summary_section), printed once at the end of the run. Under

@@ -5,14 +5,16 @@ fails here."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.user_copy import IGNORED, ROOT, SUITES, USER_COPY_RUN, SuiteRun, start_suites
+from tests.user_copy import IGNORED, ROOT, SUITES, USER_COPY_ROOT, USER_COPY_RUN, SuiteRun, start_suites
 
 ENVIRONMENT_READERS = re.compile(
     r"load_environment|resolve_outputs\(|load_outputs\(|list_environments|environments/|planned_outputs\("
@@ -21,10 +23,15 @@ ENVIRONMENT_READERS = re.compile(
 
 @pytest.fixture(scope="module")
 def suite_run(request) -> SuiteRun:
-    """Started by the root conftest at collection time; started here when that hook did not run."""
+    """Started by the root conftest at collection time (under pytest-xdist by the controller, in the folder
+    its workers find in USER_COPY_ROOT); started here when neither did."""
     run = request.config.stash.get(USER_COPY_RUN, None)
-    if run is None:
-        run = start_suites(Path(tempfile.mkdtemp(prefix="user-copy-")) / "repo")
+    if run is None and os.environ.get(USER_COPY_ROOT):
+        run = SuiteRun(Path(os.environ[USER_COPY_ROOT]))
+    if run is None or not run.started():
+        root = Path(tempfile.mkdtemp(prefix="user-copy-"))
+        request.addfinalizer(lambda: shutil.rmtree(root, ignore_errors=True))
+        run = start_suites(root)
         request.addfinalizer(run.stop)
     return run
 

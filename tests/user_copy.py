@@ -3,15 +3,19 @@ own project), and the infra and jobs suites run on it: see tests/test_shipped_en
 
 The run takes over a minute of mostly single-threaded work (synthesis, checkov, pytest's own start-up), so the
 root conftest.py starts it in the background as soon as the test that needs it is collected, and the test
-only waits for it: it overlaps with the rest of the suite instead of adding to it.
+only waits for it: it overlaps with the rest of the suite instead of adding to it. Under pytest-xdist it is
+started once, by the controller (every worker collects every test: each used to start a run of its own, and
+only one was ever waited for), and the worker that runs the test waits for its status file.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,36 +78,79 @@ def make_user_copy(copy: Path) -> Path:
     return copy
 
 
+# Where pytest-xdist's controller starts the run (tests/conftest.py), for the worker that runs the test.
+USER_COPY_ROOT = "TESTS_USER_COPY_ROOT"
+# Runs the suites' command and writes its exit status to a file (atomically): any process can wait for it.
+_RECORD_STATUS = (
+    "import os, subprocess, sys\n"
+    "status = subprocess.call(sys.argv[2:])\n"
+    "with open(sys.argv[1] + '.tmp', 'w') as f:\n"
+    "    f.write(str(status))\n"
+    "os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+)
+
+
 @dataclass
 class SuiteRun:
-    copy: Path
-    process: subprocess.Popen
-    log: Path
+    """The suites' run on the copy in root/repo: its log, and its exit status once it is done (written by the
+    run itself, so the process that waits need not be the one that started it); ``process`` in the one that
+    started it, which alone stops it."""
+
+    root: Path
+    process: subprocess.Popen | None = None
+
+    @property
+    def copy(self) -> Path:
+        return self.root / "repo"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "user-copy-pytest.log"
+
+    @property
+    def status(self) -> Path:
+        return self.root / "returncode"
+
+    def started(self) -> bool:
+        return self.log.exists()
 
     def wait(self) -> tuple[int, str]:
-        try:
-            returncode = self.process.wait(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            returncode = self.process.wait()
+        deadline = time.monotonic() + TIMEOUT_S
+        while not self.status.exists() and time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                break  # ended without recording a status
+            time.sleep(0.5)
+        if self.status.exists():
+            returncode = int(self.status.read_text())
+        else:
+            self.stop()
+            returncode = -1
         return returncode, self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)  # its own session: the suites' children too
             self.process.wait()
 
 
-def start_suites(copy: Path) -> SuiteRun:
+def start_suites(root: Path) -> SuiteRun:
     from infra.config import ENVIRONMENTS_DIR_VAR
 
-    make_user_copy(copy)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != ENVIRONMENTS_DIR_VAR}
-    env["PYTHONPATH"] = str(copy)
-    log = copy.parent / "user-copy-pytest.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(
+    run = SuiteRun(root)
+    make_user_copy(run.copy)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_") and k not in (ENVIRONMENTS_DIR_VAR, USER_COPY_ROOT)
+    }
+    env["PYTHONPATH"] = str(run.copy)
+    with open(run.log, "w") as out:
+        run.process = subprocess.Popen(
             [
+                sys.executable,
+                "-c",
+                _RECORD_STATUS,
+                run.status,
                 sys.executable,
                 "-m",
                 "pytest",
@@ -115,14 +162,14 @@ def start_suites(copy: Path) -> SuiteRun:
                 "-p",
                 "no:cacheprovider",
             ],
-            cwd=copy,
+            cwd=run.copy,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return SuiteRun(copy, process, log)
+    return run
 
 
-# Where the root conftest keeps the run it started, for the test to wait on.
+# Where the process that started the run (the only pytest process, or pytest-xdist's controller) keeps it.
 USER_COPY_RUN = pytest.StashKey[SuiteRun]()

@@ -330,6 +330,8 @@ def install_sdist(python: Path, sdist: Path, cwd: Path, what: str) -> subprocess
 SCORE = REPO_ROOT / "tests" / "trainer" / "score_saved_model.py"
 SCORE_IMAGES = REPO_ROOT / "tests" / "trainer" / "score_image_model.py"
 SCORE_RECOMMENDER = REPO_ROOT / "tests" / "trainer" / "score_recommender.py"
+# Runs those scripts one after another in one interpreter: a stack's exports are reloaded by one process.
+SCORE_MANY = REPO_ROOT / "tests" / "trainer" / "score_many.py"
 RATINGS = str(REPO_ROOT / "data" / "movielens" / "ratings.csv")
 # The image classifier trains on the shipped MNIST evaluation shard (2,000 PNGs) and is scored on all of it.
 MNIST_EVAL = str(REPO_ROOT / "data" / "mnist" / "mnist-eval.tfrecord-*")
@@ -408,17 +410,9 @@ def run_stack(spec: StackSpec, sdist: Path, data: dict[str, Path], work: Path) -
                              "--export-format", spec.export_format],
                             cwd=cwd, env=vertex_env(result.out), timeout=600)
         result.seconds["train"] = time.perf_counter() - mark
-        if result.train.returncode == 0:
-            mark = time.perf_counter()
-            proc = _run([python, SCORE, data["eval"], result.out / "model", spec.export_format],
-                        cwd=cwd, timeout=300)
-            result.seconds["reload"] = time.perf_counter() - mark
-            if proc.returncode == 0:
-                result.reload = json.loads(proc.stdout.strip().splitlines()[-1])[spec.export_format]
-            else:
-                result.reload_error = _tail(proc)
         for model in spec.models:
             result.more[model] = _run_model(model, result, python, cwd, work)
+        _reload(result, python, cwd, data["eval"])
         result.seconds["total"] = time.perf_counter() - started
     except Exception as exc:  # reported by the tests, which skip only on IndexUnreachable
         result.error = exc
@@ -437,20 +431,38 @@ MODEL_RUNS: dict[str, tuple[list[str], Path, list[str]]] = {
 
 
 def _run_model(model: str, result: StackRun, python: Path, cwd: Path, work: Path) -> ModelRun:
-    """Train ``model`` from the installed sdist as Vertex AI would, then reload its export in the layer."""
-    flags, score, score_args = MODEL_RUNS[model]
+    """Train ``model`` from the installed sdist as Vertex AI would (its export is reloaded by _reload)."""
+    flags, _, _ = MODEL_RUNS[model]
     run = ModelRun(out=work / f"vertex-{model}")
     mark = time.perf_counter()
     run.train = _run([python, "-m", "trainer.task", "--model", model, *flags], cwd=cwd,
                      env=vertex_env(run.out), timeout=600)
     result.seconds[f"{model} train"] = time.perf_counter() - mark
-    if run.train.returncode != 0:
-        return run
-    mark = time.perf_counter()
-    proc = _run([python, score, run.out / "model", *score_args], cwd=cwd, timeout=300)
-    result.seconds[f"{model} reload"] = time.perf_counter() - mark
-    if proc.returncode == 0:
-        run.reload = json.loads(proc.stdout.strip().splitlines()[-1])
-    else:
-        run.reload_error = _tail(proc)
     return run
+
+
+def _reload(result: StackRun, python: Path, cwd: Path, census_eval: Path) -> None:
+    """Reload every export the stack's runs wrote and score it (census, then the other models), in ONE fresh
+    process in the layer (score_many.py): TensorFlow alone, imported once for all of them."""
+    fmt = result.spec.export_format
+    runs: list[tuple[ModelRun | None, list]] = []
+    if result.train.returncode == 0:
+        runs.append((None, [SCORE, census_eval, result.out / "model", fmt]))
+    for model, run in result.more.items():
+        if run.train.returncode == 0:
+            _, score, score_args = MODEL_RUNS[model]
+            runs.append((run, [score, run.out / "model", *score_args]))
+    if not runs:
+        return
+    mark = time.perf_counter()
+    proc = _run([python, SCORE_MANY, json.dumps([[str(a) for a in args] for _, args in runs])], cwd=cwd,
+                timeout=600)
+    result.seconds["reload"] = time.perf_counter() - mark
+    scored = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else []
+    for i, (run, _) in enumerate(runs):
+        got = scored[i] if i < len(scored) else {"error": _tail(proc)}
+        reload = got.get("result")
+        if run is None:
+            result.reload, result.reload_error = reload and reload[fmt], got.get("error", "")
+        else:
+            run.reload, run.reload_error = reload, got.get("error", "")

@@ -4,6 +4,7 @@ Vertex AI does (fixtures stay in conftest.py)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,38 @@ def trainer_args(slice_: dict[str, Path], job_dir: Path | None, *extra: str) -> 
 def run_trainer(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 120):
     return subprocess.run(args, cwd=REPO_ROOT, env=env or subprocess_env(), capture_output=True, text=True,
                           timeout=timeout)
+
+
+def run_trainers(commands: dict[str, list[str]], work: Path, *, timeout: float = 600
+                 ) -> dict[str, subprocess.CompletedProcess]:
+    """What :func:`run_trainer` returns for each of ``commands`` (``python -m trainer.task`` command lines),
+    all run in ONE fresh interpreter, one after another (tests/trainer/cli_batch.py): TensorFlow is imported
+    once, not once per command line. For runs that stop before or early in training."""
+    for name, args in commands.items():
+        assert args[:3] == [sys.executable, "-m", "trainer.task"], (name, args[:3])
+    runs, out = work / "runs.json", work / "results.json"
+    runs.write_text(json.dumps({name: [str(a) for a in args[3:]] for name, args in commands.items()}))
+    runner = run_trainer([sys.executable, "-m", "tests.trainer.cli_batch", str(runs), str(out)],
+                         timeout=timeout)
+    results = json.loads(out.read_text()) if out.exists() else {}
+    died = f"the batch runner exited with status {runner.returncode} before this run finished:\n"
+    died += runner.stderr
+    return {name: subprocess.CompletedProcess(args, results[name]["status"], results[name]["stdout"],
+                                              results[name]["stderr"]) if name in results
+            else subprocess.CompletedProcess(args, runner.returncode, runner.stdout, died)
+            for name, args in commands.items()}
+
+
+def run_cases(cases: list[str], make, tmp_path_factory) -> dict[str, tuple]:
+    """Each case's command line, ``make(case, folder) -> (command line, expected)`` with its files in a
+    folder of its own (job dir folder/job), all run by :func:`run_trainers`: {case: (job dir, expected,
+    CompletedProcess)}."""
+    made = {}
+    for case in cases:
+        folder = tmp_path_factory.mktemp(case)
+        made[case] = (folder / "job", *make(case, folder))
+    outs = run_trainers({case: args for case, (_, args, _) in made.items()}, tmp_path_factory.mktemp("runs"))
+    return {case: (job, expected, outs[case]) for case, (job, _, expected) in made.items()}
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -3,9 +3,10 @@ all in ONE process as ``python -m trainer.task`` would (``trainer.task.main``), 
 
 Why one process: a CLI subprocess per attempt pays TensorFlow's import (5-10 s) every time. The runner
 imports TensorFlow once, then per attempt writes its files, resets the kernel's peak-RSS mark (writing "5"
-to /proc/self/clear_refs sets VmHWM to the current RSS, Linux >= 4.0), runs ``main(argv)`` with fd 2
-redirected to a file, and reads VmHWM: the peak growth is the attempt's own, whatever ran before it. A
-signal death kills the runner: the attempt it was running is then the one its progress file names last.
+to /proc/self/clear_refs sets VmHWM to the current RSS, Linux >= 4.0), runs ``main(argv)`` as the CLI would
+(tests/trainer/cli_batch.py's call_main: fds 1 and 2 sent to files), and reads VmHWM: the peak growth is
+the attempt's own, whatever ran before it. A signal death kills the runner: the attempt it was running is
+then the one its progress file names last.
 
     python -m tests.trainer.hostile OUT.json [NAME ...]   # all attempts, or those named
 """
@@ -275,6 +276,7 @@ def run(out: Path, names: list[str]) -> None:
 
     import tensorflow as tf  # noqa: F401  (imported before the first attempt: not counted in its peak)
 
+    from tests.trainer.cli_batch import call_main
     from trainer import task
 
     attempts = [a for a in ATTEMPTS if not names or a.name in names]
@@ -292,22 +294,10 @@ def run(out: Path, names: list[str]) -> None:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         log = d / "stderr"
-        sys.stderr.flush()
-        saved = os.dup(2)
-        with open(log, "wb") as f:
-            os.dup2(f.fileno(), 2)
         start = time.perf_counter()
-        traceback = ""
-        try:
-            status = task.main(argv)
-        except BaseException:  # a traceback is a defect: recorded, the next attempts still run
-            import traceback as tb
-
-            traceback, status = tb.format_exc(), -1
+        # A traceback is a defect: recorded, the next attempts still run.
+        status, traceback = call_main(task.main, argv, d / "stdout", log)
         seconds = time.perf_counter() - start
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
         peak = _status_kb("VmHWM")
         results.append({"name": attempt.name, "status": status, "stderr": log.read_text(errors="replace"),
                         "traceback": traceback, "seconds": seconds, "rss_before_mb": before / 1024,

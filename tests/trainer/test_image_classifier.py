@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import subprocess_env
-from tests.trainer.helpers import REPO_ROOT, error_lines, run_trainer
+from tests.trainer.helpers import REPO_ROOT, error_lines, run_cases, run_trainer
 from tests.trainer.image_helpers import (
     FLOWERS_EVAL,
     FLOWERS_TRAIN,
@@ -146,9 +146,13 @@ def _not_a_tfrecord(tmp_path):
     return str(path)
 
 
-@pytest.mark.parametrize("case", ["no-match", "not-a-tfrecord", "missing-weights", "weights-on-cnn",
-                                  "top-k-on-5-classes", "grayscale-backbone"])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
+BAD_INPUT = ["no-match", "not-a-tfrecord", "missing-weights", "weights-on-cnn", "top-k-on-5-classes",
+             "grayscale-backbone"]
+
+
+def _bad_input(case: str, tmp_path) -> tuple[list[str], str]:
+    """A bad-input case's command line (its files under ``tmp_path``, its job dir tmp_path/job) and the start
+    of the one error line it must print."""
     job = tmp_path / "job"
     train, extra = FLOWERS_TRAIN, []
     if case == "no-match":
@@ -169,7 +173,19 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
     else:
         extra = ["--backbone", "resnet50", "--channels", "1"]
         expected = "trainer.task: error: argument --channels: must be 3 for --backbone resnet50"
-    out = run_trainer(image_args(job, *extra, train=train), timeout=120)
+    return image_args(job, *extra, train=train), expected
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory) -> dict[str, tuple]:
+    """Every bad-input case run in one process (tests/trainer/cli_batch.py: TensorFlow imported once):
+    {case: (job dir, expected error line start, CompletedProcess)}."""
+    return run_cases(BAD_INPUT, _bad_input, tmp_path_factory)
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, bad_input_runs):
+    job, expected, out = bad_input_runs[case]
     assert out.returncode == 2, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
     lines = error_lines(out.stderr)

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.helpers import subprocess_env
-from tests.trainer.helpers import REPO_ROOT, error_lines, run_trainer
+from tests.trainer.helpers import REPO_ROOT, error_lines, run_cases, run_trainer
 from tests.trainer.serving import serving
 
 RATINGS = str(REPO_ROOT / "data" / "movielens" / "ratings.csv")
@@ -204,10 +204,13 @@ def test_two_workers_train_on_disjoint_shares_with_the_same_vocabularies(tmp_pat
     assert report["data"]["train"]["this_worker_ratings"] == shares["chief"][0]
 
 
-@pytest.mark.parametrize("case", ["missing-column", "not-a-number", "empty-split", "top-k",
-                                  "no-eval-ratings", "threshold", "ranking-k-zero", "ranking-k-large",
-                                  "no-positives"])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
+BAD_INPUT = ["missing-column", "not-a-number", "empty-split", "top-k", "no-eval-ratings", "threshold",
+             "ranking-k-zero", "ranking-k-large", "no-positives"]
+
+
+def _bad_input(case: str, tmp_path) -> tuple[list[str], str]:
+    """A bad-input case's command line (its files written under ``tmp_path``, its job dir tmp_path/job) and
+    the start of the one error line it must print."""
     job = tmp_path / "job"
     good = tmp_path / "ratings.csv"
     good.write_text(RATINGS_HEAD)
@@ -250,7 +253,19 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
         expected = ("trainer.task: error: --positive-threshold 4: no user has a positive in --eval-files "
                     f"{low} (a rating >= 4 of an item known to training that the user did not rate in "
                     "training)")
-    out = run_trainer(recommender_args(job, *extra, train=train))
+    return recommender_args(job, *extra, train=train), expected
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory) -> dict[str, tuple]:
+    """Every bad-input case run in one process (tests/trainer/cli_batch.py: TensorFlow imported once, not
+    nine times): {case: (job dir, expected error line start, CompletedProcess)}."""
+    return run_cases(BAD_INPUT, _bad_input, tmp_path_factory)
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, bad_input_runs):
+    job, expected, out = bad_input_runs[case]
     assert out.returncode == 2, out.stderr[-3000:]
     errors = error_lines(out.stderr)
     assert len(errors) == 1 and errors[0].startswith(expected), errors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import signal
@@ -16,6 +17,7 @@ import pytest
 from tests.trainer.helpers import (
     REPO_ROOT,
     error_lines,
+    run_cases,
     run_trainer,
     subprocess_env,
     trainer_args,
@@ -198,37 +200,55 @@ def test_missing_data_file(tmp_path, census_slice):
     assert not (tmp_path / "job").exists()
 
 
-def test_malformed_row_stops_before_writing(tmp_path, census_slice):
-    lines = census_slice["eval"].read_text().split("\n")
-    lines.insert(41, "45, Private, 1, 2, 3")
-    bad = tmp_path / "bad.test"
-    bad.write_text("\n".join(lines))
-    out = run_trainer(trainer_args({"train": census_slice["train"], "eval": bad}, tmp_path / "job"))
+def _stopping_run(census_slice, case: str, folder) -> tuple[list[str], object]:
+    """A run the trainer refuses or stops, its files under ``folder`` (job dir folder/job): (command line, the
+    bad data file or None)."""
+    job = folder / "job"
+    if case == "malformed":
+        lines = census_slice["eval"].read_text().split("\n")
+        lines.insert(41, "45, Private, 1, 2, 3")
+        bad = folder / "bad.test"
+        bad.write_text("\n".join(lines))
+        return trainer_args({"train": census_slice["train"], "eval": bad}, job), bad
+    if case == "implausible":
+        lines = census_slice["train"].read_text().split("\n")
+        lines.insert(1233, IMPLAUSIBLE_ROW)
+        bad = folder / "implausible.data"
+        bad.write_text("\n".join(lines))
+        return trainer_args({"train": bad, "eval": census_slice["eval"]}, job), bad
+    # A learning rate this large (finite, so accepted) overflows the weights within two Adam steps: the loss
+    # turns NaN. Keras alone would train on and the trainer would export the NaN model with exit status 0.
+    return trainer_args(census_slice, job, "--learning-rate", "1e10"), None
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory, census_slice) -> dict[str, tuple]:
+    """The three runs below in one process (tests/trainer/cli_batch.py: TensorFlow imported once, not three
+    times): {case: (job dir, bad data file, CompletedProcess)}."""
+    return run_cases(["malformed", "implausible", "diverged"], functools.partial(_stopping_run, census_slice),
+                     tmp_path_factory)
+
+
+def test_malformed_row_stops_before_writing(stopped):
+    job, bad, out = stopped["malformed"]
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert error_lines(out.stderr) == [
         f"trainer.task: error: {bad}:42: malformed row: expected 15 fields, got 5 "
         "(use --max-bad-rows N to skip up to N malformed or implausible rows)"]
-    assert not (tmp_path / "job").exists()
+    assert not job.exists()
 
 
-def test_implausible_value_stops_before_writing(tmp_path, census_slice):
-    lines = census_slice["train"].read_text().split("\n")
-    lines.insert(1233, IMPLAUSIBLE_ROW)
-    bad = tmp_path / "implausible.data"
-    bad.write_text("\n".join(lines))
-    out = run_trainer(trainer_args({"train": bad, "eval": census_slice["eval"]}, tmp_path / "job"))
+def test_implausible_value_stops_before_writing(stopped):
+    job, bad, out = stopped["implausible"]
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert error_lines(out.stderr) == [
         f"trainer.task: error: {bad}:1234: implausible value: field 'age': -9000000000000000000 is outside "
         "the plausible range 0..150 (use --max-bad-rows N to skip up to N malformed or implausible rows)"]
-    assert not (tmp_path / "job").exists()
+    assert not job.exists()
 
 
-def test_diverged_training_exits_1_and_exports_nothing(tmp_path, census_slice):
-    # A learning rate this large (finite, so accepted) overflows the weights within two Adam steps: the loss
-    # turns NaN. Keras alone would train on and the trainer would export the NaN model with exit status 0.
-    job = tmp_path / "job"
-    out = run_trainer(trainer_args(census_slice, job, "--learning-rate", "1e10"))
+def test_diverged_training_exits_1_and_exports_nothing(stopped):
+    job, _, out = stopped["diverged"]
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
     errors = error_lines(out.stderr)
     assert len(errors) == 1 and re.fullmatch(
