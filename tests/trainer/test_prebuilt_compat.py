@@ -175,7 +175,9 @@ def test_the_image_classifier_trains_and_serves_raw_bytes(model_run):
 @pytest.mark.parametrize("model_run", _stacks_running("recommender"), indirect=True)
 def test_the_recommender_trains_and_serves_its_signatures(model_run):
     done, metrics = model_run
-    assert 0 < metrics["eval"]["recall_at_k"] <= 1 and "popularity" in metrics["data"]["baselines"]
+    assert 0 < metrics["eval"]["recall_at_k"] <= 1
+    assert set(metrics["data"]["baselines"]) == {"popularity", "ease"}
+    assert metrics["data"]["item_item"].startswith("EASE's weights on ")  # the whole model ran
     reported = (done.out / "hypertune/output.metrics").read_text().splitlines()
     assert float(json.loads(reported[0])["recall_at_k"]) == pytest.approx(
         metrics["history"][0]["val_recall_at_k"])
