@@ -71,8 +71,10 @@ def pytest_collection_modifyitems(session, config, items):
 
     # sort is stable: every other test keeps its collected order.
     items.sort(key=rank)
-    # A pytest-xdist worker leaves it to the controller (pytest_xdist_node_collection_finished).
-    if not hasattr(config, "workerinput") and any(item.nodeid.startswith(LAST) for item in items):
+    # A pytest-xdist worker leaves it to the controller (pytest_xdist_node_collection_finished); a
+    # --collect-only run needs none.
+    if (not hasattr(config, "workerinput") and not config.option.collectonly
+            and any(item.nodeid.startswith(LAST) for item in items)):
         root = Path(tempfile.mkdtemp(prefix="user-copy-"))
         config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
         _start_user_copy(config, root)

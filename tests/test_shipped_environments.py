@@ -1,7 +1,8 @@
 """README step 3 as a user does it: point infra/environments/*.yaml at your own project, and the suite stays
-green. The infra and jobs suites run on a temporary copy of the repository whose dev.yaml and prod.yaml were
+green. The jobs and scripts suites run on a temporary copy of the repository whose dev.yaml and prod.yaml were
 rewritten with other valid values (tests/user_copy.py), so a test that leans on the shipped placeholder values
-fails here."""
+fails here. The infra suite never sees those files: it reads its own scenarios, and its conftest fails a test
+that opens infra/environments/ or starts a process that would read there."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_the_rewritten_environments_are_other_valid_values(suite_run, monkeypatc
         assert cfg.project_id != shipped["project_id"] and cfg.region != shipped["region"]
 
 
-def test_infra_and_jobs_suites_pass_on_a_users_environments(suite_run):
+def test_jobs_and_scripts_suites_pass_on_a_users_environments(suite_run):
     returncode, output = suite_run.wait()
     assert returncode == 0, output[-4000:]
     assert re.search(r"\d+ passed", output) and " failed" not in output
@@ -63,6 +64,8 @@ def test_the_tests_the_copy_leaves_out_never_read_an_environment():
     ]
     ignored = [p for d in IGNORED for p in (ROOT / d).rglob("*.py")]
     assert training and ignored, "nothing left out: keep tests/user_copy.py in step with the suites"
+    assert "tests/infra" not in SUITES and "reads_no_shipped_environment" in (
+        ROOT / "tests" / "infra" / "conftest.py").read_text(), "tests/infra's guard is what lets it out"
     for path in training + ignored:
         if path.name == "test_run_job_local.py":
             # It runs the README's --local commands with the default environment and reads the outputs back

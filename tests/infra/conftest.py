@@ -9,12 +9,57 @@ looks at the shipped files (through the real app), and asserts nothing about the
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from infra.config import ENVIRONMENTS_DIR_VAR, list_environments, load_environment
+from infra.config import ENVIRONMENTS_DIR, ENVIRONMENTS_DIR_VAR, list_environments, load_environment
 from tests.infra.helpers import SCENARIOS_DIR, scenario_runs
+
+# What an infra test did that could let infra/environments/*.yaml reach it, recorded by the audit hook below
+# and failed by the autouse fixture `reads_no_shipped_environment`. That no infra test can see those files is
+# why tests/user_copy.py leaves tests/infra out of the suites it reruns on a user's values.
+SHIPPED_READS: list[str] = []
+_SHIPPED = str(ENVIRONMENTS_DIR)
+_watching = False
+
+
+def _shipped(path) -> bool:
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return False  # a file descriptor
+    path = os.path.abspath(os.fsdecode(path))
+    return path == _SHIPPED or path.startswith(_SHIPPED + os.sep)
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _watching:
+        return
+    if event in ("open", "os.scandir", "os.listdir") and _shipped(args[0]):
+        SHIPPED_READS.append(f"{event} {os.fsdecode(args[0])}")
+    elif event == "subprocess.Popen":  # a child that reads configs where its environment or arguments say
+        _, argv, _, env = args
+        override = (os.environ if env is None else env).get(ENVIRONMENTS_DIR_VAR)
+        named = [a for a in ([argv] if isinstance(argv, (str, bytes)) else argv or [])
+                 if "infra/environments" in os.fsdecode(a)]
+        if override in (None, "", _SHIPPED) or named:
+            SHIPPED_READS.append(f"a child process ({ENVIRONMENTS_DIR_VAR}={override!r}, {named}): {argv}")
+
+
+sys.addaudithook(_audit)  # for good (audit hooks cannot be removed): idle outside an infra test
+
+
+@pytest.fixture(autouse=True)
+def reads_no_shipped_environment():
+    global _watching
+    SHIPPED_READS.clear()
+    _watching = True
+    try:
+        yield
+    finally:
+        _watching = False
+    assert not SHIPPED_READS, f"infra tests read tests/infra/scenarios, never {_SHIPPED}: {SHIPPED_READS}"
 
 
 @pytest.fixture(scope="package", autouse=True)

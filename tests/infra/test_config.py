@@ -60,6 +60,23 @@ def test_infra_tests_read_the_scenarios_not_the_shipped_environments():
     assert all(Path(load_environment(env).source).parent == SCENARIOS_DIR for env in SCENARIOS)
 
 
+def test_reading_the_shipped_environments_in_an_infra_test_is_caught(monkeypatch):
+    # conftest.py's guard, on which tests/user_copy.py leaves tests/infra out of the user-copy run: a file
+    # opened or listed there, or a child process that would read there, is recorded (and fails the test).
+    import subprocess
+    import sys
+
+    from tests.infra import conftest
+
+    (ENVIRONMENTS_DIR / "dev.yaml").read_bytes()
+    list(ENVIRONMENTS_DIR.glob("*.yaml"))
+    monkeypatch.delenv(ENVIRONMENTS_DIR_VAR)
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    caught, conftest.SHIPPED_READS[:] = list(conftest.SHIPPED_READS), []  # recorded; this test passes
+    assert [c.split(" ", 1)[0] for c in caught] == ["open", "os.scandir", "a"], caught
+    assert f"{ENVIRONMENTS_DIR_VAR}=None" in caught[2]
+
+
 def test_configs_fixture_is_the_scenarios(configs):
     assert tuple(configs) == SCENARIOS
     assert {Path(cfg.source).parent for cfg in configs.values()} == {SCENARIOS_DIR}
