@@ -396,3 +396,5 @@ def test_the_item_item_weights_are_kept_for_later_trials_and_checked_when_read(t
     np.save(kept.open("wb"), np.zeros((2, 2), np.float32))
     assert (weights(3, value=5.0) == 5).all() and calls == [3, 3]
     assert "not reading the kept item-item weights" in caplog.text
+    kept.write_bytes(kept.read_bytes()[:100])  # a truncated file
+    assert (weights(3, value=6.0) == 6).all() and calls == [3, 3, 3]

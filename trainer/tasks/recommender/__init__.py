@@ -327,7 +327,10 @@ def kept_item_item(folder: str | None, files: list[str], depends: list, num_item
     shape = (num_items + 1, num_items + 1)
 
     def decode(raw: bytes):
-        weights = np.load(io.BytesIO(raw), allow_pickle=False)
+        try:
+            weights = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (OSError, EOFError) as exc:  # a truncated or foreign file; ValueError is _kept's
+            raise ValueError(str(exc)) from exc
         return weights if weights.shape == shape and weights.dtype == np.float32 else None
 
     def encode(weights) -> bytes:
