@@ -6,9 +6,9 @@ On this machine (``run_job.py serve`` runs this with the variables Vertex AI set
     python -m trainer.serve --model-dir /tmp/census-run/model --port 8080
 
     curl -s localhost:8080/health     # 503 while loading; 200 and each signature's inputs once ready
-    curl -s localhost:8080/predict -d '{"instances": [{"user": "1", "item": "50"}]}'
-    curl -s localhost:8080/predict -d '{"instances": [{"user": "1", "k": 10}],
-                                        "parameters": {"signature": "top_k"}}'
+    curl -s localhost:8080/predict -d '{"instances": [{"user": "1", "k": 10}]}'      # a recommender
+    curl -s localhost:8080/predict -d '{"instances": [{"item": "1", "k": 10}],
+                                        "parameters": {"signature": "similar_items"}}'
     curl -s localhost:8080/predict -d "{\\"instances\\": [{\\"b64\\": \\"$(base64 -w0 rose.jpg)\\"}]}"
 
 On Vertex AI the Model Registry entry runs ``python -m trainer.serve`` on the trainer's cpu image: the stack
