@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from jobs.cloud.client import TERMINAL_STATES, Storage, console_url, job_id_of
+from jobs.definition.body import final_metric, measured_number
 from jobs.definition.errors import JobError, one_of
 from jobs.definition.kinds import runs_study
 from jobs.definition.loader import file_kind
@@ -45,8 +46,6 @@ METRICS_LIMIT = 1 << 20
 TRIAL_STATES = ("STATE_UNSPECIFIED", "REQUESTED", "ACTIVE", "STOPPING", "SUCCEEDED", "INFEASIBLE")
 _TRIAL_ID = re.compile(r"[0-9]{1,19}")  # int64 ids, as Vertex AI numbers trials ("1", "2", ...)
 _CUSTOM_JOB = re.compile(r"projects/[^/]+/locations/[^/]+/customJobs/[0-9]+")
-# google.protobuf's JSON for the non-finite doubles a trial's measurement can hold.
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def report_folder(repo_root: Path, name: str, given: Path | None = None) -> Path:
@@ -93,22 +92,6 @@ def check_report_dir(kind: str, given: Path | None, fallback: Path) -> None:
             )
         return
     check_folder(given if given is not None else fallback)
-
-
-def final_metric(trial: dict[str, Any], metric_id: str) -> float | None:
-    """The trial's ``metric_id`` in its finalMeasurement (NaN and infinities included), or None."""
-    for m in (trial.get("finalMeasurement") or {}).get("metrics") or []:
-        if isinstance(m, dict) and m.get("metricId") == metric_id:
-            return _number(m.get("value"))
-    return None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, str):
-        return _NON_FINITE.get(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 def output_prefix(remote: dict[str, Any], spec_field: str) -> str:
@@ -203,7 +186,7 @@ def _typed(spec: Parameter, value: Any) -> Any:
     it is not one the parameter takes."""
     if spec.kind == "CATEGORICAL":
         return value if isinstance(value, str) and value in spec.values else None
-    number = _number(value)
+    number = measured_number(value)
     if number is None or not math.isfinite(number):
         return None
     if spec.kind == "DISCRETE":

@@ -13,6 +13,7 @@ Cloud Storage's names from infra.gcs).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -195,3 +196,24 @@ def gs_uris(value: str) -> Iterator[tuple[str, str, str]]:
 def rebase_gs(value: str, root: str) -> str:
     """Each gs:// URI in ``value`` (a path, a glob, a comma list, a ``--flag=uri``) moved under ``root``."""
     return value.replace(GS, root.rstrip("/") + "/")
+
+
+# google.protobuf's JSON for the non-finite doubles a trial's measurement can hold.
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def final_metric(trial: dict[str, Any], metric_id: str) -> float | None:
+    """The trial's ``metric_id`` in its finalMeasurement (NaN and infinities included), or None."""
+    for m in (trial.get("finalMeasurement") or {}).get("metrics") or []:
+        if isinstance(m, dict) and m.get("metricId") == metric_id:
+            return measured_number(m.get("value"))
+    return None
+
+
+def measured_number(value: Any) -> float | None:
+    """A double as protobuf's JSON writes it (a number, or "NaN", "Infinity", "-Infinity"), or None."""
+    if isinstance(value, str):
+        return _NON_FINITE.get(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

@@ -25,7 +25,7 @@ from typing import Any
 
 # Label rules are the Google Cloud ones infra's config already checks: one spelling of them.
 from infra.config import LABEL_KEY, LABEL_VALUE
-from jobs.definition.body import GOALS, job_spec, join
+from jobs.definition.body import GOALS, final_metric, job_spec, join
 from jobs.definition.errors import FieldError, one_of
 from trainer.contract import HEALTH_ROUTE as HEALTH_ROUTE_VAR
 from trainer.contract import HTTP_PORT, METRICS_FILE, SERVE_MODULE, SERVING_DEFAULTS
@@ -286,11 +286,10 @@ def best_trial(
     for order, trial in enumerate(trials or []):
         if not isinstance(trial, dict) or (succeeded_only and trial.get("state") != "SUCCEEDED"):
             continue
-        for measured in (trial.get("finalMeasurement") or {}).get("metrics") or []:
-            value = measured.get("value") if measured.get("metricId") == metric else None
-            if isinstance(value, int | float) and math.isfinite(value):
-                key = (sign * float(value), -order, str(trial.get("id", "?")), float(value))
-                best = key if best is None or key > best else best
+        value = final_metric(trial, metric)
+        if value is not None and math.isfinite(value):
+            key = (sign * value, -order, str(trial.get("id", "?")), value)
+            best = key if best is None or key > best else best
     return None if best is None else (best[2], best[3])
 
 
