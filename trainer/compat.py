@@ -44,30 +44,6 @@ def write_export_archive(archive, path: str) -> None:
         archive.write_out(path)
 
 
-def track_nested_lookup_tables(archive, layer) -> None:
-    """Make ``archive`` save the lookup tables of sub-layers that ``layer`` holds in dicts or lists.
-
-    ExportArchive finds the tables to save by walking TensorFlow's checkpoint graph from each tracked
-    object. Before Keras 3.14 that walk cannot see into the dicts and lists Keras tracks on a layer (they
-    are only expanded for SavedModel traversal), so a ``StringLookup`` kept in ``self.lookups = {...}`` is
-    missed and ``write_out`` fails with "Tried to export a function which references an 'untracked'
-    resource" (keras-team/keras#21078, fixed by #22172 in 3.14). Track every sub-layer that owns such a
-    resource directly: the walk from the sub-layer itself finds its table (Keras 3.4-3.5 only collect
-    Integer/StringLookup and TextVectorization layers this way, which is all the tasks use). Can go when the
-    oldest supported Keras is >= 3.14.
-    """
-    if keras_version() >= (3, 14):
-        return
-    import tensorflow as tf
-
-    resource_type = tf.saved_model.experimental.TrackableResource
-    # Keras's own layer tracker does see into dicts and lists (private, but present in every Keras 3).
-    for sublayer in layer._flatten_layers(include_self=False, recursive=True):
-        owned = tf.train.TrackableView(sublayer).descendants()
-        if any(isinstance(obj, resource_type) for obj in owned):
-            archive.track(sublayer)
-
-
 def fix_distributed_symbolic_build(model) -> None:
     """Let ``fit`` build a model with dict inputs under MultiWorkerMirroredStrategy / MirroredStrategy.
 

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     root = Path(args.workdir)
     root.mkdir(parents=True, exist_ok=True)
-    rates = {}
+    rates, sizes = {}, {}
     try:
         for n in args.sizes:
             data = root / f"ratings-{n}.csv"
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
                 return exc.returncode
             phases = run.report["phases"]
             rates[n] = phases["steady_examples_per_s"]
-            model_mb = size_mb(root / f"job-{n}" / "model")
+            model_mb = sizes[n] = size_mb(root / f"job-{n}" / "model")
             csv_mb = data.stat().st_size / 1e6
             ph = phases
             print(f"{n:>11,} ratings ({users:,} users, {items:,} items, CSV {csv_mb:.0f} MB): "
@@ -106,6 +106,8 @@ def main(argv=None) -> int:
     if len(rates) > 1:
         small, large = min(rates), max(rates)
         print(f"steady rate at {large:,} / at {small:,}: {rates[large] / rates[small]:.2f} (>= 0.5)")
+        print(f"SavedModel at {large:,} / at {small:,}: {sizes[large] / sizes[small]:.1f}x (<= 2); bytes per "
+              f"rating {sizes[small] * 1e6 / small:.1f} -> {sizes[large] * 1e6 / large:.1f}")
     return 0
 
 

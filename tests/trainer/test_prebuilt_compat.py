@@ -250,18 +250,3 @@ def test_export_is_quiet_with_and_without_write_out_verbose(capsys):
     write_export_archive(new, "/m")
     assert old.calls == ["/m"] and new.calls == [("/m", False)]
     assert capsys.readouterr().out == ""
-
-
-def test_lookup_tables_in_dicts_are_tracked_one_by_one_before_keras_3_14(monkeypatch):
-    from trainer import compat
-    from trainer.tasks.census import data as census
-
-    preprocessor = census._preprocessor_class()({name: (1.0, 4.0) for name in census.NUMERIC}, name="p")
-    current = _Archive()
-    compat.track_nested_lookup_tables(current, preprocessor)
-    assert compat.keras_version() < (3, 14) or current.calls == []  # fixed upstream: Keras's own walk
-    monkeypatch.setattr(compat, "keras_version", lambda: (3, 12, 4))
-    old = _Archive()
-    compat.track_nested_lookup_tables(old, preprocessor)
-    # Exactly the vocabulary lookups (they own the hash tables), not the stateless bucketing/crossing layers.
-    assert sorted(layer.name for layer in old.calls) == sorted(f"{n}_ids" for n in census.VOCABULARIES)

@@ -126,6 +126,19 @@ def test_the_export_lists_unseen_items_and_similar_items(movielens_run, scored):
     assert got["similar"][1] == [""] * 5 and got["similar_scores"][1] == [0.0] * 5
 
 
+@pytest.mark.training
+def test_the_export_holds_the_lists_and_item_factors_once_and_nothing_per_rating(movielens_run):
+    import tensorflow as tf
+
+    saved = sorted(tuple(shape) for _, shape in tf.train.list_variables(
+        str(movielens_run / "model" / "variables" / "variables")) if shape)
+    # 610 users x 100 items and their probabilities, the 9,022 items' factors (similar_items) and ids: the
+    # user factors and item biases, which no signature reads, stay out, and nothing is stored twice.
+    assert saved == [(611, 100), (611, 100), (9023,), (9023, 64)]
+    # The lists are variables, not constants of the graph (stored once per signature, under protobuf's 2 GB).
+    assert (movielens_run / "model" / "saved_model.pb").stat().st_size < 400_000
+
+
 @pytest.fixture(scope="module")
 def recommender_server(movielens_run, tmp_path_factory):
     command = [sys.executable, "-m", "trainer.serve", "--model-dir", str(movielens_run / "model"), "--host",

@@ -62,7 +62,9 @@ log = logging.getLogger("trainer")
 
 SPLITS = ("random", "time")
 DEFAULT_TOP_K = 100  # the top_k signature's largest k when --top-k is 0
-MAX_LIST_ENTRIES = 1 << 27  # users x k of the exported top_k lists: 512 MB of int32, under protobuf's 2 GB
+# users x k of the exported top_k lists: 1 GB of int32 items and float32 probabilities, built in memory at
+# export and loaded whole by every server replica.
+MAX_LIST_ENTRIES = 1 << 27
 
 
 @dataclass(frozen=True)
@@ -181,8 +183,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
                         f"range {low:g}..{high:g}")
     max_k = task.top_k or min(DEFAULT_TOP_K, len(items))
     if (len(users) + 1) * max_k > MAX_LIST_ENTRIES:
-        # The lists are one constant of the SavedModel's graph, which protobuf caps at 2 GB: refuse before
-        # training rather than fail (or crash) at export.
+        # Refuse before training rather than run out of memory at export (or in the server).
         raise DataError(f"--top-k {max_k}: {len(users)} users x {max_k} recommendations would export "
                         f"{(len(users) + 1) * max_k} list entries, more than the {MAX_LIST_ENTRIES} allowed; "
                         f"use --top-k {max(1, MAX_LIST_ENTRIES // (len(users) + 1))} or less")
@@ -391,25 +392,27 @@ def serving_fn(model, data: TaskData, export_format: str):
     if export_format != "JSON":
         raise ValueError(f"unsupported export format {export_format!r}")
     # A deployed recommender's default request asks for recommendations: serving_default is top_k.
-    return top_k_function(data.preprocessor, data.state["items"], *_lists(model, data))
+    return top_k_function(data.preprocessor, _tables(model, data))
 
 
 def more_signatures(model, data: TaskData):
     from trainer.tasks.recommender.model import similar_items_function, top_k_function
 
+    tables = _tables(model, data)
+    return {"top_k": top_k_function(data.preprocessor, tables),
+            "similar_items": similar_items_function(model, data.preprocessor, tables, data.state["max_k"])}
+
+
+def _tables(model, data: TaskData) -> dict:
+    """Each user's recommendations and their probabilities, and the item ids, computed once and shared by
+    every signature (trainer.tasks.recommender.model.serving_tables)."""
+    from trainer.tasks.recommender.model import recommendations, serving_tables
+
     state = data.state
-    return {"top_k": top_k_function(data.preprocessor, state["items"], *_lists(model, data)),
-            "similar_items": similar_items_function(model, data.preprocessor, state["items"], state["max_k"])}
-
-
-def _lists(model, data: TaskData):
-    """Each user's recommendations and their probabilities, computed once for both signatures."""
-    from trainer.tasks.recommender.model import recommendations
-
-    state = data.state
-    if "lists" not in state:
-        state["lists"] = recommendations(model, state["rated"], state["max_k"])
-    return state["lists"]
+    if "tables" not in state:
+        state["tables"] = serving_tables(state["items"], *recommendations(model, state["rated"],
+                                                                           state["max_k"]))
+    return state["tables"]
 
 
 TASK = Task(spec=SPEC, make_data=make_data, build_model=build_model, serving_fn=serving_fn,
