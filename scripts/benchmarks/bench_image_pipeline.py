@@ -24,7 +24,7 @@ records, 800,000 at 100x) and flowers-sized JPEG records (the shipped flowers ph
 to 2,000 / 20,000 records in files of 1,000); then :func:`run_trainer` trains each once through
 ``python -m trainer.task`` from ``--repo`` (default this checkout; another checkout, e.g. an older commit
 in a temporary worktree, gives the "before" figures) for one epoch of ``--steps`` steps, and prints the
-phases of its metrics.json: pre-training (scan, checks, cache fill), first step, steady examples/s and peak
+phases of its metrics.json: pre-training (scan, checks), first step, steady examples/s and peak
 RSS. With ``--workers 2`` each dataset also runs as a chief and a worker over loopback (TF_CONFIG), and
 each process's share and phases come from its log. The lead's scale benchmark can import both functions.
 """

@@ -384,3 +384,41 @@ def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path
     kept.write_bytes(b"damaged")
     assert run()[0] == changed
     assert "not reading the kept image scans" in caplog.text
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["parallel", "record-by-record"])
+def test_truncated_or_corrupt_jpegs_are_undecodable_in_the_scaled_check(tmp_path, monkeypatch, small):
+    """The second pass checks JPEG photos decoded at 1/8 scale: the whole entropy-coded stream is still read,
+    so a truncated or corrupt photo is still a bad record, with the same message."""
+    from tests.trainer.image_helpers import FLOWERS_TRAIN, encoded_images
+
+    def refused(encoded):  # by the model's own decode
+        try:
+            image_data.decode(encoded, 3)
+        except tf.errors.InvalidArgumentError:
+            return True
+        return False
+
+    def flip(photo):  # 64 bytes inverted mid-stream (refused for about half of the photos)
+        at = len(photo) // 2
+        return photo[:at] + bytes(b ^ 0xFF for b in photo[at:at + 64]) + photo[at + 64:]
+
+    photos = encoded_images(FLOWERS_TRAIN)
+    flipped = next(flip(p) for p in photos[12:] if refused(flip(p)))
+    photos = photos[:12]
+    cut = photos[3][:len(photos[3]) // 2]
+    assert refused(cut)
+    records = [example(p, i % 2) for i, p in enumerate(photos)]
+    records[3], records[7] = example(cut, 1), example(flipped, 1)
+    path = write_records(tmp_path / "photos.tfrecord", records)
+    assert path.stat().st_size > image_data._SMALL_BYTES  # photos: checked in parallel, one per element
+    if small:
+        monkeypatch.setattr(image_data, "_SMALL_BYTES", path.stat().st_size)
+    with pytest.raises(DataError) as info:
+        image_data.scan_images([str(path)], channels=3)
+    assert str(info.value) == (f"{path}: record 3: undecodable image: not a 3-channel JPEG/PNG/GIF/BMP image "
+                               "that decodes (set max_bad_records to skip bad records)")
+    scan = image_data.scan_images([str(path)], channels=3, max_bad_records=2)
+    reasons = [(b.record, b.reason) for b in scan.bad_records]
+    assert reasons == [(r, image_data._undecodable(3)) for r in (3, 7)]
+    assert scan.records == 10

@@ -4,10 +4,10 @@ Input: shards in the flowers schema (``image/encoded`` JPEG or PNG, ``image/clas
 ``image/class/text``; see :mod:`trainer.tasks.image_classifier.data`), matched by globs, local or ``gs://``.
 The classes and their names come from the training data (or ``--num-classes``); evaluation uses the training
 data's classes. Every record is checked before training (:mod:`trainer.tasks.image_classifier.data`: records
-and image headers first, then one decode that also fills the in-memory cache when the images fit
-``--cache-limit-mb`` and the machine's memory). Under multi-worker training each worker reads, checks and
-decodes only its share of the training and evaluation files (:mod:`trainer.sharding`), and the log's ``data:``
-line says which share.
+and image headers first, then one decode); images that fit ``--cache-limit-mb`` and the machine's memory are
+cached as the first epoch reads them. Under multi-worker training each worker reads, checks and decodes only
+its share of the training and evaluation files (:mod:`trainer.sharding`), and the log's ``data:`` line says
+which share.
 
 Models (:mod:`trainer.tasks.image_classifier.models`): ``--backbone cnn``, a small CNN in the shape of
 Google's Keras codelabs (conv blocks, a dense layer of ``--num-units``, ``--dropout``), or a
@@ -124,7 +124,6 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
     from trainer.data import DataError, cache_budget
     from trainer.tasks.image_classifier.data import (
-        cache_share,
         expand_globs,
         image_dataset,
         keep_scans,
@@ -168,23 +167,21 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         # The data's size within the flag's range: 2048x2048 photos would otherwise size the model for them.
         size = (height if (height, width) == largest and MAX_IMAGE_SIZE >= height == width >= 8
                 else FALLBACK_IMAGE_SIZE)
-    # The second pass decodes every image once; where the share's preprocessed images fit this process's
-    # memory budget, that decode fills the cache training reads from (no second decode before the first
-    # step). Training data has the first claim on the budget.
+    # Where the share's preprocessed images fit this process's memory budget they are cached, filled by the
+    # first pass over the share as training reads it: nothing is decoded for the cache before the first
+    # step, whether this run checked the data (its second pass only validates) or reuses kept checks.
+    # Training data has the first claim on the budget.
     budget = cache_budget(cfg.cache_limit_mb)
     held = train_scan.held_bytes(size, task.channels)
     train_keep = held <= budget
     eval_keep = eval_scan.held_bytes(size, task.channels) <= budget - (held if train_keep else 0)
-    if reuse:  # nothing left to check: decode only what a cache will hold
-        train_cache = cache_share(train_scan, channels=task.channels, image_size=size) if train_keep else None
-        eval_cache = cache_share(eval_scan, channels=task.channels, image_size=size) if eval_keep else None
-    else:
-        train_scan, train_cache = load_images(train_scan, image_size=size, keep=train_keep, **common)
-        eval_scan, eval_cache = load_images(eval_scan, image_size=size, keep=eval_keep, **common)
-    options = {"image_size": size, "channels": task.channels, "seed": cfg.seed, "cache_limit_mb": 0}
-    train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_cache,
+    if not reuse:
+        train_scan, _ = load_images(train_scan, **common)
+        eval_scan, _ = load_images(eval_scan, **common)
+    options = {"image_size": size, "channels": task.channels, "seed": cfg.seed}
+    train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_keep,
                           augment=task.augmentations(), repeat=cfg.steps_per_epoch is not None, **options)
-    evaluation = image_dataset(eval_scan, batch_size=global_eval_batch, cached=eval_cache, **options)
+    evaluation = image_dataset(eval_scan, batch_size=global_eval_batch, cached=eval_keep, **options)
     if shard.sharded:
         # tf.distribute splits each of a worker's global batches into one piece per replica of the cluster
         # and a worker takes one piece per step, so Keras, which runs as many steps as the dataset claims
@@ -195,8 +192,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         split: {"files": list(scan.files), "records": scan.records, "class_counts": list(scan.class_counts),
                 "skipped_records": [str(b) for b in scan.bad_records], "skipped": scan.bad_counts(),
                 "share": {**scan.share(), "worker": shard.index, "workers": shard.count,
-                          "cached": cache is not None}}
-        for split, scan, cache in (("train", train_scan, train_cache), ("eval", eval_scan, eval_cache))
+                          "cached": cache}}
+        for split, scan, cache in (("train", train_scan, train_keep), ("eval", eval_scan, eval_keep))
     }
     shares = []
     for split, entry in report.items():

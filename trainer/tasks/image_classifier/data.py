@@ -16,9 +16,12 @@ with ``Shard.exchange``):
    cache would hold before anything is decoded. A file whose batch fails to parse is re-read record by
    record in Python to name the exact record and reason.
 2. :func:`load_images` decodes every record once, with the op and arguments the pipeline uses (so what the
-   model sees is exactly what was counted). When the preprocessed images fit the cache budget this decode
-   IS the cache fill: the training pipeline then starts from memory, with no second decode before its
-   first step. ``scan_images(decode=True)`` runs both passes.
+   model sees is exactly what was counted), keeping nothing unless asked. When the preprocessed images fit
+   the cache budget, the training pipeline's first pass over the share decodes them again as it trains and
+   fills the cache, which later passes gather from (:func:`image_dataset`): nothing is decoded for the cache
+   before the first step, in a run that checks the data or one that reuses kept checks
+   (:func:`load_kept_scans`).
+   ``scan_images(decode=True)`` runs both passes.
 
 Every record's cost is bounded before it is paid: each file's record length headers are read before
 TensorFlow reads the file (at most MAX_RECORD_BYTES a record, none past the end; a GZIP file is named as
@@ -59,6 +62,7 @@ _KEY_BITS = 40
 _READ_BATCH = 256  # records the training pipeline reads and parses together
 # Records larger than this on average are photos, decoded one per tf.data element (see _decoded).
 _PHOTO_BYTES = 8 << 10
+_FILL_BYTES = 4 << 20  # decoded bytes a batch of the cache's filling pass holds at most (see _filling_cache)
 _CHECK_BATCH = 1024  # records the two checking passes read, parse and check together (~15% less CPU than 256)
 # A share of at most this many bytes is checked record by record in Python: building and starting the
 # parallel pipelines costs ~0.5 s of tracing each, more than checking a few hundred small records.
@@ -867,12 +871,6 @@ def keep_scans(path: str | None, scans: Sequence[ImageScan]) -> None:
     kept.write(path, buffer.getvalue(), "image scans")
 
 
-def cache_share(scan: ImageScan, *, channels: int, image_size: int):
-    """The in-memory cache of a kept scan's share (what :func:`load_images` keeps with ``keep``): the
-    checked records decoded once more, now only to fill the cache."""
-    return _decode_share(scan, scan.good_keys, channels, image_size)[1]
-
-
 def _decode_share(scan: ImageScan, good: np.ndarray, channels: int, image_size: int | None):
     """The second pass in parallel tf.data: (undecodable [(key, label, reason)], and with ``image_size`` the
     share's images resized to it and their labels, as two tensors, else None)."""
@@ -913,9 +911,22 @@ def _key(files: Sequence[str], bad: BadRecord) -> int:
     return (files.index(bad.file) << _KEY_BITS) + bad.record
 
 
-def _prepare(channels: int, image_size: int | None, uint8: bool, exact: bool = False):
+def _checked(encoded, channels: int):
+    """:func:`decode`'s verdict on ``encoded`` for less: a JPEG is decoded at 1/8 scale. libjpeg still reads
+    and entropy-decodes its whole stream, so truncated or corrupt data fails alike (no verdict differed over
+    1,584 random truncations, bit flips and overwrites of the flowers photos); only the inverse DCT,
+    upsampling and colour conversion shrink: ~20% less CPU in the second pass over the flowers photos. For
+    checking only: the pixels are not the model's."""
+    import tensorflow as tf
+
+    return tf.cond(tf.io.is_jpeg(encoded), lambda: tf.io.decode_jpeg(encoded, channels=channels, ratio=8),
+                   lambda: decode(encoded, channels))
+
+
+def _prepare(channels: int, image_size: int | None, uint8: bool, exact: bool = False, scaled: bool = False):
     """Encoded bytes -> what the second pass keeps: the decoded image resized to ``image_size`` (uint8 when
-    ``uint8``: every image's header gave that size), or, with no ``image_size``, its height (decoded).
+    ``uint8``: every image's header gave that size), or, with no ``image_size``, its height (decoded; with
+    ``scaled``, a JPEG's at 1/8 scale: see :func:`_checked`).
 
     The pipeline's version does the least per image (it runs in a loop over each batch, where every op
     costs microseconds): no resize where none is due (an image whose size is not the header's then fails
@@ -925,7 +936,7 @@ def _prepare(channels: int, image_size: int | None, uint8: bool, exact: bool = F
     import tensorflow as tf
 
     def prepare(encoded):
-        image = decode(encoded, channels)
+        image = _checked(encoded, channels) if scaled and image_size is None else decode(encoded, channels)
         if exact:
             shape = tf.shape(image)
             # An empty image decodes but fails to resize: make it fail here like an undecodable one.
@@ -956,7 +967,9 @@ def _decoded(scan: ImageScan, channels: int, image_size: int | None):
     import tensorflow as tf
 
     uint8 = image_size is not None and scan.min_size == scan.max_size == (image_size, image_size)
-    prepare = _prepare(channels, image_size, uint8)
+    photos = scan.total_bytes > _PHOTO_BYTES * max(1, scan.total_records)
+    # The JPEG test costs more than a small image's decode saves: photos only.
+    prepare = _prepare(channels, image_size, uint8, scaled=photos)
     if image_size is None:
         signature = tf.TensorSpec([], tf.int32)
     else:
@@ -967,7 +980,7 @@ def _decoded(scan: ImageScan, channels: int, image_size: int | None):
         return (keys, out, labels) if image_size is not None else (keys, out)
 
     ds = _encoded_batches(scan, deterministic=True, batch=_CHECK_BATCH)
-    if scan.total_bytes > _PHOTO_BYTES * max(1, scan.total_records):
+    if photos:
 
         def one(key, encoded, label):
             return (key, prepare(encoded), label) if image_size is not None else (key, prepare(encoded))
@@ -983,7 +996,7 @@ def _check_decodes(scan: ImageScan, missing: np.ndarray, channels: int, image_si
     import tensorflow as tf
 
     uint8 = image_size is not None and scan.min_size == scan.max_size == (image_size, image_size)
-    prepare = _prepare(channels, image_size, uint8, exact=True)
+    prepare = _prepare(channels, image_size, uint8, exact=True, scaled=True)
     bad, kept = [], []
     for index in sorted(set((missing >> _KEY_BITS).tolist())):
         path = scan.files[index]
@@ -1092,17 +1105,21 @@ def _options(ds, deterministic: bool):
 
 
 def _cached_dataset(images, labels, *, batch_size: int, training: bool, seed: int, augment, image_size: int,
-                    scale: str, drop_remainder: bool, repeat: bool):
-    """Batches gathered from the share's images held as one tensor (:func:`load_images`): the shuffle moves
-    indices, not images, and a batch is one gather, so nothing is done per image (a per-image tf.data cache
-    costs ~20 us an image, more than the CNN's step on MNIST, and its full-share shuffle buffer must fill
-    before the first step). Augmentation works per image and takes the per-image path."""
+                    scale: str, drop_remainder: bool, repeat: bool, indices=None):
+    """Batches gathered from the share's images held as one tensor (:func:`load_images`) or variable
+    (:func:`_filling_cache`): the shuffle moves indices, not images, and a batch is one gather, so nothing is
+    done per image (a per-image tf.data cache costs ~20 us an image, more than the CNN's step on MNIST, and
+    its full-share shuffle buffer must fill before the first step). Augmentation works per image and takes
+    the per-image path. ``indices``: the positions to gather; by default every image (shuffled in
+    training)."""
     import tensorflow as tf
 
     count = int(labels.shape[0])
-    ds = tf.data.Dataset.range(count)
-    if training:
-        ds = ds.shuffle(max(1, count), seed=seed, reshuffle_each_iteration=True)
+    ds = indices
+    if ds is None:
+        ds = tf.data.Dataset.range(count)
+        if training:
+            ds = ds.shuffle(max(1, count), seed=seed, reshuffle_each_iteration=True)
 
     def gather(index):
         return finish(tf.gather(images, index), image_size, scale), tf.gather(labels, index)
@@ -1117,6 +1134,85 @@ def _cached_dataset(images, labels, *, batch_size: int, training: bool, seed: in
     return _options(ds, deterministic=True)
 
 
+def _filling_cache(scan: ImageScan, *, channels: int, image_size: int, training: bool, seed: int,
+                   shuffle_buffer: int):
+    """The share's cache, filled by the first pass over the share instead of before it: (a dataset of the
+    positions to gather, the images variable, the labels variable) for :func:`_cached_dataset`.
+
+    Every pass starts by asking whether every position was written. Until then a pass reads the records
+    (files shuffled, ``shuffle_buffer`` encoded records shuffled, in training), decodes them in parallel
+    with the second pass's op and arguments (what :func:`load_images` would have kept), writes each image
+    and label at its record's position in the share (its key's rank) and yields that position; once every
+    position was written, a pass gathers from memory in a full-share shuffle. A pass cut short (a run of
+    fewer steps than a pass, a restart) leaves the cache partly written: the next pass reads the files again.
+    The scan's second pass (this run's or a kept one's) has decoded every record, so none fails here.
+    """
+    import tensorflow as tf
+
+    wanted = np.setdiff1d(scan.good_keys, scan.excluded)
+    count = len(wanted)
+    uint8 = scan.min_size == scan.max_size == (image_size, image_size)
+    dtype = tf.uint8 if uint8 else tf.float32
+    # On the host, where tf.data runs. Uninitialised: a page is only touched when its images are written.
+    with tf.device("/cpu:0"):
+        images = tf.Variable(tf.raw_ops.Empty(shape=[count, image_size, image_size, channels], dtype=dtype,
+                                              init=False), trainable=False)
+        labels = tf.Variable(tf.raw_ops.Empty(shape=[count], dtype=tf.int32, init=False), trainable=False)
+        written = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
+    positions = tf.constant(wanted)
+
+    def prepare(encoded):
+        image = decode(encoded, channels)
+        if not uint8:  # as _prepare: bilinear resizing to the image's own size returns it unchanged
+            return tf.image.resize(image, [image_size, image_size])
+        # An image whose size is not its header's is resized as the second pass's exact path does.
+        same = tf.reduce_all(tf.equal(tf.shape(image)[:2], image_size))
+        return tf.cond(same, lambda: tf.ensure_shape(image, [image_size, image_size, channels]),
+                       lambda: tf.cast(tf.round(finish(image, image_size, "raw")), tf.uint8))
+
+    def store(keys, pixels, values):
+        at = tf.minimum(tf.searchsorted(positions, keys, out_type=tf.int64), count - 1)
+        writes = [tf.raw_ops.ResourceScatterUpdate(resource=images.handle, indices=at, updates=pixels),
+                  tf.raw_ops.ResourceScatterUpdate(resource=labels.handle, indices=at, updates=values),
+                  tf.raw_ops.ResourceScatterUpdate(resource=written.handle, indices=at,
+                                                   updates=tf.ones_like(at, tf.bool))]
+        with tf.control_dependencies(writes):  # a position is yielded (and gathered) once it is written
+            return tf.identity(at)
+
+    def batch(keys, encoded, values):
+        pixels = tf.map_fn(prepare, encoded, fn_output_signature=tf.TensorSpec(
+            [image_size, image_size, channels], dtype), parallel_iterations=16)
+        return store(keys, pixels, values)
+
+    def one(key, encoded, value):
+        return store(key[None], prepare(encoded)[None], value[None])
+
+    photos = scan.total_bytes > _PHOTO_BYTES * max(1, scan.total_records)
+    # Decoded images in flight stay a few MB, a small part of the cache, whatever the images' size.
+    per_batch = max(1, min(_READ_BATCH, _FILL_BYTES // (image_size * image_size * channels * dtype.size)))
+    reading = _encoded_batches(scan, shuffle_files=training, seed=seed, batch=per_batch)
+    if training or photos:
+        reading = reading.unbatch()
+    if training:
+        reading = reading.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if photos:  # one per element, in parallel (see _decoded)
+        reading = reading.map(_plain(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    else:
+        if training:
+            reading = reading.batch(per_batch)
+        reading = reading.map(_plain(batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    reading = reading.unbatch()
+    cached = tf.data.Dataset.range(count)
+    if training:  # another seed: the filling pass's shuffle of a small share in one file is this very order
+        cached = cached.shuffle(max(1, count), seed=seed + 1, reshuffle_each_iteration=True)
+
+    def first_or_cached(_):
+        return tf.cond(tf.reduce_all(written), lambda: cached, lambda: reading)
+
+    indices = tf.data.Dataset.from_tensors(0).flat_map(_plain(first_or_cached))
+    return indices.apply(tf.data.experimental.assert_cardinality(count)), images, labels
+
+
 def image_dataset(scan: ImageScan, *, image_size: int, channels: int, batch_size: int, scale: str = "unit",
                   training: bool = False, augment: Sequence[str] = (), seed: int = 0,
                   cache_limit_mb: int = 1024, shuffle_buffer: int = 4096, drop_remainder: bool = False,
@@ -1126,11 +1222,13 @@ def image_dataset(scan: ImageScan, *, image_size: int, channels: int, batch_size
 
     ``batch_size`` is the GLOBAL batch (a distribution strategy splits it across replicas);
     ``drop_remainder`` gives static batch shapes (TPU). ``training`` shuffles (seeded) and applies ``augment``
-    (a subset of ``AUGMENTATIONS``; never at eval). ``cached`` is what :func:`load_images` kept; without
-    it, a share whose images (:meth:`ImageScan.held_bytes`) fit :func:`cache_budget` of ``cache_limit_mb``
-    is decoded into memory now. Cached images are shuffled across the whole share; otherwise records are
-    shuffled (``shuffle_buffer`` of them, still encoded) before decoding, every epoch. A seeded cached
-    pipeline repeats its order exactly; an uncached training one lets parallel decoding reorder for
+    (a subset of ``AUGMENTATIONS``; never at eval). ``cached``: what :func:`load_images` kept; True: cache
+    the share, filled by the first pass over it (nothing is decoded before the first batch; see
+    :func:`_filling_cache`); False: stream; None: cache (filled by the first pass) when the share's images
+    (:meth:`ImageScan.held_bytes`) fit :func:`cache_budget` of ``cache_limit_mb``. Cached images are
+    shuffled across the whole share (a filling pass: ``shuffle_buffer`` records, as streaming); otherwise
+    records are shuffled (``shuffle_buffer`` of them, still encoded) before decoding, every epoch. A seeded
+    cached pipeline repeats its order exactly; an uncached training one lets parallel decoding reorder for
     throughput.
     """
     import tensorflow as tf
@@ -1143,11 +1241,13 @@ def image_dataset(scan: ImageScan, *, image_size: int, channels: int, batch_size
         raise ValueError("image_dataset needs a decoded scan: scan_images(decode=True) or load_images")
     common = {"batch_size": batch_size, "seed": seed, "augment": augment, "image_size": image_size,
               "drop_remainder": drop_remainder, "repeat": repeat}
-    if cached is None and scan.held_bytes(image_size, channels) <= cache_budget(cache_limit_mb):
-        # Every record was checked already: this decode only fills the cache (no new bad records).
-        _, cached = load_images(scan, channels=channels, image_size=image_size, keep=True,
-                                max_bad_records=len(scan.bad_records))
-    if cached is not None:
+    if cached is None:
+        cached = scan.held_bytes(image_size, channels) <= cache_budget(cache_limit_mb)
+    if cached is True:
+        indices, images, labels = _filling_cache(scan, channels=channels, image_size=image_size,
+                                                 training=training, seed=seed, shuffle_buffer=shuffle_buffer)
+        return _cached_dataset(images, labels, indices=indices, training=training, scale=scale, **common)
+    if cached is not False:
         return _cached_dataset(*cached, training=training, scale=scale, **common)
 
     def load(encoded, label):
