@@ -113,10 +113,18 @@ def _all_gather(strategy, payload: bytes) -> list[bytes]:
 
 
 def dataset_options(shuffle: bool):
-    """tf.data options for a task's pipeline: sharding is the task's own (see the module docstring)."""
+    """tf.data options for a task's pipeline: sharding is the task's own (see the module docstring), and no
+    autotuning thread (below)."""
     import tensorflow as tf
 
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     options.deterministic = not shuffle
+    # Deleting an autotuned iterator (Keras drops the training one as fit returns) joins tf.data's model
+    # thread, and that thread can miss the cancellation: Model::OptimizeLoop re-checks IsCancelled() when the
+    # cancel callback wakes it, before CancellationManager::StartCancel has set that flag, and sleeps out its
+    # optimisation period (it doubles, up to 60 s) while the process sits idle (issue 26). Without autotuning
+    # AUTOTUNE parallelism stays at tf.data's default (min(16, cores)) and prefetch keeps its own buffer
+    # tuning, neither of which needs that thread; the steady rates were no lower.
+    options.autotune.enabled = False
     return options

@@ -1,0 +1,44 @@
+"""trainer.sharding.dataset_options on the pipelines every task hands to Keras."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.trainer.helpers import REPO_ROOT
+from tests.trainer.image_helpers import write_mnist_like
+
+tf = pytest.importorskip("tensorflow")
+
+
+def task_flags(name: str, census_slice, tmp_path) -> list[str]:
+    if name == "wide_deep":
+        return ["--train-files", str(census_slice["train"]), "--eval-files", str(census_slice["eval"])]
+    if name == "image_classifier":
+        return ["--train-files", str(write_mnist_like(tmp_path / "train.tfrecord", 40)), "--channels", "1",
+                "--eval-files", str(write_mnist_like(tmp_path / "eval.tfrecord", 20, seed=1))]
+    ratings = tmp_path / "ratings.csv"
+    with open(REPO_ROOT / "data" / "movielens" / "ratings.csv", encoding="utf-8") as full:
+        ratings.write_text("".join(full.readline() for _ in range(1001)))
+    return ["--train-files", str(ratings)]
+
+
+@pytest.mark.parametrize("steps", [None, 5], ids=["epochs", "repeated"])
+@pytest.mark.parametrize("name", ["wide_deep", "image_classifier", "recommender"])
+def test_no_pipeline_keras_iterates_starts_the_autotuning_thread(name, steps, census_slice, tmp_path):
+    """Issue 26: as fit returns, deleting an autotuned training iterator could sit idle for up to 60 s,
+    waiting for tf.data's autotuning thread to sleep out its period (see dataset_options). Every pipeline a
+    task gives the loop, training and evaluation, repeated for --steps-per-epoch or not, must leave
+    autotuning off, with the task's own sharding."""
+    from trainer.config import resolve_config
+    from trainer.registry import load_task
+    from trainer.sharding import UNSHARDED
+
+    flags = task_flags(name, census_slice, tmp_path) + (["--steps-per-epoch", str(steps)] if steps else [])
+    cfg = resolve_config(["--model", name, *flags])
+    data = load_task(name).make_data(cfg, 8, 8, UNSHARDED)
+    off = tf.data.experimental.AutoShardPolicy.OFF
+    for which, ds in (("train", data.train), ("eval", data.eval)):
+        options = ds.options()
+        assert options.autotune.enabled is False, f"{name} {which}: autotuning is on"
+        assert options.experimental_distribute.auto_shard_policy == off, f"{name} {which}"
+    next(iter(data.train))  # and the pipeline still runs without it
