@@ -128,3 +128,15 @@ def dataset_options(shuffle: bool):
     # tuning, neither of which needs that thread; the steady rates were no lower.
     options.autotune.enabled = False
     return options
+
+
+def untuned(ds):
+    """``ds`` without tf.data's autotuning thread, all else as it was: for the pipelines a task iterates
+    itself before training (the image checks), whose iterators are deleted the same way (see
+    :func:`dataset_options`)."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.with_options(options)
+

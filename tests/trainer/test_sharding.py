@@ -42,3 +42,17 @@ def test_no_pipeline_keras_iterates_starts_the_autotuning_thread(name, steps, ce
         assert options.autotune.enabled is False, f"{name} {which}: autotuning is on"
         assert options.experimental_distribute.auto_shard_policy == off, f"{name} {which}"
     next(iter(data.train))  # and the pipeline still runs without it
+
+
+def test_untuned_turns_autotuning_off_and_leaves_the_rest_as_it_was():
+    from trainer.sharding import untuned
+
+    ordered = tf.data.Dataset.range(10).map(lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE)
+    loose = tf.data.Options()
+    loose.deterministic = False
+    unordered = ordered.with_options(loose)
+    for ds in (ordered, unordered):
+        checked = untuned(ds.prefetch(2))
+        assert checked.options().autotune.enabled is False
+        assert checked.options().deterministic == ds.options().deterministic
+        assert sorted(checked.as_numpy_iterator()) == list(range(0, 20, 2))

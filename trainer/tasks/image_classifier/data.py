@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from trainer.data import DataError, cache_budget, check_file_count, local_files, name_files, op_reason
-from trainer.sharding import UNSHARDED, Shard, dataset_options
+from trainer.sharding import UNSHARDED, Shard, dataset_options, untuned
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
 REQUIRED = ((ENCODED, "bytes_list"), (LABEL, "int64_list"), (TEXT, "bytes_list"))
@@ -571,7 +571,7 @@ def _scan_files(files: Sequence[str], local: Sequence[tuple[int, str]], stride: 
                        deterministic=False)
     ds = ds.map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False).ignore_errors()
     parts: dict[int, list] = {i: [] for i, _ in local}
-    for item in ds.prefetch(8).as_numpy_iterator():
+    for item in untuned(ds.prefetch(8)).as_numpy_iterator():
         parts[int(item[0])].append(item[1:])
     found = _Found()
     counts, read_bytes = [], 0
@@ -880,14 +880,14 @@ def _decode_share(scan: ImageScan, good: np.ndarray, channels: int, image_size: 
     ds = _decoded(scan, channels, image_size)
     keys, images, labels = [], None, None
     if image_size is None:
-        keys = [k for k, _ in ds.prefetch(4).as_numpy_iterator()]
+        keys = [k for k, _ in untuned(ds.prefetch(4)).as_numpy_iterator()]
     else:
         # One array, filled in place: no second copy of the share, no per-image tensors.
         spec = ds.element_spec[1]
         images = np.empty((len(wanted), *spec.shape[1:]), spec.dtype.as_numpy_dtype)
         labels = np.empty(len(wanted), np.int32)
         filled = 0
-        for k, x, y in ds.prefetch(2).as_numpy_iterator():
+        for k, x, y in untuned(ds.prefetch(2)).as_numpy_iterator():
             images[filled:filled + len(k)], labels[filled:filled + len(k)] = x, y
             filled += len(k)
             keys.append(k)
