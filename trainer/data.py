@@ -620,7 +620,7 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
                            require_rows=require_rows, sample_size=sample_size)
     size = QUANTILE_SAMPLE if sample_size is None else sample_size
     path = f"{keeper.folder}/{_scan_key(files, schema, keep, size, flag)}.npz"
-    scan = _load_scan(path, files)
+    scan = _load_scan(path, files, claim=keeper.claim)
     if scan is None:
         scan = _scan_files(files, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep,
                            require_rows=require_rows, sample_size=size)
@@ -638,9 +638,12 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
 @dataclass
 class ScanKeeper:
     """Where completed scans are kept (trainer.sharding.Shard.cache_dir), and those still to write: a task
-    writes them with :meth:`flush` once all its data was accepted, so bad data leaves nothing behind."""
+    writes them with :meth:`flush` once all its data was accepted, so bad data leaves nothing behind.
+    ``claim``: a scan missed is claimed, and a run that misses one another run is scanning waits for it
+    (trainer.kept; ``trainer.kept.may_claim(shard)``)."""
 
     folder: str
+    claim: bool = False
     pending: list[tuple[str, ScanResult]] = field(default_factory=list)
 
     def flush(self) -> None:
@@ -668,13 +671,14 @@ def _scan_key(files: Sequence[str], schema: CsvSchema, keep: tuple[int, int], sa
     return kept.key(_SCAN_FORMAT, repr(schema), list(keep), sample_size, identity)
 
 
-def _load_scan(path: str, files: Sequence[str]) -> ScanResult | None:
-    """A kept scan, or None when there is none or it cannot be read (then the data is scanned again)."""
+def _load_scan(path: str, files: Sequence[str], *, claim: bool = False) -> ScanResult | None:
+    """A kept scan, or None when there is none or it cannot be read (then the data is scanned again; with
+    ``claim``, under this run's claim: see trainer.kept)."""
     import io
 
     from trainer import kept
 
-    raw = kept.read(path, _MAX_KEPT_SCAN_BYTES, "scan")
+    raw = kept.read(path, _MAX_KEPT_SCAN_BYTES, "scan", claim=claim)
     if raw is None:
         return None
     try:

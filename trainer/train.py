@@ -49,6 +49,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
 
     import keras
 
+    from trainer import kept
     from trainer.callbacks import (
         DivergenceGuard,
         EpochLogger,
@@ -70,31 +71,37 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     shard = shard_for(strategy, kind, data_cache_dir(dirs))
     timings = {"imports_s": time.perf_counter() - STARTED}
     mark = time.perf_counter()
-    data = task.make_data(cfg, cfg.train_batch_size * replicas, cfg.eval_batch_size * replicas, shard)
-    steps_per_epoch = cfg.steps_per_epoch
-    if shard.sharded and steps_per_epoch is None:
-        # Workers' shares differ by up to a file: each repeats its own and all run one epoch's global steps
-        # (trainer.sharding), so none runs out while the others still wait on it in a collective.
-        data.train, steps_per_epoch = data.train.repeat(), data.train_steps
-    if kind == "tpu":
-        # TPUs compile for static shapes: every batch full (the census pipeline's batches vary slightly
-        # where comment lines, blank lines or skipped rows were removed).
-        data.train = data.train.rebatch(cfg.train_batch_size * replicas, drop_remainder=True)
-        data.eval = data.eval.rebatch(cfg.eval_batch_size * replicas, drop_remainder=True)
-    timings["pre_training_s"] = time.perf_counter() - mark
-    log.info("data: %s", data.report.get("summary", ""))
-    if "shard" in data.report:  # trainer.sharding: what this worker reads of the whole
-        share = data.report["shard"]
-        log.info("input: worker %d of %d reads %d of %d training records per epoch (%s)", share["index"],
-                 share["count"], share["train_records"], data.train_rows,
-                 "by record" if share["by_record"] else "by file")
-    log.info("strategy: %s, %d replica(s), global batch %d; %s", kind, replicas,
-             cfg.train_batch_size * replicas, "chief" if cluster.is_chief else cluster.name)
+    try:
+        data = task.make_data(cfg, cfg.train_batch_size * replicas, cfg.eval_batch_size * replicas, shard)
+        steps_per_epoch = cfg.steps_per_epoch
+        if shard.sharded and steps_per_epoch is None:
+            # Workers' shares differ by up to a file: each repeats its own and all run one epoch's global
+            # steps (trainer.sharding), so none runs out while the others still wait on it in a collective.
+            data.train, steps_per_epoch = data.train.repeat(), data.train_steps
+        if kind == "tpu":
+            # TPUs compile for static shapes: every batch full (the census pipeline's batches vary slightly
+            # where comment lines, blank lines or skipped rows were removed).
+            data.train = data.train.rebatch(cfg.train_batch_size * replicas, drop_remainder=True)
+            data.eval = data.eval.rebatch(cfg.eval_batch_size * replicas, drop_remainder=True)
+        timings["pre_training_s"] = time.perf_counter() - mark
+        log.info("data: %s", data.report.get("summary", ""))
+        if "shard" in data.report:  # trainer.sharding: what this worker reads of the whole
+            share = data.report["shard"]
+            log.info("input: worker %d of %d reads %d of %d training records per epoch (%s)", share["index"],
+                     share["count"], share["train_records"], data.train_rows,
+                     "by record" if share["by_record"] else "by file")
+        log.info("strategy: %s, %d replica(s), global batch %d; %s", kind, replicas,
+                 cfg.train_batch_size * replicas, "chief" if cluster.is_chief else cluster.name)
 
-    with strategy.scope():
-        model = task.build_model(cfg, data)
-    if data.keep:
-        data.keep()
+        with strategy.scope():
+            model = task.build_model(cfg, data)
+        if data.keep:
+            data.keep()
+    finally:
+        # Results this run claimed but did not keep (bad data refused, a model that failed to build, any
+        # exception) are given up, so a trial waiting for one computes it itself (trainer.kept). Several runs
+        # can share one interpreter (tests), where a claim left held would stall the next run's.
+        kept.release_claims()
     if replicas > 1:
         fix_distributed_symbolic_build(model)
     if kind == "multi_worker":

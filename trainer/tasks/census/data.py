@@ -10,6 +10,7 @@ inside the functions: the task package imports this module for its hooks.
 
 from __future__ import annotations
 
+from trainer import kept
 from trainer.data import (
     Column,
     CsvSchema,
@@ -195,7 +196,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     # Each worker scans its own share; counts, statistics and bad rows are the whole data's (see
     # trainer.sharding).
     bad = cfg.task.max_bad_rows
-    keeper = ScanKeeper(shard.cache_dir) if shard.cache_dir else None  # for the job's other trials/restarts
+    # Kept for the job's other trials and restarts; a scan another trial is computing is waited for.
+    keeper = ScanKeeper(shard.cache_dir, claim=kept.may_claim(shard)) if shard.cache_dir else None
     train_share, train_scan, train_keep = scan_share(train_files, SCHEMA, shard, max_bad_rows=bad,
                                                      flag="--train-files", every_share=True, keeper=keeper)
     eval_share, eval_scan, eval_keep = scan_share(eval_files, SCHEMA, shard, max_bad_rows=bad,

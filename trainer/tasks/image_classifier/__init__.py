@@ -123,6 +123,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
 
     from trainer.data import DataError, cache_budget
+    from trainer.kept import may_claim
     from trainer.tasks.image_classifier.data import (
         expand_globs,
         image_dataset,
@@ -138,11 +139,12 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     eval_files = expand_globs(cfg.eval_files, "--eval-files")
     common = {"channels": task.channels, "max_bad_records": task.max_bad_records, "shard": shard}
     # A trial or restart before this one may have checked the same files with the same flags: reuse its
-    # scans only if every worker has its own (the checks below are collectives every worker must join).
+    # scans only if every worker has its own (the checks below are collectives every worker must join). A
+    # one-worker run waits for a trial checking them now (trainer.kept's claims).
     kept_path = kept_scans_path(shard.cache_dir, [train_files, eval_files],
                                 [task.channels, task.num_classes, task.max_bad_records, shard.index,
                                  shard.count])
-    kept = load_kept_scans(kept_path, [train_files, eval_files])
+    kept = load_kept_scans(kept_path, [train_files, eval_files], claim=may_claim(shard))
     reuse = all(shard.exchange(kept is not None))
     if reuse:
         train_scan, eval_scan = kept

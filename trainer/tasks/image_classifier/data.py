@@ -828,13 +828,15 @@ def kept_scans_path(folder: str | None, splits: Sequence[Sequence[str]], depends
     return f"{folder}/images-{kept.key(_KEPT_FORMAT, identity, repr(depends))}.npz"
 
 
-def load_kept_scans(path: str | None, splits: Sequence[Sequence[str]]) -> list[ImageScan] | None:
-    """The scans :func:`keep_scans` kept at ``path`` (decoded: nothing left to check), or None."""
+def load_kept_scans(path: str | None, splits: Sequence[Sequence[str]], *,
+                    claim: bool = False) -> list[ImageScan] | None:
+    """The scans :func:`keep_scans` kept at ``path`` (decoded: nothing left to check), or None (with
+    ``claim``, a miss is claimed: another trial checking the same files is waited for, see trainer.kept)."""
     import io
 
     from trainer import kept
 
-    raw = kept.read(path, _MAX_KEPT_BYTES, "image scans") if path else None
+    raw = kept.read(path, _MAX_KEPT_BYTES, "image scans", claim=claim) if path else None
     if raw is None:
         return None
     try:

@@ -147,6 +147,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     import tensorflow as tf
 
     from trainer.data import DataError, expand_files, name_files
+    from trainer.kept import may_claim
     from trainer.sharding import dataset_options
     from trainer.tasks.recommender import data as rd
     from trainer.tasks.recommender.model import IdLookup, rated_by_user
@@ -246,7 +247,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     if task.item_item_scale > 0 and len(items) <= task.ease_max_items:
         # Every worker scores its eval users and exports with it: each reads the kept matrix or computes it.
         weights, keep_weights = kept_item_item(shard.cache_dir, files, [columns, split, cfg.seed],
-                                               len(items), lambda: rd.ease_weights(fit, len(items)))
+                                               len(items), lambda: rd.ease_weights(fit, len(items)),
+                                               claim=may_claim(shard))
         if shard.index == 0:
             keeps.append(keep_weights)
         item_item = f"EASE's weights on {len(items)} items, scale {task.item_item_scale:g}"
@@ -261,7 +263,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         depends = [columns, split, cfg.seed, task.positive_threshold, task.ranking_k, task.eval_users,
                    task.ease_max_items]
         baselines, keep_figures = kept_baselines(shard.cache_dir, files, depends, lambda: (
-            rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items, weights)))
+            rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items, weights)),
+            claim=may_claim(shard))
         keeps.append(keep_figures)
     keeps = [keep for keep in keeps if keep]
     report = {
@@ -301,12 +304,13 @@ _BASELINES_FORMAT = 1  # bump when what the baselines compute changes: older kep
 _ITEM_ITEM_FORMAT = 1  # likewise for the item-item weights
 
 
-def kept_baselines(folder: str | None, files: list[str], depends: list,
-                   compute) -> tuple[dict, Callable | None]:
+def kept_baselines(folder: str | None, files: list[str], depends: list, compute, *,
+                   claim: bool = False) -> tuple[dict, Callable | None]:
     """(``compute()``: popularity's and EASE's figures, and what keeps them in ``folder`` (trainer.kept) for
     the job's later trials and restarts), or (the figures a run before this one kept for the same files and
     flags, None): EASE inverts an items x items matrix (over a minute and GBs on the shipped data), and a
-    study pays for it once."""
+    study pays for it once. ``claim``: a trial computing the same figures now is waited for (trainer.kept's
+    claims)."""
     import json
 
     def decode(raw: bytes):
@@ -314,11 +318,11 @@ def kept_baselines(folder: str | None, files: list[str], depends: list,
         return figures if isinstance(figures, dict) else None
 
     return _kept(folder, "baselines.json", "baselines", [_BASELINES_FORMAT, depends], files, 1 << 20, decode,
-                 lambda figures: json.dumps(figures).encode(), compute)
+                 lambda figures: json.dumps(figures).encode(), compute, claim)
 
 
-def kept_item_item(folder: str | None, files: list[str], depends: list, num_items: int,
-                   compute) -> tuple:
+def kept_item_item(folder: str | None, files: list[str], depends: list, num_items: int, compute, *,
+                   claim: bool = False) -> tuple:
     """The model's item-item weights ``[items + 1, items + 1]`` float32, as :func:`kept_baselines` keeps
     the baselines' figures: the inverse is the slowest part of a run on the shipped data."""
     import io
@@ -340,14 +344,15 @@ def kept_item_item(folder: str | None, files: list[str], depends: list, num_item
         return out.getvalue()
 
     return _kept(folder, "item-item.npy", "item-item weights", [_ITEM_ITEM_FORMAT, depends], files,
-                 shape[0] * shape[1] * 4 + 4096, decode, encode, compute)
+                 shape[0] * shape[1] * 4 + 4096, decode, encode, compute, claim)
 
 
 def _kept(folder, name: str, what: str, version: list, files: list[str], max_bytes: int, decode, encode,
-          compute) -> tuple:
+          compute, claim: bool) -> tuple:
     """(``compute()``, a callable that keeps it) or (the value kept for the same files and ``version``
     ([format, what it depends on]), None). ``name`` is the kept file's (``prefix.suffix``; the key goes
-    between); ``decode`` returns None (or raises ValueError) for kept bytes that are not a valid value."""
+    between); ``decode`` returns None (or raises ValueError) for kept bytes that are not a valid value;
+    ``claim``: a miss is claimed until kept (trainer.kept.read)."""
     import tensorflow as tf
 
     from trainer import kept
@@ -361,7 +366,7 @@ def _kept(folder, name: str, what: str, version: list, files: list[str], max_byt
     prefix, suffix = name.rsplit(".", 1)
     fmt, depends = version
     path = f"{folder}/{prefix}-{kept.key(fmt, identity, repr(depends))}.{suffix}"
-    raw = kept.read(path, max_bytes, what)
+    raw = kept.read(path, max_bytes, what, claim=claim)
     if raw is not None:
         try:
             value = decode(raw)
