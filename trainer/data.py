@@ -969,7 +969,7 @@ def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
     """
     import tensorflow as tf
 
-    from trainer.sharding import dataset_options
+    from trainer.sharding import PREFETCH_BATCHES, dataset_options
 
     index_of, count_of = keep
     lines_per_batch = batch_size * count_of
@@ -1010,4 +1010,4 @@ def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
         ds = ds.shuffle(SHUFFLE_BATCHES, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
-    return ds.with_options(dataset_options(shuffle)).prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(dataset_options(shuffle)).prefetch(PREFETCH_BATCHES)

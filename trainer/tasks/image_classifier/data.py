@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from trainer.data import DataError, cache_budget, check_file_count, local_files, name_files, op_reason
-from trainer.sharding import UNSHARDED, Shard, dataset_options, untuned
+from trainer.sharding import PREFETCH_BATCHES, UNSHARDED, Shard, dataset_options, untuned
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
 REQUIRED = ((ENCODED, "bytes_list"), (LABEL, "int64_list"), (TEXT, "bytes_list"))
@@ -1099,11 +1099,9 @@ def _finalize(ds, *, batch_size: int, shuffle: bool, buffer: int, seed: int, aug
 
 
 def _options(ds, deterministic: bool):
-    import tensorflow as tf
-
     # Each worker reads its own share (trainer.sharding): tf.data's auto-sharding is off. A seeded shuffle
     # repeats exactly; only streaming (uncached) training trades that for throughput.
-    return ds.with_options(dataset_options(shuffle=not deterministic)).prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(dataset_options(shuffle=not deterministic)).prefetch(PREFETCH_BATCHES)
 
 
 def _cached_dataset(images, labels, *, batch_size: int, training: bool, seed: int, augment, image_size: int,

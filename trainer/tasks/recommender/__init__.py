@@ -148,7 +148,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
     from trainer.data import DataError, expand_files, name_files
     from trainer.kept import may_claim
-    from trainer.sharding import dataset_options
+    from trainer.sharding import PREFETCH_BATCHES, dataset_options
     from trainer.tasks.recommender import data as rd
     from trainer.tasks.recommender.model import IdLookup, rated_by_user
 
@@ -290,8 +290,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     lookup({"user": tf.constant(["?"]), "item": tf.constant(["?"])})  # built before the export tracks it
     options = dataset_options(shuffle=True)
     return TaskData(
-        train=train_ds.prefetch(tf.data.AUTOTUNE).with_options(options),
-        eval=eval_ds.prefetch(tf.data.AUTOTUNE).with_options(dataset_options(shuffle=False)),
+        train=train_ds.prefetch(PREFETCH_BATCHES).with_options(options),
+        eval=eval_ds.prefetch(PREFETCH_BATCHES).with_options(dataset_options(shuffle=False)),
         train_rows=len(train), eval_rows=len(ranked),
         train_steps=max(1, math.ceil(len(train) / global_train_batch)),
         preprocessor=lookup, report=report,
