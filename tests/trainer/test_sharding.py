@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.trainer.helpers import REPO_ROOT
@@ -40,6 +42,7 @@ def test_no_pipeline_keras_iterates_starts_the_autotuning_thread(name, steps, ce
     for which, ds in (("train", data.train), ("eval", data.eval)):
         options = ds.options()
         assert options.autotune.enabled is False, f"{name} {which}: autotuning is on"
+        assert options.autotune.initial_parallelism == os.cpu_count(), f"{name} {which}"
         assert options.experimental_distribute.auto_shard_policy == off, f"{name} {which}"
     next(iter(data.train))  # and the pipeline still runs without it
 
@@ -54,5 +57,7 @@ def test_untuned_turns_autotuning_off_and_leaves_the_rest_as_it_was():
     for ds in (ordered, unordered):
         checked = untuned(ds.prefetch(2))
         assert checked.options().autotune.enabled is False
+        # AUTOTUNE's fixed parallelism then uses every core, not tf.data's default of 16.
+        assert checked.options().autotune.initial_parallelism == os.cpu_count()
         assert checked.options().deterministic == ds.options().deterministic
         assert sorted(checked.as_numpy_iterator()) == list(range(0, 20, 2))
