@@ -151,4 +151,3 @@ def untuned(ds):
     import tensorflow as tf
 
     return ds.with_options(_untuned(tf.data.Options()))
-
