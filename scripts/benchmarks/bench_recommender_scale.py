@@ -2,16 +2,22 @@
 trainer's phases, peak memory and SavedModel size at each size.
 
     python scripts/benchmarks/bench_recommender_scale.py [--sizes 100000 1000000 10000000 25000000] \\
-        [--steps 300] [--workdir /tmp/rec-scale] [-- extra trainer flags]
+        [--steps 300] [--catalogue-of N] [--workdir /tmp/rec-scale] [-- extra trainer flags]
 
 For each size N the script writes ``N`` ratings to a CSV under ``--workdir`` (deleted afterwards): users and
 items drawn from long-tailed distributions (item popularity Zipf-like with exponent 1, user activity
-log-normal), scaled so that 25M ratings have MovieLens-25M's 162k users and 59k items (and 100k ratings
-about the shipped data's 610 users and 9.7k items). It then runs ``python -m trainer.task --model
-recommender`` for one epoch capped at ``--steps`` steps (``--steps 0``: a whole epoch), EASE off and 1000
-eval users, and prints from metrics.json: pre-training, first step, steady ratings/s, validation, eval,
-export and peak RSS, with the SavedModel's size. Targets: steady ratings/s at 25M >= 0.5x the rate at 100k,
-peak RSS at 25M <= 6 GB, SavedModel at 20M ratings <= 2x its size at 100k.
+log-normal), scaled so that 25M ratings have MovieLens-25M's 162k users and 59k items (and 100k ratings about
+the shipped data's 610 users and 9.7k items); ``--catalogue-of N`` draws every size from the users and items
+of N ratings instead, so that only the number of ratings grows. It then runs ``python -m trainer.task --model
+recommender`` for one epoch capped at ``--steps`` steps (``--steps 0``: a whole epoch), EASE off and 1000 eval
+users, and prints from metrics.json: pre-training, first step, steady ratings/s, validation, eval, export and
+peak RSS, with the SavedModel's size. Targets: steady ratings/s at 25M >= 0.5x the rate at 100k, peak RSS at
+25M <= 6 GB, SavedModel at 20M ratings <= 2x its size at 100k.
+
+The export holds, per user, its ``--top-k`` best unseen items and, per item, its id and factors: its size
+follows the catalogue, not the ratings. The last lines compare the largest and smallest runs, with the
+ratios of users and items that the export holds beside the ratio of sizes; with ``--catalogue-of`` the
+SavedModel's ratio is the export's growth with the ratings alone.
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ def catalogue(n: int) -> tuple[int, int]:
     return users, items
 
 
-def write_ratings(path: Path, n: int, seed: int = 0, chunk: int = 1_000_000) -> tuple[int, int]:
-    users, items = catalogue(n)
+def write_ratings(path: Path, n: int, seed: int = 0, chunk: int = 1_000_000,
+                  shape: int | None = None) -> tuple[int, int]:
+    """``n`` ratings drawn from the users and items of ``shape`` ratings (default ``n``)."""
+    users, items = catalogue(shape or n)
     rng = np.random.default_rng(seed)
     item_p = 1 / np.arange(1, items + 1)
     item_p /= item_p.sum()
@@ -68,16 +76,18 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000, 25_000_000])
     p.add_argument("--steps", type=int, default=300, help="training steps per run (0: one whole epoch)")
+    p.add_argument("--catalogue-of", type=int, default=None, metavar="N",
+                   help="draw every size from the users and items of N ratings (default: each size's own)")
     p.add_argument("--workdir", default="/tmp/rec-scale")
     p.add_argument("extra", nargs="*", help="more trainer flags, after --")
     args = p.parse_args(argv)
     root = Path(args.workdir)
     root.mkdir(parents=True, exist_ok=True)
-    rates, sizes = {}, {}
+    rates, sizes, held = {}, {}, {}
     try:
         for n in args.sizes:
             data = root / f"ratings-{n}.csv"
-            users, items = write_ratings(data, n)
+            users, items = write_ratings(data, n, shape=args.catalogue_of)
             flags = ["--train-files", str(data), "--num-epochs", "1", "--ease-max-items", "0",
                      "--eval-users", "1000", *(["--steps-per-epoch", str(args.steps)] if args.steps else []),
                      *args.extra]
@@ -87,6 +97,9 @@ def main(argv=None) -> int:
                 print(exc, file=sys.stderr)
                 return exc.returncode
             phases = run.report["phases"]
+            # The users and items the export holds: those in the training split, not the generator's.
+            trained = run.report["data"]
+            held[n] = (trained["train"]["users"], trained["train"]["items"])
             rates[n] = phases["steady_examples_per_s"]
             model_mb = sizes[n] = size_mb(root / f"job-{n}" / "model")
             csv_mb = data.stat().st_size / 1e6
@@ -106,8 +119,10 @@ def main(argv=None) -> int:
     if len(rates) > 1:
         small, large = min(rates), max(rates)
         print(f"steady rate at {large:,} / at {small:,}: {rates[large] / rates[small]:.2f} (>= 0.5)")
-        print(f"SavedModel at {large:,} / at {small:,}: {sizes[large] / sizes[small]:.1f}x (<= 2); bytes per "
-              f"rating {sizes[small] * 1e6 / small:.1f} -> {sizes[large] * 1e6 / large:.1f}")
+        (users_s, items_s), (users_l, items_l) = held[small], held[large]
+        print(f"SavedModel at {large:,} / at {small:,}: {sizes[large] / sizes[small]:.2f}x (<= 2), for "
+              f"{users_l / users_s:.2f}x the users and {items_l / items_s:.2f}x the items; bytes per rating "
+              f"{sizes[small] * 1e6 / small:.1f} -> {sizes[large] * 1e6 / large:.1f}")
     return 0
 
 
