@@ -1,6 +1,7 @@
 """trainer/tasks/image_classifier/data.py: the in-memory cache filled by the first pass over the share (no
-decode for the cache before the first step): it holds what the up-front decode kept, later passes decode
-nothing, a pass cut short or a run resumed at a later epoch still fills it, and it is held once."""
+decode for the cache before the first step): it holds each record decoded and prepared to the model's size
+(checked against an oracle built here, record by record, from the files), later passes decode nothing, a
+pass cut short or a run resumed at a later epoch still fills it, and it is held once."""
 
 from __future__ import annotations
 
@@ -52,6 +53,39 @@ def decodes(monkeypatch):
     return count
 
 
+def expected_cache(scan, channels: int, size: int):
+    """The oracle: (images, int32 labels) the share's cache must hold, built here record by record without
+    the module's pipeline. Each record of the scan's files, in file order (the cache's positions are its
+    records' keys' ranks), skipping the scan's bad records, is parsed with the schema's two features,
+    decoded with ``tf.io.decode_image`` (the module's documented decode: its channels, first frame, uint8)
+    and prepared to ``size`` as ``finish`` (what serving runs) documents: unchanged uint8 when every image
+    already has that size (the cache then scales per batch), else float32 0..255, cast where the image has
+    the size and bilinearly resized (no antialiasing) where not. The same ops on the same bytes: exact."""
+    assert scan.stride == 1 and len(scan.local_files) == len(scan.files)  # one worker: the whole split
+    skipped = {(bad.file, bad.record) for bad in scan.bad_records}
+    uint8 = scan.min_size == scan.max_size == (size, size)
+    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    images, labels = [], []
+    for path in scan.files:
+        for record, raw in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
+            if (path, record) in skipped:
+                continue
+            features = tf.io.parse_single_example(raw, spec)
+            image = tf.io.decode_image(features["image/encoded"], channels=channels, expand_animations=False,
+                                       dtype=tf.uint8)
+            if uint8:
+                assert image.shape == (size, size, channels)
+            elif image.shape[:2] == (size, size):
+                image = tf.cast(image, tf.float32)
+            else:
+                image = tf.image.resize(image, [size, size], method="bilinear", antialias=False)
+            images.append(image.numpy())
+            labels.append(int(features["image/class/label"]))
+    assert len(images) == scan.share_records
+    return np.stack(images), np.array(labels, np.int32)
+
+
 def passes(ds, n):
     return [[np.concatenate(a) for a in zip(*ds.as_numpy_iterator(), strict=True)] for _ in range(n)]
 
@@ -64,28 +98,27 @@ def rows(x, y):
 
 @pytest.mark.parametrize(("which", "size"), [("digits", 28), ("digits", 20), ("flowers", 32)],
                          ids=["uint8", "resized", "photos"])
-def test_the_first_pass_fills_the_cache_the_up_front_decode_kept(request, which, size):
+def test_the_first_pass_fills_the_cache_with_each_record_decoded_and_prepared(request, which, size):
     scan = request.getfixturevalue(which)
     channels = 1 if which == "digits" else 3
-    _, kept = image_data.load_images(scan, channels=channels, image_size=size, keep=True)
+    expected_images, expected_labels = expected_cache(scan, channels, size)
+    assert expected_images.dtype == (np.uint8 if size == 28 else np.float32)  # the scenario still holds
     indices, images, labels = image_data._filling_cache(scan, channels=channels, image_size=size,
                                                         training=False, seed=0, shuffle_buffer=64)
-    assert images.dtype == kept[0].dtype == (tf.uint8 if size == 28 else tf.float32)
-    common = {"batch_size": 64, "training": False, "seed": 0, "augment": (), "image_size": size,
-              "scale": "unit", "drop_remainder": False, "repeat": False}
-    filling = image_data._cached_dataset(images, labels, indices=indices, **common)
-    up_front = image_data._cached_dataset(*kept, **common)
-    expected = passes(up_front, 1)[0]
-    for x, y in passes(filling, 2):  # the filling pass, then one from memory: both in file order
-        np.testing.assert_array_equal(x, expected[0])
-        np.testing.assert_array_equal(y, expected[1])
-    np.testing.assert_array_equal(images.numpy(), kept[0].numpy())
-    np.testing.assert_array_equal(labels.numpy(), kept[1].numpy())
+    assert images.dtype.as_numpy_dtype == expected_images.dtype
+    ds = image_data._cached_dataset(indices, images, labels, batch_size=64, seed=0, augment=(),
+                                    image_size=size, scale="unit", drop_remainder=False, repeat=False)
+    unit = expected_images.astype(np.float32) / np.float32(255)
+    for x, y in passes(ds, 2):  # the filling pass, then one from memory: both in file order
+        np.testing.assert_array_equal(x, unit)
+        np.testing.assert_array_equal(y, expected_labels)
+    np.testing.assert_array_equal(images.numpy(), expected_images)
+    np.testing.assert_array_equal(labels.numpy(), expected_labels)
 
 
 def test_training_reads_a_shuffled_share_every_pass_and_repeats_with_its_seed(digits, decodes):
-    _, kept = image_data.load_images(digits, channels=1, image_size=28, keep=True)
-    every = rows(kept[0].numpy().astype(np.float32) / 255, kept[1].numpy())
+    expected_images, expected_labels = expected_cache(digits, 1, 28)
+    every = rows(expected_images.astype(np.float32) / np.float32(255), expected_labels)
     decodes.assign(0)
 
     def dataset(seed):
@@ -110,13 +143,12 @@ def test_a_pass_cut_short_or_resumed_at_a_later_epoch_still_fills_the_cache(digi
     dataset repeats and passes straddle epochs."""
     import keras
 
-    _, kept = image_data.load_images(digits, channels=1, image_size=28, keep=True)
+    expected_images, expected_labels = expected_cache(digits, 1, 28)
     decodes.assign(0)
     indices, images, labels = image_data._filling_cache(digits, channels=1, image_size=28, training=True,
                                                         seed=3, shuffle_buffer=64)
-    ds = image_data._cached_dataset(images, labels, indices=indices, batch_size=64, training=True, seed=3,
-                                    augment=(), image_size=28, scale="unit", drop_remainder=False,
-                                    repeat=True)
+    ds = image_data._cached_dataset(indices, images, labels, batch_size=64, seed=3, augment=(),
+                                    image_size=28, scale="unit", drop_remainder=False, repeat=True)
     next(iter(ds))  # a pass cut short after one batch: not every record was written
     assert 0 < int(decodes.numpy())
     model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
@@ -124,8 +156,8 @@ def test_a_pass_cut_short_or_resumed_at_a_later_epoch_still_fills_the_cache(digi
     # 300 records are 4.7 batches of 64: the resumed epochs 3 and 4 run a filling pass and one from memory.
     history = model.fit(ds, epochs=4, initial_epoch=2, steps_per_epoch=4, verbose=0)
     assert history.epoch == [2, 3] and all(np.isfinite(history.history["loss"]))
-    np.testing.assert_array_equal(images.numpy(), kept[0].numpy())
-    np.testing.assert_array_equal(labels.numpy(), kept[1].numpy())
+    np.testing.assert_array_equal(images.numpy(), expected_images)
+    np.testing.assert_array_equal(labels.numpy(), expected_labels)
     decoded = int(decodes.numpy())
     assert decoded <= 2 * digits.share_records + 64
     for _ in zip(range(20), ds, strict=False):  # four more passes, all from memory
@@ -201,6 +233,6 @@ def test_the_cache_is_held_once(tmp_path):
                          capture_output=True, text=True, env=subprocess_env(), timeout=300, cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     figures = json.loads(out.stdout.strip().splitlines()[-1])
-    # One copy and the pipeline's buffers (~0.2-0.5x of this cache); a second copy would be 2x or more (the
-    # up-front decode's array and its tensor made 3.2x).
+    # One copy and the pipeline's buffers (~0.2-0.5x of this cache); a second copy would be 2x or more (an
+    # up-front decode into an array, then a tensor of it, made 3.2x).
     assert figures["grew"] < 1.7 * figures["cache"], figures

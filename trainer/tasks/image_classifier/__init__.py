@@ -178,8 +178,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     train_keep = held <= budget
     eval_keep = eval_scan.held_bytes(size, task.channels) <= budget - (held if train_keep else 0)
     if not reuse:
-        train_scan, _ = load_images(train_scan, **common)
-        eval_scan, _ = load_images(eval_scan, **common)
+        train_scan = load_images(train_scan, **common)
+        eval_scan = load_images(eval_scan, **common)
     options = {"image_size": size, "channels": task.channels, "seed": cfg.seed}
     train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_keep,
                           augment=task.augmentations(), repeat=cfg.steps_per_epoch is not None, **options)

@@ -15,10 +15,10 @@ with ``Shard.exchange``):
    header (PNG/GIF/BMP header fields, ``tf.io.extract_jpeg_shape``), which fixes the image size and what a
    cache would hold before anything is decoded. A file whose batch fails to parse is re-read record by
    record in Python to name the exact record and reason.
-2. :func:`load_images` decodes every record once, with the op and arguments the pipeline uses (so what the
-   model sees is exactly what was counted), keeping nothing unless asked. When the preprocessed images fit
-   the cache budget, the training pipeline's first pass over the share decodes them again as it trains and
-   fills the cache, which later passes gather from (:func:`image_dataset`): nothing is decoded for the cache
+2. :func:`load_images` decodes every record once to check it (a JPEG at 1/8 scale, with the same verdict:
+   see :func:`_checked`) and keeps no pixels. When the preprocessed images fit the cache budget, the
+   training pipeline's first pass over the share decodes them with :func:`decode` as it trains and fills
+   the cache, which later passes gather from (:func:`image_dataset`): nothing is decoded for the cache
    before the first step, in a run that checks the data or one that reuses kept checks
    (:func:`load_kept_scans`).
    ``scan_images(decode=True)`` runs both passes.
@@ -739,18 +739,16 @@ def scan_images(files: Sequence[str], *, channels: int = 3, num_classes: int | N
         pending=tuple(pending), good_keys=np.setdiff1d(keys, pending_keys),
     )
     if decode:
-        scan, _ = load_images(scan, channels=channels, shard=shard, max_bad_records=max_bad_records)
+        scan = load_images(scan, channels=channels, shard=shard, max_bad_records=max_bad_records)
     return scan
 
 
-def load_images(scan: ImageScan, *, channels: int, image_size: int | None = None, keep: bool = False,
-                shard: Shard = UNSHARDED, max_bad_records: int = 0):
-    """Second pass: decode every good record of this worker's share once, in parallel; (the final scan, the
-    kept images or None).
+def load_images(scan: ImageScan, *, channels: int, shard: Shard = UNSHARDED,
+                max_bad_records: int = 0) -> ImageScan:
+    """Second pass: decode every good record of this worker's share once, in parallel, to check that it
+    decodes (no pixels are kept; the cache is filled by training's first pass, see :func:`_filling_cache`);
+    the final scan.
 
-    With ``keep`` (and ``image_size``) the decoded images, resized to ``image_size`` (uint8 when no image
-    needs resizing, else float32 0..255), are kept in memory as (images, labels) tensors that
-    :func:`image_dataset` trains from: the decode that validates is the one that feeds the model.
     Undecodable records and the first pass's text conflicts count against ``max_bad_records`` together with
     the first pass's bad records (over all workers); the one-line DataError names the first beyond it in
     file order.
@@ -759,15 +757,14 @@ def load_images(scan: ImageScan, *, channels: int, image_size: int | None = None
 
     pending, good = scan.pending, scan.good_keys
     value: dict = {"error": None}
-    undecodable: list[tuple[int, str]] = []
-    cached = None
+    undecodable: list[tuple[int, int, str]] = []
     try:
         if good is None:
             raise ValueError("load_images needs a scan from scan_images")
-        if not keep and scan.total_bytes <= _SMALL_BYTES:  # see _SMALL_BYTES
-            undecodable = _check_decodes(scan, np.setdiff1d(good, scan.excluded), channels, None)[0]
+        if scan.total_bytes <= _SMALL_BYTES:  # see _SMALL_BYTES
+            undecodable = _check_decodes(scan, np.setdiff1d(good, scan.excluded), channels)[0]
         else:
-            undecodable, cached = _decode_share(scan, good, channels, image_size if keep else None)
+            undecodable = _decode_share(scan, good, channels)
     except DataError as exc:
         value["error"] = str(exc)
     except tf.errors.OpError as exc:
@@ -799,7 +796,7 @@ def load_images(scan: ImageScan, *, channels: int, image_size: int | None = None
                     bad_records=tuple(_bad(scan.files, k, r) for k, r in every),
                     local_records=value["records"], decoded=True, pending=(),
                     good_keys=np.setdiff1d(good, np.array([k for k, _, _ in undecodable], np.int64)))
-    return final, cached
+    return final
 
 
 # Kept scans (trainer.kept): a study's trials and a restarted worker reuse the checked scans of the same files
@@ -873,40 +870,19 @@ def keep_scans(path: str | None, scans: Sequence[ImageScan]) -> None:
     kept.write(path, buffer.getvalue(), "image scans")
 
 
-def _decode_share(scan: ImageScan, good: np.ndarray, channels: int, image_size: int | None):
-    """The second pass in parallel tf.data: (undecodable [(key, label, reason)], and with ``image_size`` the
-    share's images resized to it and their labels, as two tensors, else None)."""
-    import tensorflow as tf
-
+def _decode_share(scan: ImageScan, good: np.ndarray, channels: int) -> list[tuple[int, int, str]]:
+    """The second pass in parallel tf.data: the undecodable records, [(key, label, reason)]."""
     wanted = np.setdiff1d(good, scan.excluded)
-    ds = _decoded(scan, channels, image_size)
-    keys, images, labels = [], None, None
-    if image_size is None:
-        keys = [k for k, _ in untuned(ds.prefetch(4)).as_numpy_iterator()]
-    else:
-        # One array, filled in place: no second copy of the share, no per-image tensors.
-        spec = ds.element_spec[1]
-        images = np.empty((len(wanted), *spec.shape[1:]), spec.dtype.as_numpy_dtype)
-        labels = np.empty(len(wanted), np.int32)
-        filled = 0
-        for k, x, y in untuned(ds.prefetch(2)).as_numpy_iterator():
-            images[filled:filled + len(k)], labels[filled:filled + len(k)] = x, y
-            filled += len(k)
-            keys.append(k)
+    keys = [k for k, _ in untuned(_decoded(scan, channels).prefetch(4)).as_numpy_iterator()]
     missing = np.setdiff1d(wanted, np.concatenate(keys) if keys else np.zeros(0, np.int64))
     undecodable = []
     if len(missing):
-        # A batch whose decode failed was dropped: check its records one by one, keeping the good ones.
-        undecodable, kept = _check_decodes(scan, missing, channels, image_size)
-        if images is not None:
-            for image, label in kept:
-                images[filled], labels[filled] = image, label
-                filled += 1
-        elif len(kept) + len(undecodable) != len(missing):
+        # A batch whose decode failed was dropped: check its records one by one. Each must decode or fail
+        # there; one that does neither was not found in its file (the pass above and this one disagree).
+        undecodable, decoded = _check_decodes(scan, missing, channels)
+        if decoded + len(undecodable) != len(missing):
             raise AssertionError("a record neither decoded nor failed")
-    if images is None:
-        return undecodable, None
-    return undecodable, (tf.convert_to_tensor(images[:filled]), tf.convert_to_tensor(labels[:filled]))
+    return undecodable
 
 
 def _key(files: Sequence[str], bad: BadRecord) -> int:
@@ -925,41 +901,33 @@ def _checked(encoded, channels: int):
                    lambda: decode(encoded, channels))
 
 
-def _prepare(channels: int, image_size: int | None, uint8: bool, exact: bool = False, scaled: bool = False):
-    """Encoded bytes -> what the second pass keeps: the decoded image resized to ``image_size`` (uint8 when
-    ``uint8``: every image's header gave that size), or, with no ``image_size``, its height (decoded; with
-    ``scaled``, a JPEG's at 1/8 scale: see :func:`_checked`).
+def _decoded_height(channels: int, exact: bool = False, scaled: bool = False):
+    """Encoded bytes -> the decoded image's height: the second pass's check that a record decodes (with
+    ``scaled``, a JPEG at 1/8 scale: see :func:`_checked`). The height is all it returns: a tensor that
+    depends on the decode, so the decode runs, and a few bytes, not the pixels.
 
     The pipeline's version does the least per image (it runs in a loop over each batch, where every op
-    costs microseconds): no resize where none is due (an image whose size is not the header's then fails
-    its batch), and no empty-image check (the first pass refused images whose header has no pixels).
-    ``exact``, for the records of a failed batch, resizes what needs it and checks everything.
+    costs microseconds): no empty-image check (the first pass refused images whose header has no pixels).
+    ``exact``, for the records of a failed batch, checks everything.
     """
     import tensorflow as tf
 
-    def prepare(encoded):
-        image = _checked(encoded, channels) if scaled and image_size is None else decode(encoded, channels)
+    def height(encoded):
+        image = _checked(encoded, channels) if scaled else decode(encoded, channels)
         if exact:
             shape = tf.shape(image)
-            # An empty image decodes but fails to resize: make it fail here like an undecodable one.
+            # An empty image decodes but would fail training's resize: make it fail here like an
+            # undecodable one.
             tf.debugging.assert_positive(shape[0] * shape[1], message="empty image")
-            if image_size is None:
-                return shape[0]
-            image = finish(image, image_size, "raw")
-            return tf.cast(tf.round(image), tf.uint8) if uint8 else image
-        if image_size is None:
-            return tf.shape(image)[0]
-        if uint8:
-            return tf.ensure_shape(image, [image_size, image_size, channels])
-        # Bilinear resizing to the image's own size returns it unchanged: no need to test for it here.
-        return tf.image.resize(image, [image_size, image_size])
+            return shape[0]
+        return tf.shape(image)[0]
 
-    return prepare
+    return height
 
 
-def _decoded(scan: ImageScan, channels: int, image_size: int | None):
-    """Batches of (keys, images, labels), or of (keys, heights) with no ``image_size``, from the second
-    pass; a record or batch whose decode fails is dropped (the caller finds its records by key).
+def _decoded(scan: ImageScan, channels: int):
+    """Batches of (keys, heights) from the second pass; a record or batch whose decode fails is dropped (the
+    caller finds its records by key).
 
     Small images (MNIST) are decoded a batch at a time in a loop (a tf.data element per image costs more
     than decoding it); photos one per element, in parallel: their decode dwarfs the per-element cost, and a
@@ -968,38 +936,32 @@ def _decoded(scan: ImageScan, channels: int, image_size: int | None):
     """
     import tensorflow as tf
 
-    uint8 = image_size is not None and scan.min_size == scan.max_size == (image_size, image_size)
     photos = scan.total_bytes > _PHOTO_BYTES * max(1, scan.total_records)
     # The JPEG test costs more than a small image's decode saves: photos only.
-    prepare = _prepare(channels, image_size, uint8, scaled=photos)
-    if image_size is None:
-        signature = tf.TensorSpec([], tf.int32)
-    else:
-        signature = tf.TensorSpec([image_size, image_size, channels], tf.uint8 if uint8 else tf.float32)
+    height = _decoded_height(channels, scaled=photos)
 
     def body(keys, encoded, labels):
-        out = tf.map_fn(prepare, encoded, fn_output_signature=signature, parallel_iterations=16)
-        return (keys, out, labels) if image_size is not None else (keys, out)
+        return keys, tf.map_fn(height, encoded, fn_output_signature=tf.TensorSpec([], tf.int32),
+                               parallel_iterations=16)
 
     ds = _encoded_batches(scan, deterministic=True, batch=_CHECK_BATCH)
     if photos:
 
         def one(key, encoded, label):
-            return (key, prepare(encoded), label) if image_size is not None else (key, prepare(encoded))
+            return key, height(encoded)
 
         ds = ds.unbatch().map(_plain(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.ignore_errors().batch(_CHECK_BATCH)
     return ds.map(_plain(body), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
 
 
-def _check_decodes(scan: ImageScan, missing: np.ndarray, channels: int, image_size: int | None):
+def _check_decodes(scan: ImageScan, missing: np.ndarray, channels: int) -> tuple[list, int]:
     """The second pass for ``missing`` records, one at a time in Python: ([(key, label, reason)] of those
-    that do not decode, [(prepared image, label)] of those that do)."""
+    that do not decode, how many do)."""
     import tensorflow as tf
 
-    uint8 = image_size is not None and scan.min_size == scan.max_size == (image_size, image_size)
-    prepare = _prepare(channels, image_size, uint8, exact=True, scaled=True)
-    bad, kept = [], []
+    height = _decoded_height(channels, exact=True, scaled=True)
+    bad, decoded = [], 0
     for index in sorted(set((missing >> _KEY_BITS).tolist())):
         path = scan.files[index]
         records = missing[(missing >> _KEY_BITS) == index] & ((1 << _KEY_BITS) - 1)
@@ -1011,10 +973,11 @@ def _check_decodes(scan: ImageScan, missing: np.ndarray, channels: int, image_si
                 continue
             _, label, encoded, _ = _check_example(raw, None)
             try:
-                kept.append((prepare(tf.constant(encoded)).numpy(), label))
+                height(tf.constant(encoded)).numpy()
+                decoded += 1
             except (tf.errors.OpError, ValueError):
                 bad.append(((index << _KEY_BITS) + record, label, _undecodable(channels)))
-    return bad, kept
+    return bad, decoded
 
 
 def _encoded_batches(scan: ImageScan, *, shuffle_files: bool = False, seed: int = 0, in_order: bool = False,
@@ -1104,26 +1067,19 @@ def _options(ds, deterministic: bool):
     return ds.with_options(dataset_options(shuffle=not deterministic)).prefetch(PREFETCH_BATCHES)
 
 
-def _cached_dataset(images, labels, *, batch_size: int, training: bool, seed: int, augment, image_size: int,
-                    scale: str, drop_remainder: bool, repeat: bool, indices=None):
-    """Batches gathered from the share's images held as one tensor (:func:`load_images`) or variable
-    (:func:`_filling_cache`): the shuffle moves indices, not images, and a batch is one gather, so nothing is
-    done per image (a per-image tf.data cache costs ~20 us an image, more than the CNN's step on MNIST, and
-    its full-share shuffle buffer must fill before the first step). Augmentation works per image and takes
-    the per-image path. ``indices``: the positions to gather; by default every image (shuffled in
-    training)."""
+def _cached_dataset(indices, images, labels, *, batch_size: int, seed: int, augment, image_size: int,
+                    scale: str, drop_remainder: bool, repeat: bool):
+    """Batches gathered from the share's images held in a variable, as :func:`_filling_cache` gives them
+    (``indices``: the positions to gather, in the pass's order; it shuffles them in training): a batch is
+    one gather, so nothing is done per image (a per-image tf.data cache costs ~20 us an image, more than the
+    CNN's step on MNIST, and its full-share shuffle buffer must fill before the first step). Augmentation
+    works per image and takes the per-image path."""
     import tensorflow as tf
-
-    count = int(labels.shape[0])
-    ds = indices
-    if ds is None:
-        ds = tf.data.Dataset.range(count)
-        if training:
-            ds = ds.shuffle(max(1, count), seed=seed, reshuffle_each_iteration=True)
 
     def gather(index):
         return finish(tf.gather(images, index), image_size, scale), tf.gather(labels, index)
 
+    ds = indices
     if augment:
         ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
         return _finalize(ds, batch_size=batch_size, shuffle=False, buffer=0, seed=seed, augment=augment,
@@ -1139,13 +1095,17 @@ def _filling_cache(scan: ImageScan, *, channels: int, image_size: int, training:
     """The share's cache, filled by the first pass over the share instead of before it: (a dataset of the
     positions to gather, the images variable, the labels variable) for :func:`_cached_dataset`.
 
-    Every pass starts by asking whether every position was written. Until then a pass reads the records
-    (files shuffled, ``shuffle_buffer`` encoded records shuffled, in training), decodes them in parallel
-    with the second pass's op and arguments (what :func:`load_images` would have kept), writes each image
-    and label at its record's position in the share (its key's rank) and yields that position; once every
-    position was written, a pass gathers from memory in a full-share shuffle. A pass cut short (a run of
-    fewer steps than a pass, a restart) leaves the cache partly written: the next pass reads the files again.
-    The scan's second pass (this run's or a kept one's) has decoded every record, so none fails here.
+    The cache holds each good record's image decoded with :func:`decode` and, where it is not already
+    ``image_size`` square, resized to it as :func:`finish` resizes (bilinear, no antialiasing): uint8 when
+    every image's header gives that size (:meth:`ImageScan.held_bytes`; one that decodes to another size is
+    resized and rounded), else float32 0..255; :func:`_cached_dataset` scales per batch. Every pass starts by
+    asking whether every position was written. Until then a pass reads the records (files shuffled,
+    ``shuffle_buffer`` encoded records shuffled, in training), decodes them in parallel, writes each image and
+    label at its record's position in the share (its key's rank, i.e. file order) and yields that position;
+    once every position was written, a pass gathers from memory (in a full-share shuffle, in training). A pass
+    cut short (a run of fewer steps than a pass, a restart) leaves the cache partly written: the next pass
+    reads the files again. The scan's second pass (this run's or a kept one's) has checked that every record
+    decodes, so none fails here.
     """
     import tensorflow as tf
 
@@ -1163,9 +1123,9 @@ def _filling_cache(scan: ImageScan, *, channels: int, image_size: int, training:
 
     def prepare(encoded):
         image = decode(encoded, channels)
-        if not uint8:  # as _prepare: bilinear resizing to the image's own size returns it unchanged
+        if not uint8:  # bilinear resizing to the image's own size returns it unchanged: no test for it
             return tf.image.resize(image, [image_size, image_size])
-        # An image whose size is not its header's is resized as the second pass's exact path does.
+        # An image whose size is not its header's is resized as finish does, rounded back to uint8.
         same = tf.reduce_all(tf.equal(tf.shape(image)[:2], image_size))
         return tf.cond(same, lambda: tf.ensure_shape(image, [image_size, image_size, channels]),
                        lambda: tf.cast(tf.round(finish(image, image_size, "raw")), tf.uint8))
@@ -1216,20 +1176,19 @@ def _filling_cache(scan: ImageScan, *, channels: int, image_size: int, training:
 def image_dataset(scan: ImageScan, *, image_size: int, channels: int, batch_size: int, scale: str = "unit",
                   training: bool = False, augment: Sequence[str] = (), seed: int = 0,
                   cache_limit_mb: int = 1024, shuffle_buffer: int = 4096, drop_remainder: bool = False,
-                  repeat: bool = False, cached=None):
+                  repeat: bool = False, cached: bool | None = None):
     """Batches of (float32 [B, image_size, image_size, channels], int32 [B] labels) from this worker's share
     of the scanned files.
 
     ``batch_size`` is the GLOBAL batch (a distribution strategy splits it across replicas);
     ``drop_remainder`` gives static batch shapes (TPU). ``training`` shuffles (seeded) and applies ``augment``
-    (a subset of ``AUGMENTATIONS``; never at eval). ``cached``: what :func:`load_images` kept; True: cache
-    the share, filled by the first pass over it (nothing is decoded before the first batch; see
-    :func:`_filling_cache`); False: stream; None: cache (filled by the first pass) when the share's images
-    (:meth:`ImageScan.held_bytes`) fit :func:`cache_budget` of ``cache_limit_mb``. Cached images are
-    shuffled across the whole share (a filling pass: ``shuffle_buffer`` records, as streaming); otherwise
-    records are shuffled (``shuffle_buffer`` of them, still encoded) before decoding, every epoch. A seeded
-    cached pipeline repeats its order exactly; an uncached training one lets parallel decoding reorder for
-    throughput.
+    (a subset of ``AUGMENTATIONS``; never at eval). ``cached``: True: cache the share, filled by the first
+    pass over it (nothing is decoded before the first batch; see :func:`_filling_cache`); False: stream;
+    None: cache when the share's images (:meth:`ImageScan.held_bytes`) fit :func:`cache_budget` of
+    ``cache_limit_mb``. Cached images are shuffled across the whole share (a filling pass:
+    ``shuffle_buffer`` records, as streaming); otherwise records are shuffled (``shuffle_buffer`` of them,
+    still encoded) before decoding, every epoch. A seeded cached pipeline repeats its order exactly; an
+    uncached training one lets parallel decoding reorder for throughput.
     """
     import tensorflow as tf
 
@@ -1243,12 +1202,10 @@ def image_dataset(scan: ImageScan, *, image_size: int, channels: int, batch_size
               "drop_remainder": drop_remainder, "repeat": repeat}
     if cached is None:
         cached = scan.held_bytes(image_size, channels) <= cache_budget(cache_limit_mb)
-    if cached is True:
+    if cached:
         indices, images, labels = _filling_cache(scan, channels=channels, image_size=image_size,
                                                  training=training, seed=seed, shuffle_buffer=shuffle_buffer)
-        return _cached_dataset(images, labels, indices=indices, training=training, scale=scale, **common)
-    if cached is not False:
-        return _cached_dataset(*cached, training=training, scale=scale, **common)
+        return _cached_dataset(indices, images, labels, scale=scale, **common)
 
     def load(encoded, label):
         return preprocess_image(encoded, image_size, channels, scale), label
