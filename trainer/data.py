@@ -691,7 +691,7 @@ def _load_scan(path: str, files: Sequence[str], *, claim: bool = False) -> ScanR
             bad_rows=tuple(BadRow(*b) for b in meta["bad_rows"]),
             stats={k: tuple(v) for k, v in meta["stats"].items()},
             samples={name: samples[:, k].copy() for k, name in enumerate(meta["names"])})
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except kept.UNREADABLE as exc:
         logging.getLogger("trainer").warning("not reading the kept scan %s (%s): scanning the data", path,
                                              exc)
         return None

@@ -6,8 +6,9 @@ item-item weights) is kept under ``Shard.cache_dir`` (:func:`trainer.env.data_ca
 the files' identity (path, size, modification time) and everything else the result depends on, so a changed
 file or flag is a different key, never a stale hit.
 
-Kept files are written whole and then renamed (a reader never sees half of one), and are a cache only: one
-that cannot be read or written is logged and the work is done again.
+Kept files are written whole (a local one synced to disk) and then renamed (a reader never sees half of one),
+and are a cache only: one that cannot be read, decoded (:data:`UNREADABLE`) or written is logged and the work
+is done again, and a run that computed it again replaces it.
 
 **Claims.** A local study runs trials in parallel: two trials that start together would both miss a result
 and both compute it (minutes and GBs each). ``read(..., claim=True)`` therefore claims a result it misses:
@@ -17,9 +18,10 @@ a run refused for bad data, or that failed in any other way, keeps nothing and m
 compute). A second run that misses a claimed result logs one line, waits (at most :data:`WAIT_SECONDS`, then
 computes anyway with a warning: a wedged holder never stalls a study) and reads it again; if the holder
 kept nothing, the waiter computes it itself (and refuses bad data with the same message). Process death
-releases a flock by itself. The lock file is removed by its holder when it releases it, so the folder holds
-only kept files between runs (a taker checks that the file it locked is still the one at the path), and so
-are the folders its claim created when nothing was kept in them: a run refused for bad data writes nothing.
+releases a flock by itself. The lock file is removed by its holder when it releases it (a taker checks that
+the file it locked is still the one at the path), and so are the folders its claim created when nothing was
+kept in them: a run refused for bad data writes nothing. Only a holder killed outright leaves its lock file,
+which the next claim of that result takes over and removes.
 
 What never claims, and computes as without claims:
 
@@ -42,7 +44,9 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import time
+import zipfile
 from collections.abc import Sequence
 
 log = logging.getLogger("trainer")
@@ -58,6 +62,11 @@ _POLL_SECONDS = (0.05, 0.25)  # the first and the longest pause between two trie
 # a key) is claimed once: flock conflicts between two open file descriptions even within one process, so a
 # second flock would wait for itself.
 _held: dict[str, tuple[int, list[str]]] = {}
+
+# What decoding a damaged or foreign kept file raises: np.load of an empty file (EOFError), of a truncated or
+# bit-flipped .npz (zipfile.BadZipFile), a missing or misshapen array, JSON that is not the format. A task's
+# decoder catches these and computes the result again; anything else is a bug and is not hidden.
+UNREADABLE = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile)
 
 
 def files_identity(files: Sequence[str]) -> list[list]:
@@ -120,15 +129,29 @@ def write(path: str, data: bytes, what: str) -> None:
     only costs the later runs the work."""
     import tensorflow as tf
 
-    partial = f"{path}.partial-{os.getpid()}"
+    # Unique per writer: trials on separate machines (gs://) may share a pid.
+    partial = f"{path}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
-        with tf.io.gfile.GFile(partial, "wb") as f:
-            f.write(data)
+        if "://" in path:
+            with tf.io.gfile.GFile(partial, "wb") as f:
+                f.write(data)
+        else:
+            # Synced before the rename: after a power loss the kept file is whole or absent, never the empty
+            # file a journalling file system may otherwise leave under the new name.
+            with open(partial, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
         tf.io.gfile.rename(partial, path, overwrite=True)
-    except tf.errors.OpError as exc:
-        lines = (exc.message or "").strip().splitlines()
+    except (tf.errors.OpError, OSError) as exc:
+        message = exc.message if isinstance(exc, tf.errors.OpError) else str(exc)
+        lines = (message or "").strip().splitlines()
         log.warning("could not keep the %s at %s: %s", what, path, lines[0] if lines else type(exc).__name__)
+        try:  # a full disk must not keep a near-whole copy per failed run
+            tf.io.gfile.remove(partial)
+        except (tf.errors.OpError, OSError):
+            pass
     finally:
         release(path)
 

@@ -134,7 +134,9 @@ def _untuned(options):
     import os
 
     options.autotune.enabled = False
-    options.autotune.initial_parallelism = max(1, os.cpu_count() or 1)
+    # The cores this process may run on (taskset, a container's cpuset), not the machine's.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    options.autotune.initial_parallelism = max(1, cores or 1)
     return options
 
 

@@ -342,10 +342,16 @@ def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, cens
     data.write_bytes(data.read_bytes() + GOOD_LINE + b"\n")
     assert scan().rows == first.rows + 1
     assert len(list(kept.iterdir())) == 3
-    # A damaged kept scan is scanned again, with a warning, never trusted.
-    path.write_bytes(b"not a scan")
+    # A damaged kept scan is scanned again, with a warning, never trusted, and replaced: foreign bytes, an
+    # empty file (a power loss after the rename), a truncated one, one bit flipped in an array.
     data.write_bytes(census_slice["train"].read_bytes())
-    assert scan().rows == first.rows
+    whole = path.read_bytes()
+    flipped = bytearray(whole)
+    flipped[len(whole) // 2] ^= 0x10
+    for damaged in (b"not a scan", b"", whole[:len(whole) // 2], bytes(flipped)):
+        path.write_bytes(damaged)
+        assert scan().rows == first.rows
+        assert path.read_bytes() == whole
 
 
 def test_a_kept_scan_refuses_and_skips_the_same_bad_rows(tmp_path, census_slice):

@@ -381,9 +381,16 @@ def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path
     changed, _ = run()
     assert changed["train"]["records"] == 29 and not changed["train"]["skipped_records"]
     (kept,) = set((tmp_path / "kept").iterdir()) - {old}
-    kept.write_bytes(b"damaged")
-    assert run()[0] == changed
-    assert "not reading the kept image scans" in caplog.text
+    whole = kept.read_bytes()
+    flipped = bytearray(whole)
+    flipped[len(whole) // 2] ^= 0x10
+    # Foreign bytes, an empty file (a power loss after the rename), a truncated one, a bit flipped in an
+    # array: checked again with a warning, never a traceback, and replaced.
+    for damaged in (b"damaged", b"", whole[:len(whole) // 2], bytes(flipped)):
+        kept.write_bytes(damaged)
+        caplog.clear()
+        assert run()[0] == changed
+        assert "not reading the kept image scans" in caplog.text and kept.read_bytes() == whole
 
 
 @pytest.mark.parametrize("small", [False, True], ids=["parallel", "record-by-record"])

@@ -179,6 +179,15 @@ def test_a_claim_is_a_lock_file_beside_the_result_until_it_is_kept(tmp_path):
     assert kept.held() == [] and sorted(p.name for p in tmp_path.iterdir()) == ["scans"]
 
 
+def test_a_result_that_cannot_be_kept_leaves_no_partial_file_and_no_claim(tmp_path, caplog):
+    path = tmp_path / "scans" / "k.npz"
+    assert kept.read(str(path), 100, "scan", claim=True) is None
+    path.mkdir()  # the rename onto it fails, as a full disk fails the write
+    kept.write(str(path), b"x" * 1000, "scan")
+    assert "could not keep the scan" in caplog.text and kept.held() == []
+    assert sorted(p.name for p in (tmp_path / "scans").iterdir()) == ["k.npz"]  # no partial, no lock file
+
+
 def test_a_run_that_misses_a_claimed_result_waits_for_it_and_reads_it(tmp_path, caplog):
     caplog.set_level("INFO", logger="trainer")
     source = tmp_path / "computed"

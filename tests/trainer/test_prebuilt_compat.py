@@ -186,6 +186,7 @@ def test_the_recommender_trains_and_serves_its_signatures(model_run):
     assert got["default_is_top_k"] and got["known"] == [True, False, True]
     assert [sum(bool(i) for i in row) for row in got["items"]] == [5, 3, 2]
     assert got["similar_known"] == [True, False] and got["similar"][1] == [""] * 5
+    assert got["empty"] == [{"items": [0, 0], "known": [0], "scores": [0, 0]}] * 2  # an empty request
 
 
 # --- the helpers' own rules (no stack needed) --------------------------------------------------------------

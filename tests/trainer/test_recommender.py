@@ -124,6 +124,8 @@ def test_the_export_lists_unseen_items_and_similar_items(movielens_run, scored):
     assert got["similar_scores"][0] == sorted(got["similar_scores"][0], reverse=True)
     assert all(-1 <= s <= 1 for s in got["similar_scores"][0])
     assert got["similar"][1] == [""] * 5 and got["similar_scores"][1] == [0.0] * 5
+    # An empty request gets an empty answer, not an error.
+    assert got["empty"] == [{"items": [0, 0], "known": [0], "scores": [0, 0]}] * 2
 
 
 @pytest.mark.training
@@ -411,3 +413,5 @@ def test_the_item_item_weights_are_kept_for_later_trials_and_checked_when_read(t
     assert "not reading the kept item-item weights" in caplog.text
     kept.write_bytes(kept.read_bytes()[:100])  # a truncated file
     assert (weights(3, value=6.0) == 6).all() and calls == [3, 3, 3]
+    kept.write_bytes(b"")  # an empty one (a power loss after the rename)
+    assert (weights(3, value=7.0) == 7).all() and calls == [3, 3, 3, 3]

@@ -846,7 +846,7 @@ def load_kept_scans(path: str | None, splits: Sequence[Sequence[str]], *,
                 files=tuple(files), excluded=arrays[f"excluded_{i}"], good_keys=arrays[f"good_{i}"],
                 bad_records=tuple(BadRecord(*b) for b in meta["bad_records"]), decoded=True, **values))
         return scans
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except kept.UNREADABLE as exc:
         logging.getLogger("trainer").warning("not reading the kept image scans %s (%s): checking the data",
                                              path, exc)
         return None

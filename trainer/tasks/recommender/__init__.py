@@ -332,11 +332,9 @@ def kept_item_item(folder: str | None, files: list[str], depends: list, num_item
     shape = (num_items + 1, num_items + 1)
 
     def decode(raw: bytes):
-        try:
-            weights = np.load(io.BytesIO(raw), allow_pickle=False)
-        except (OSError, EOFError) as exc:  # a truncated or foreign file; ValueError is _kept's
-            raise ValueError(str(exc)) from exc
-        return weights if weights.shape == shape and weights.dtype == np.float32 else None
+        weights = np.load(io.BytesIO(raw), allow_pickle=False)  # a damaged file raises: computed again
+        valid = isinstance(weights, np.ndarray) and weights.shape == shape and weights.dtype == np.float32
+        return weights if valid else None
 
     def encode(weights) -> bytes:
         out = io.BytesIO()
@@ -351,8 +349,8 @@ def _kept(folder, name: str, what: str, version: list, files: list[str], max_byt
           compute, claim: bool) -> tuple:
     """(``compute()``, a callable that keeps it) or (the value kept for the same files and ``version``
     ([format, what it depends on]), None). ``name`` is the kept file's (``prefix.suffix``; the key goes
-    between); ``decode`` returns None (or raises ValueError) for kept bytes that are not a valid value;
-    ``claim``: a miss is claimed until kept (trainer.kept.read)."""
+    between); ``decode`` returns None (or raises one of ``trainer.kept.UNREADABLE``) for kept bytes that are
+    not a valid value; ``claim``: a miss is claimed until kept (trainer.kept.read)."""
     import tensorflow as tf
 
     from trainer import kept
@@ -370,7 +368,7 @@ def _kept(folder, name: str, what: str, version: list, files: list[str], max_byt
     if raw is not None:
         try:
             value = decode(raw)
-        except ValueError:
+        except kept.UNREADABLE:
             value = None
         if value is not None:
             log.info("%s: read from %s", what, path)

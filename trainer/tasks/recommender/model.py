@@ -316,7 +316,7 @@ def top_k_function(lookup: IdLookup, tables: dict):
     def top_k(user, k):
         users = lookup.users(user)
         wanted = tf.clip_by_value(tf.cast(k, tf.int32), 1, max_k)
-        width = tf.reduce_max(wanted)
+        width = tf.maximum(tf.reduce_max(wanted), 0)  # 0 for an empty request, not INT32_MIN
         index = tf.gather(lists, users)[:, :width]
         keep = (tf.range(width)[None, :] < wanted[:, None]) & (index > 0)
         return {"items": tf.where(keep, tf.gather(item_ids, index), ""),
@@ -339,7 +339,7 @@ def similar_items_function(model: RankingMF, lookup: IdLookup, tables: dict, max
         scores = tf.matmul(tf.gather(table, items), table, transpose_b=True)
         scores = hide(scores, items[:, None], HIDDEN)  # not itself; column 0 hidden too
         wanted = tf.clip_by_value(tf.cast(k, tf.int32), 1, max_k)
-        width = tf.reduce_max(wanted)
+        width = tf.maximum(tf.reduce_max(wanted), 0)  # 0 for an empty request, not INT32_MIN
         best, index = tf.math.top_k(scores, k=width)
         keep = (tf.range(width)[None, :] < wanted[:, None]) & (best > HIDDEN / 2) & (items > 0)[:, None]
         return {"items": tf.where(keep, tf.gather(item_ids, index), ""), "scores": tf.where(keep, best, 0.0),
