@@ -180,6 +180,11 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     if not reuse:
         train_scan = load_images(train_scan, **common)
         eval_scan = load_images(eval_scan, **common)
+    # Training repeats each worker's share for the epoch's global steps: an empty one has no first batch and
+    # the others would wait for it in the step's collectives (trainer.sharding.empty_share). Evaluation
+    # needs no such check: its pipeline claims no length (below), so the strategy keeps unequal shares, an
+    # empty one included, in step.
+    shard.require_records(train_scan.share_records, train_files, "--train-files")
     options = {"image_size": size, "channels": task.channels, "seed": cfg.seed}
     train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_keep,
                           augment=task.augmentations(), repeat=cfg.steps_per_epoch is not None, **options)
