@@ -795,6 +795,8 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     ``excluded`` lines (those are per share). Unsharded, both scans are the same one. ``every_share``: each
     worker's share must hold data rows (training repeats each share; an empty one never yields a batch).
     """
+    from trainer.sharding import empty_share
+
     if not shard.sharded:
         scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag, keeper=keeper)
         return scan, scan, (0, 1)
@@ -824,12 +826,9 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     rows = sum(other["rows"] for other in parts)
     if rows == 0:
         raise DataError(f"{flag + ': ' if flag else ''}no data rows in {name_files(files)}")
-    empty = [i for i, other in enumerate(parts) if not other["rows"]]
-    if empty and every_share:
-        where = f"{flag}: " if flag else ""
-        raise DataError(f"{where}worker {empty[0]} of {shard.count}'s share of the files holds no data rows; "
-                        f"give every worker at least one file with data (a multiple of {shard.count} files "
-                        "of similar sizes)")
+    empty = empty_share([other["rows"] for other in parts], files, flag, "data rows") if every_share else None
+    if empty:  # the same line on every worker, from the exchanged counts (see trainer.sharding.empty_share)
+        raise DataError(empty)
     names = [c.name for c in schema.columns if c.numeric]
     stats = {}
     for name in names:  # per share (mean, variance) back to sums, added up

@@ -76,6 +76,47 @@ class Shard:
                     "only its own files", flag, len(files), self.count, self.count, self.count, self.count)
         return files, True
 
+    def require_records(self, records: int, files: Sequence[str], flag: str, what: str = "records") -> None:
+        """Refuse the run (``trainer.data.DataError``, the same line on every worker) when any worker's share
+        of a training split holds no ``records``: a collective, every worker calls it before training."""
+        if not self.sharded:
+            return
+        message = empty_share(self.exchange(records), files, flag, what)
+        if message:
+            from trainer.data import DataError
+
+            raise DataError(message)
+
+
+def empty_share(counts: Sequence[int], files: Sequence[str], flag: str, what: str = "records",
+                by_record: bool | None = None) -> str | None:
+    """The one-line refusal when a worker's share of a training split holds no ``what`` (``counts``: every
+    worker's, in worker order, as exchanged), or None when every share holds some.
+
+    Why refuse rather than train: a worker with nothing to train on has no batch for the first step while
+    the others wait for it in the step's collectives, and the job dies with a collective's traceback or
+    hangs (measured: the image classifier). Falling back to sharding by record would mean rebuilding every
+    worker's share from a second scan; a Vertex AI user is better served by a line that says, before
+    anything is written, which worker's files are empty and what would work. ``by_record``: every worker
+    reads all ``files`` and keeps every n-th record (default: when there are fewer files than workers, as
+    :meth:`Shard.files` deals them)."""
+    count = len(counts)
+    empty = [i for i, n in enumerate(counts) if not n]
+    if not empty:
+        return None
+    from trainer.data import name_files
+
+    files, worker = tuple(files), empty[0]
+    if by_record is None:
+        by_record = len(files) < count
+    if by_record:
+        return (f"{flag}: worker {worker + 1} of {count} has no {what} of its own: each worker keeps "
+                f"every {count}th of the {sum(counts)} {what} in {name_files(files)}; give at least {count} "
+                f"{what}, or fewer workers")
+    return (f"{flag}: worker {worker + 1} of {count} has no {what} in its share of the files "
+            f"({name_files(files[worker::count])}): each worker trains on its own files, so give at least "
+            f"{count} files with {what} (a multiple of {count} files of similar sizes), or fewer workers")
+
 
 UNSHARDED = Shard()
 

@@ -201,3 +201,42 @@ def test_a_bad_row_in_the_second_workers_share_stops_both_with_its_line(tmp_path
         f"trainer.task: error: {train[1]}:5: implausible value: field 'hours_per_week': 400 is outside the "
         "plausible range 0..168 (use --max-bad-rows N to skip up to N malformed or implausible rows)"]
     assert not job.exists()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("model", ["wide_deep", "image_classifier"])
+def test_a_worker_with_no_training_records_stops_both_with_one_line(tmp_path, census_slice, model):
+    """By file, the worker's only training file holds no records: the chief's share alone would train while
+    the worker had no first batch (the image classifier died in a collective with a traceback). Both refuse
+    the run before anything is written, with the same line naming the empty share's file."""
+    import glob
+
+    job = tmp_path / "job"
+    if model == "wide_deep":
+        train = [census_slice["train"], tmp_path / "empty.csv"]
+        train[1].write_bytes(b"\n")  # a blank line and no data row
+        args = trainer_args({"train": train[0], "eval": census_slice["eval"]}, job)
+        args[args.index(str(train[0])) + 1:args.index(str(train[0])) + 1] = [str(train[1])]
+        what = "data rows"
+    else:
+        import tensorflow as tf
+
+        records = list(tf.data.TFRecordDataset(glob.glob(FLOWERS_TRAIN)).as_numpy_iterator())
+        train = [write_records(tmp_path / "train-0.tfrecord", records[:40]),
+                 write_records(tmp_path / "train-1.tfrecord", [])]
+        args = [sys.executable, "-m", "trainer.task", "--model", "image_classifier",
+                "--train-files", str(tmp_path / "train-*.tfrecord"), "--eval-files", FLOWERS_EVAL,
+                "--image-size", "32", "--train-batch-size", "8", "--job-dir", str(job)]
+        what = "records"
+    procs, outputs = run_cluster(tmp_path, args)
+    errors = {}
+    for task_type, proc in procs.items():
+        assert proc.returncode == 2, f"{task_type}:\n{outputs[task_type][-3000:]}"
+        assert "Traceback" not in outputs[task_type], outputs[task_type][-3000:]
+        errors[task_type] = [line for line in outputs[task_type].splitlines()
+                             if line.startswith("trainer.task")]
+    assert errors["chief"] == errors["worker"] == [
+        f"trainer.task: error: --train-files: worker 2 of 2 has no {what} in its share of the files "
+        f"({train[1]}): each worker trains on its own files, so give at least 2 files with {what} (a "
+        "multiple of 2 files of similar sizes), or fewer workers"]
+    assert not job.exists()

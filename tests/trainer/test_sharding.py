@@ -61,3 +61,21 @@ def test_untuned_turns_autotuning_off_and_leaves_the_rest_as_it_was():
         assert checked.options().autotune.initial_parallelism == os.cpu_count()
         assert checked.options().deterministic == ds.options().deterministic
         assert sorted(checked.as_numpy_iterator()) == list(range(0, 20, 2))
+
+
+def test_an_empty_share_is_one_line_naming_its_files_and_what_would_work():
+    from trainer.sharding import empty_share
+
+    files = ["a.csv", "b.csv", "c.csv", "d.csv"]
+    assert empty_share([3, 1], files, "--train-files") is None
+    # By file (as Shard.files deals them): worker 2 of 2 reads b.csv and d.csv.
+    assert empty_share([5, 0], files, "--train-files", "data rows") == (
+        "--train-files: worker 2 of 2 has no data rows in its share of the files (b.csv, d.csv): each worker "
+        "trains on its own files, so give at least 2 files with data rows (a multiple of 2 files of similar "
+        "sizes), or fewer workers")
+    # By record: fewer files than workers, or told so (every worker reads every file).
+    expected = ("--train-files: worker 3 of 3 has no records of its own: each worker keeps every 3th of the "
+                "2 records in a.csv; give at least 3 records, or fewer workers")
+    assert empty_share([1, 1, 0], files[:1], "--train-files") == expected
+    assert empty_share([1, 1, 0], files[:1] * 3, "--train-files", by_record=True) == expected.replace(
+        "a.csv", "a.csv, a.csv, a.csv")

@@ -148,7 +148,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
     from trainer.data import DataError, expand_files, name_files
     from trainer.kept import may_claim
-    from trainer.sharding import PREFETCH_BATCHES, dataset_options
+    from trainer.sharding import PREFETCH_BATCHES, dataset_options, empty_share
     from trainer.tasks.recommender import data as rd
     from trainer.tasks.recommender.model import IdLookup, rated_by_user
 
@@ -206,6 +206,12 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     # time, so a share is a fair sample), shuffled per epoch as index arrays in NumPy, never a per-rating
     # buffer.
     mine = np.arange(shard.index, len(fit.ratings), shard.count)
+    # Every worker holds the same ratings (checked above), so each computes every share's size and all
+    # refuse together, with no collective, when one has none to train on (trainer.sharding.empty_share).
+    empty = empty_share([len(range(i, len(fit.ratings), shard.count)) for i in range(shard.count)],
+                        given.sources, "--train-files", "training ratings", by_record=True)
+    if empty:
+        raise DataError(empty)
     share_users, share_items = fit.users[mine], fit.items[mine]
     share_ratings = fit.ratings[mine]
     log.info("this worker's share: %d ratings of %d (worker %d of %d)", len(mine), len(fit.ratings),
