@@ -74,14 +74,21 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     try:
         data = task.make_data(cfg, cfg.train_batch_size * replicas, cfg.eval_batch_size * replicas, shard)
         steps_per_epoch = cfg.steps_per_epoch
-        if shard.sharded and steps_per_epoch is None:
+        if replicas > 1 and steps_per_epoch is None:
             # Workers' shares differ by up to a file: each repeats its own and all run one epoch's global
             # steps (trainer.sharding), so none runs out while the others still wait on it in a collective.
+            # One machine's replicas repeat too, for the full batches below.
             data.train, steps_per_epoch = data.train.repeat(), data.train_steps
-        if kind == "tpu":
-            # TPUs compile for static shapes: every batch full (the census pipeline's batches vary slightly
-            # where comment lines, blank lines or skipped rows were removed).
+        if replicas > 1 or kind == "tpu":
+            # Every training batch a full global batch, a pass's last one completed from the next pass (a
+            # rebatch moves slices of batches, nothing per record): tf.distribute cuts each batch into one
+            # piece per replica, so a short last batch gives a replica an empty piece, and BatchNorm's
+            # statistics of no images are NaN (measured: the image classifier on 2 replicas, 17 or 33
+            # images and a global batch of 16, stopped as diverged; the same with a worker's share of 1 or
+            # 17 images on 2 workers). TPUs also compile for static shapes (the census pipeline's batches
+            # vary slightly where comment lines, blank lines or skipped rows were removed).
             data.train = data.train.rebatch(cfg.train_batch_size * replicas, drop_remainder=True)
+        if kind == "tpu":
             data.eval = data.eval.rebatch(cfg.eval_batch_size * replicas, drop_remainder=True)
         timings["pre_training_s"] = time.perf_counter() - mark
         log.info("data: %s", data.report.get("summary", ""))

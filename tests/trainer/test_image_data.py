@@ -314,27 +314,6 @@ def test_two_workers_read_disjoint_shares_that_cover_the_data(three_shards, mixe
         assert sorted(np.concatenate([first_labels, second_labels]).tolist()) == sorted(labels.tolist())
 
 
-def test_every_sharded_training_batch_is_a_full_global_batch_however_small_the_share(tmp_path):
-    """tf.distribute cuts each of a worker's batches into one piece per replica of the cluster, and a batch
-    of one image into that image and an empty piece: BatchNorm's statistics of no images are NaN and the
-    job stopped as diverged (a share of 1 or 17 images, global batch 16, two workers). Sharded, a share
-    repeats before it is batched, so no batch is short."""
-    from trainer.config import resolve_config
-    from trainer.registry import load_task
-
-    write_mnist_like(tmp_path / "train-0.tfrecord", 40)
-    write_mnist_like(tmp_path / "train-1.tfrecord", 1, seed=1)  # the second worker's whole share
-    cfg = resolve_config(["--model", "image_classifier", "--train-files", str(tmp_path / "train-*.tfrecord"),
-                          "--eval-files", str(write_mnist_like(tmp_path / "eval.tfrecord", 4, seed=2)),
-                          "--channels", "1", "--num-classes", "10"])
-
-    def work(shard):
-        data = load_task("image_classifier").make_data(cfg, 16, 16, shard)
-        return [len(labels) for _, labels in data.train.take(4).as_numpy_iterator()]
-
-    assert run_two_workers(work) == [[16] * 4, [16] * 4]
-
-
 @pytest.mark.parametrize("kind", ["malformed", "undecodable", "text"])
 def test_a_bad_record_in_the_second_workers_share_fails_every_worker_alike(
         tmp_path, three_shards, mixed_paths, kind):

@@ -186,14 +186,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     # empty one included, in step.
     shard.require_records(train_scan.share_records, train_files, "--train-files")
     options = {"image_size": size, "channels": task.channels, "seed": cfg.seed}
-    # Sharded, the share repeats before it is batched, as for --steps-per-epoch: every batch is then a full
-    # global batch. tf.distribute cuts each of a worker's batches into one piece per replica of the cluster
-    # (its batch size is not static), so a share's last batch of one image (41 images, global batch 16) is
-    # cut into one image and an empty piece; BatchNorm's statistics of no images are NaN, and the job
-    # stopped as "diverged" on every worker (measured: a worker's share of 1 or 17 images, 2 workers).
-    repeat = cfg.steps_per_epoch is not None or shard.sharded
     train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_keep,
-                          augment=task.augmentations(), repeat=repeat, **options)
+                          augment=task.augmentations(), repeat=cfg.steps_per_epoch is not None, **options)
     evaluation = image_dataset(eval_scan, batch_size=global_eval_batch, cached=eval_keep, **options)
     if shard.sharded:
         # tf.distribute splits each of a worker's global batches into one piece per replica of the cluster
