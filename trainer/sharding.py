@@ -71,9 +71,10 @@ class Shard:
                 log.warning("%s: %d files for %d workers: some workers read one file more than others (a "
                             "multiple of %d files balances them)", flag, len(files), self.count, self.count)
             return files[self.index::self.count], False
-        log.warning("%s: %d file(s) for %d workers: every worker reads all the bytes and keeps every %dth "
-                    "record; split the data into at least %d files (a multiple of %d) so each worker reads "
-                    "only its own files", flag, len(files), self.count, self.count, self.count, self.count)
+        log.warning("%s: %d file(s) for %d workers: every worker reads all the bytes and keeps one "
+                    "record in every %d; split the data into at least %d files (a multiple of %d) so each "
+                    "worker reads only its own files", flag, len(files), self.count, self.count, self.count,
+                    self.count)
         return files, True
 
     def require_records(self, records: int, files: Sequence[str], flag: str, what: str = "records") -> None:
@@ -110,9 +111,9 @@ def empty_share(counts: Sequence[int], files: Sequence[str], flag: str, what: st
     if by_record is None:
         by_record = len(files) < count
     if by_record:
-        return (f"{flag}: worker {worker + 1} of {count} has no {what} of its own: each worker keeps "
-                f"every {count}th of the {sum(counts)} {what} in {name_files(files)}; give at least {count} "
-                f"{what}, or fewer workers")
+        return (f"{flag}: worker {worker + 1} of {count} has no {what} of its own: each worker keeps one "
+                f"in every {count} of the {sum(counts)} {what} in {name_files(files)}; give at least "
+                f"{count} {what}, or fewer workers")
     return (f"{flag}: worker {worker + 1} of {count} has no {what} in its share of the files "
             f"({name_files(files[worker::count])}): each worker trains on its own files, so give at least "
             f"{count} files with {what} (a multiple of {count} files of similar sizes), or fewer workers")

@@ -26,6 +26,14 @@ def write_slice(src: Path, dst: Path, rows: int, *, keep_banner: bool = False) -
     return dst
 
 
+def damaged(whole: bytes) -> list[bytes]:
+    """Ways a kept file goes bad: foreign bytes, empty (a power loss after the rename), truncated, one bit
+    flipped in the middle."""
+    flipped = bytearray(whole)
+    flipped[len(whole) // 2] ^= 0x10
+    return [b"not a kept file", b"", whole[:len(whole) // 2], bytes(flipped)]
+
+
 def trainer_args(slice_: dict[str, Path], job_dir: Path | None, *extra: str) -> list[str]:
     args = [sys.executable, "-m", "trainer.task", "--train-files", str(slice_["train"]),
             "--eval-files", str(slice_["eval"]), "--num-epochs", "2", "--train-batch-size", "128"]

@@ -9,6 +9,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from tests.trainer.helpers import damaged  # noqa: E402
 from tests.trainer.image_helpers import (  # noqa: E402
     FLOWERS,
     digit_images,
@@ -382,12 +383,9 @@ def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path
     assert changed["train"]["records"] == 29 and not changed["train"]["skipped_records"]
     (kept,) = set((tmp_path / "kept").iterdir()) - {old}
     whole = kept.read_bytes()
-    flipped = bytearray(whole)
-    flipped[len(whole) // 2] ^= 0x10
-    # Foreign bytes, an empty file (a power loss after the rename), a truncated one, a bit flipped in an
-    # array: checked again with a warning, never a traceback, and replaced.
-    for damaged in (b"damaged", b"", whole[:len(whole) // 2], bytes(flipped)):
-        kept.write_bytes(damaged)
+    # A damaged kept file: checked again with a warning, never a traceback, and replaced.
+    for bad in damaged(whole):
+        kept.write_bytes(bad)
         caplog.clear()
         assert run()[0] == changed
         assert "not reading the kept image scans" in caplog.text and kept.read_bytes() == whole

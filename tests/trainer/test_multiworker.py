@@ -82,8 +82,8 @@ def test_chief_and_worker_train_on_their_own_shares_and_only_the_chief_exports(t
     for task_type, proc in procs.items():
         assert proc.returncode == 0, f"{task_type}:\n{outputs[task_type][-3000:]}"
         assert "strategy: multi_worker, 2 replica(s), global batch 128" in outputs[task_type]
-        assert ("--eval-files: 1 file(s) for 2 workers: every worker reads all the bytes and keeps every 2th "
-                "record; split the data into at least 2 files") in outputs[task_type]
+        assert ("--eval-files: 1 file(s) for 2 workers: every worker reads all the bytes and keeps one "
+                "record in every 2; split the data into at least 2 files") in outputs[task_type]
     assert "; chief" in outputs["chief"] and "; worker_0" in outputs["worker"]
     chief, worker = shares(outputs["chief"]), shares(outputs["worker"])
     assert chief[1] == worker[1] == TRAIN_ROWS and chief[0] + worker[0] == TRAIN_ROWS

@@ -913,14 +913,12 @@ def _decoded_height(channels: int, exact: bool = False, scaled: bool = False):
     import tensorflow as tf
 
     def height(encoded):
-        image = _checked(encoded, channels) if scaled else decode(encoded, channels)
+        shape = tf.shape(_checked(encoded, channels) if scaled else decode(encoded, channels))
         if exact:
-            shape = tf.shape(image)
             # An empty image decodes but would fail training's resize: make it fail here like an
             # undecodable one.
             tf.debugging.assert_positive(shape[0] * shape[1], message="empty image")
-            return shape[0]
-        return tf.shape(image)[0]
+        return shape[0]
 
     return height
 
