@@ -62,7 +62,7 @@ def split_lines(src: Path, parts: int, root: Path) -> list[Path]:
     return paths
 
 
-def shares(output: str) -> tuple[int, int, str]:
+def shares_of(output: str) -> tuple[int, int, str]:
     """(records this worker read per epoch, of how many, how) from the trainer's input line."""
     line = next(line for line in output.splitlines() if "trainer: input: worker " in line)
     read, total, how = re.search(r"reads (\d+) of (\d+) training records per epoch \((.*)\)", line).groups()
@@ -85,7 +85,7 @@ def test_chief_and_worker_train_on_their_own_shares_and_only_the_chief_exports(t
         assert ("--eval-files: 1 file(s) for 2 workers: every worker reads all the bytes and keeps one "
                 "record in every 2; split the data into at least 2 files") in outputs[task_type]
     assert "; chief" in outputs["chief"] and "; worker_0" in outputs["worker"]
-    chief, worker = shares(outputs["chief"]), shares(outputs["worker"])
+    chief, worker = shares_of(outputs["chief"]), shares_of(outputs["worker"])
     assert chief[1] == worker[1] == TRAIN_ROWS and chief[0] + worker[0] == TRAIN_ROWS
     assert chief[2] == worker[2] == "by file" and max(chief[0], worker[0]) <= 0.7 * TRAIN_ROWS
     # One epoch is one pass over the data across both workers: 2000 rows / global batch 128 = 16 steps.
@@ -142,6 +142,8 @@ def test_the_image_classifier_trains_on_two_workers_through_the_same_loop(tmp_pa
     assert shares["chief"] == ["(1 of 2): train 40 of 80 records (40 read) from 1 of 2 file(s), cached; "
                                "eval 25 of 50 records (25 read) from 1 of 1 file(s), by record, cached"]
     assert shares["worker"] == [shares["chief"][0].replace("(1 of 2)", "(2 of 2)")]
+    # The loop's own input line says the same, as for census.
+    assert shares_of(outputs["chief"]) == shares_of(outputs["worker"]) == (40, 80, "by file")
     # Both workers hold the same synchronised model: they evaluate it identically.
     evaluations = {t: [line.split("evaluation: ", 1)[1] for line in out.splitlines()
                        if "trainer: evaluation: " in line] for t, out in outputs.items()}

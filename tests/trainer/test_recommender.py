@@ -196,7 +196,7 @@ def test_separate_eval_files_and_a_time_split(tmp_path):
 @pytest.mark.training
 @pytest.mark.timeout(300)
 def test_two_workers_train_on_disjoint_shares_with_the_same_vocabularies(tmp_path):
-    from tests.trainer.test_multiworker import run_cluster
+    from tests.trainer.test_multiworker import run_cluster, shares_of
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text(RATINGS_HEAD)
@@ -217,6 +217,9 @@ def test_two_workers_train_on_disjoint_shares_with_the_same_vocabularies(tmp_pat
     report = json.loads((job / "model" / "metrics.json").read_text())
     assert (report["distribution"], report["replicas"]) == ("multi_worker", 2)
     assert report["data"]["train"]["this_worker_ratings"] == shares["chief"][0]
+    # The loop's own input line says the same, as for census and images.
+    for task_type, (mine, of, _) in shares.items():
+        assert shares_of(outputs[task_type]) == (mine, of, "by record")
 
 
 BAD_INPUT = ["missing-column", "not-a-number", "empty-split", "top-k", "no-eval-ratings", "threshold",

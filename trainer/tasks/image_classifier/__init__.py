@@ -210,6 +210,9 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
                       f"{', by record' if share['by_record'] else ''}, "
                       f"{'cached' if share['cached'] else 'streamed'}")
     shares = "; ".join(shares)
+    if shard.sharded:  # the loop logs what this worker reads per epoch from it (trainer.train), as for census
+        report["shard"] = {"index": shard.index, "count": shard.count, "by_record": train_scan.stride > 1,
+                           "train_records": train_scan.share_records, "eval_records": eval_scan.share_records}
     report.update(classes=list(train_scan.class_names), image_size=size, channels=task.channels,
                   summary=f"train: {train_scan.summary()}; eval: {eval_scan.summary()}; {size}x{size}x"
                           f"{task.channels}; this worker's share ({shard.index + 1} of {shard.count}): "

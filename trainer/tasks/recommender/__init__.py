@@ -285,6 +285,9 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         "baselines": {name: figures for name, figures in baselines.items() if "skipped" not in figures},
         "skipped_baselines": {name: f["skipped"] for name, f in baselines.items() if "skipped" in f},
     }
+    if shard.sharded:  # the loop logs what this worker reads per epoch from it (trainer.train), as for census
+        report["shard"] = {"index": shard.index, "count": shard.count, "by_record": True,
+                           "train_records": len(mine), "eval_records": len(share)}
     where = "files" if cfg.eval_files else f"{task.split} {task.eval_fraction:g} split, seed {cfg.seed}"
     report["summary"] = (f"train: {len(train)} ratings by {len(users)} users of {len(items)} items; eval: "
                          f"{len(evaluation)} ratings ({where}); ranking: {len(ranked)} of {ranked.total} "
