@@ -3,6 +3,8 @@
 #   make test   install everything, then run the whole test suite (what CI runs)
 #   make test-fast  the same without the tests that train models: the edit-test loop
 # Each target installs pipenv if it is missing and runs `pipenv sync --dev` first: slow once, ~1 s when warm.
+# Afterwards every tool is in .venv/bin, so the README's commands need nothing on PATH: .venv/bin/python,
+# .venv/bin/pytest, .venv/bin/cdktn (or `. .venv/bin/activate` once, then the bare names).
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -53,10 +55,21 @@ python-deps: pipenv
 	$(PIPENV) sync --dev
 
 # The CDK CLI (cdktn-cli, pinned in package-lock.json) runs on the Node that the Pipfile installs into .venv.
-node-deps: node_modules/.package-lock.json
+# .venv/bin/cdktn runs it from any shell, with that Node first on PATH (cdktf.json's app is `python ...`, the
+# venv's) and CHECKPOINT_DISABLE set: without it the CLI's update check prints a red getaddrinfo error offline.
+CDKTN := .venv/bin/cdktn
+
+node-deps: $(CDKTN)
 
 node_modules/.package-lock.json: package-lock.json | python-deps
 	$(PIPENV) run npm ci --no-audit --no-fund --loglevel=error
+
+$(CDKTN): node_modules/.package-lock.json
+	@printf '%s\n' '#!/bin/sh' \
+	  '# Written by make (Makefile, node-deps): the pinned CDK CLI on this virtualenv'"'"'s Node, offline by default.' \
+	  'bin=$$(cd "$$(dirname "$$0")" && pwd)' \
+	  'PATH="$$bin:$$PATH" CHECKPOINT_DISABLE="$${CHECKPOINT_DISABLE-1}" exec "$$bin/../../node_modules/.bin/cdktn" "$$@"' \
+	  >$@ && chmod +x $@
 
 lint: python-deps
 	$(PIPENV) run ruff check .
@@ -64,7 +77,7 @@ lint: python-deps
 
 # Every stack: <env> (CI applies it) and <env>-bootstrap (a project administrator applies it), see infra/README.md.
 synth: deps
-	$(PIPENV) run npx cdktn synth
+	$(CDKTN) synth
 
 # checkov on each stack directory on its own, with that stack's own skips: passed/failed/skipped per stack.
 scan: synth

@@ -38,7 +38,9 @@ def score(model_dir: str, fmt: str, lines: list[str]) -> dict:
                        for i, n in enumerate(NAMES)}
             return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
         out = serve(examples=tf.constant([example(r) for r in rows]))
-    prob = out["probability"].numpy()
+    prob = out["scores"].numpy()[:, 1]  # P(>50K): scores follow `classes`
+    assert all(list(c) == [b"<=50K", b">50K"] for c in out["classes"].numpy())
+    chosen = out["probability"].numpy()
     auc = keras.metrics.AUC()
     auc.update_state(labels, prob)
     return {
@@ -46,9 +48,10 @@ def score(model_dir: str, fmt: str, lines: list[str]) -> dict:
         "signature_inputs": sorted(serve.structured_input_signature[1]),
         "accuracy": float(np.mean((prob > 0.5) == (labels == 1))), "auc": float(auc.result()),
         "probability_range": [float(prob.min()), float(prob.max())],
+        "probability_is_the_labels": bool(np.allclose(chosen, np.where(prob > 0.5, prob, 1 - prob))),
         "class_ids_match": bool(np.all(out["class_id"].numpy() == (prob > 0.5))),
         "labels": sorted({x.decode() for x in out["label"].numpy()}),
-        "first": {"probability": float(prob[0]), "label": out["label"].numpy()[0].decode()},
+        "first": {"probability": float(chosen[0]), "label": out["label"].numpy()[0].decode()},
     }
 
 

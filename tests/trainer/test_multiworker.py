@@ -107,7 +107,7 @@ def test_chief_and_worker_train_on_their_own_shares_and_only_the_chief_exports(t
     load = ("import sys, tensorflow as tf; m = tf.saved_model.load(sys.argv[1]); "
             "out = m.signatures['serving_default'](**{k: tf.constant([v], tf.int64 if isinstance(v, int) "
             "else tf.string) for k, v in eval(sys.argv[2]).items()}); "
-            "p = float(out['probability'][0]); assert 0 <= p <= 1, p; print('p', p)")
+            "p = float(out['scores'][0][1]); assert 0 <= p <= 1, p; print('p', p)")
     row = {"age": 50, "workclass": "Self-emp-not-inc", "fnlwgt": 83311, "education": "Bachelors",
            "education_num": 13, "marital_status": "Married-civ-spouse", "occupation": "Exec-managerial",
            "relationship": "Husband", "race": "White", "gender": "Male", "capital_gain": 0, "capital_loss": 0,

@@ -152,7 +152,8 @@ def test_reloaded_export_serves_raw_rows(run):
     assert got["rows"] == 1000
     assert got["auc"] == pytest.approx(evaluation["auc"], abs=1e-3)
     assert got["accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-3)
-    assert got["class_ids_match"] and set(got["labels"]) <= {"<=50K", ">50K"}
+    assert got["class_ids_match"] and got["probability_is_the_labels"]
+    assert set(got["labels"]) <= {"<=50K", ">50K"}
     assert 0.0 <= got["probability_range"][0] < got["probability_range"][1] <= 1.0
 
 

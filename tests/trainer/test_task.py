@@ -103,7 +103,8 @@ def test_export_reloaded_predicts_like_evaluate(predictions, fmt, inputs):
     got = predictions[fmt]
     assert got["accuracy"] == pytest.approx(got["eval"]["accuracy"], abs=1e-3)
     assert got["auc"] == pytest.approx(got["eval"]["auc"], abs=1e-3)
-    assert got["class_ids_match"] and set(got["labels"]) <= {"<=50K", ">50K"}
+    assert got["class_ids_match"] and got["probability_is_the_labels"]
+    assert set(got["labels"]) <= {"<=50K", ">50K"}
     if inputs is None:  # JSON: one named input per raw feature column
         assert "capital_gain" in got["signature_inputs"] and len(got["signature_inputs"]) == 14
     else:
@@ -301,7 +302,10 @@ def test_the_served_export_predicts_as_the_saved_model_does(census_server, predi
     accuracy = sum(p["label"] == label for p, label in zip(served, labels, strict=True)) / len(labels)
     assert len(served) == direct["rows"] and accuracy == pytest.approx(direct["accuracy"], abs=1e-9)
     for p in served:
-        assert p["label"] == ("<=50K", ">50K")[p["class_id"]] and (p["probability"] > 0.5) == p["class_id"]
+        # `probability` is the chosen label's; `scores` has each class's, in the order `classes` names them.
+        assert p["classes"] == ["<=50K", ">50K"] and p["label"] == p["classes"][p["class_id"]]
+        assert p["probability"] >= 0.5 and p["probability"] == p["scores"][p["class_id"]]
+        assert sum(p["scores"]) == pytest.approx(1.0, abs=1e-6)
     # One instance, as Vertex AI's console sends it: the same answer as inside a batch.
     alone = census_server.predictions(instances[:1])[0]
     assert alone["probability"] == pytest.approx(served[0]["probability"], abs=1e-6)

@@ -83,10 +83,15 @@ def serving_fn(model, data: TaskData, export_format: str):
     preprocessor = data.preprocessor
 
     def predict(features):
-        probability = tf.reshape(model(preprocessor(features), training=False), [-1])
-        class_id = tf.cast(probability > 0.5, tf.int64)
-        return {"probability": probability, "class_id": class_id,
-                "label": tf.gather(tf.constant(LABELS), class_id)}
+        # The model's sigmoid is P(LABELS[1]). Each output says which class a figure is for: `probability` is
+        # that of `label` (a bare P(>50K) beside label "<=50K" read as the label's), and `scores` holds every
+        # class's, in the order of `classes` (Vertex AI's tabular classification answers with the same pair).
+        positive = tf.reshape(model(preprocessor(features), training=False), [-1])
+        class_id = tf.cast(positive > 0.5, tf.int64)
+        scores = tf.stack([1.0 - positive, positive], axis=1)
+        return {"label": tf.gather(tf.constant(LABELS), class_id), "class_id": class_id,
+                "probability": tf.gather(scores, class_id, batch_dims=1), "scores": scores,
+                "classes": tf.tile(tf.constant([LABELS]), [tf.shape(positive)[0], 1])}
 
     if export_format == "JSON":
         signature = [{c.name: tf.TensorSpec([None], dtypes[c.kind], name=c.name) for c in SCHEMA.features}]
