@@ -250,3 +250,8 @@ def test_code_passes_the_linter():
     proc = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_jobs_readme_table_lists_every_shipped_job():
+    rows = re.findall(r"^\| `([\w.-]+\.yaml)` \|", (ROOT / "jobs/README.md").read_text(), re.M)
+    assert sorted(rows) == sorted(p.name for p in (ROOT / "jobs").glob("*.yaml"))
