@@ -17,8 +17,8 @@ Layers, each importing only those above it in this list (tests/jobs/test_layers.
 - ``legacy/``: legacy AI Platform Training -> a definition (``run_job.py convert``).
 - ``api``: the library entry point the command lines, synthesis and tests call.
 - ``schedule``: an environment's schedules compiled for synthesis (scripts/synth.py).
-- ``cli/``: the command lines (run_job.py, its ``convert`` and ``report`` verbs, build_image.py); nothing
-  imports them but scripts/ and tests.
+- ``cli/``: the command lines (run_job.py, its ``convert``, ``report`` and ``serve`` verbs, build_image.py),
+  which reach the layers above only through ``api``; nothing imports them but scripts/ and tests.
 
 Importing this package imports nothing heavy.
 """

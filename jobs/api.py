@@ -15,12 +15,14 @@ this; nothing below imports it.
                            repo_root=Path("."), now=datetime.now(timezone.utc))
     print(job.request())
 
-Importing this module imports nothing heavy: each function imports what it uses.
+Importing this module imports nothing heavy: each function imports what it uses, and the names the command
+lines take from the layers below (``REEXPORTED``) are imported on first use.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -28,9 +30,38 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+# The refusal every function raises, and how a command line shortens a value it repeats: re-exported, so the
+# command lines import nothing below this module (tests/jobs/test_layers.py).
+from jobs.definition.errors import SHORT_NAME, JobError, one_line, short  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The environment a command uses when none is named (run_job.py, build_image.py, convert, job_images.py).
 DEFAULT_ENV = "dev"
+# Names of the layers below that the command lines use (flag tables, choices, what a submission can end with),
+# by the module that defines them; ``from jobs.api import FLAGS`` imports that module then (PEP 562), not
+# when this one is imported.
+REEXPORTED = {
+    "FLAGS": "jobs.definition.gcloud_flags",  # gcloud's flags: run_job.py's options
+    "CUSTOM": "jobs.definition.gcloud_flags",
+    "STUDY": "jobs.definition.gcloud_flags",
+    "job_flags": "jobs.definition.gcloud_flags",
+    "CONTAINER": "jobs.definition.compile",  # the trainer deliveries: convert --delivery
+    "DELIVERIES": "jobs.definition.compile",
+    "VARIANTS": "jobs.definition.image",  # the trainer image variants: build_image.py --variant
+    "SUCCESS_STATE": "jobs.cloud.client",
+    "FollowInterrupted": "jobs.cloud.plan",  # what executing a plan can end with besides its job
+    "FollowJob": "jobs.cloud.plan",
+    "RegistrationFailed": "jobs.cloud.register",
+}
+
+
+def __getattr__(name: str):
+    module = REEXPORTED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 def load_outputs(env: str, outputs_file: Path | None, file: str) -> dict[str, str]:
@@ -47,13 +78,13 @@ def load_outputs(env: str, outputs_file: Path | None, file: str) -> dict[str, st
     environments = infra_config.list_environments()
     if env not in environments:
         raise JobError(
-            file, "--env", f"unknown environment {env!r}", ", ".join(environments) or "(none defined)"
+            file, "--env", f"unknown environment {short(env)}", ", ".join(environments) or "(none defined)"
         )
-    if outputs_file is not None and not Path(outputs_file).is_file():
+    if outputs_file is not None and not _is_file(outputs_file):
         raise JobError(
             file,
             "--outputs-file",
-            f"{outputs_file} does not exist",
+            f"{short(str(outputs_file), SHORT_NAME, quote=False)} does not exist",
             f"the file `cdktn deploy {env} --outputs-file` wrote",
         )
     try:
@@ -62,6 +93,13 @@ def load_outputs(env: str, outputs_file: Path | None, file: str) -> dict[str, st
         if all(hasattr(exc, a) for a in ("path", "field", "problem")):
             raise JobError(exc.path, exc.field, exc.problem) from None
         raise JobError(file, "--env", " ".join(str(exc).split()) or type(exc).__name__) from None
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return Path(path).is_file()
+    except OSError:  # a name too long for the system (ENAMETOOLONG): no such file either
+        return False
 
 
 def trainer_image_hash(repo_root: Path, needed: bool) -> str:
@@ -194,7 +232,7 @@ def plan_job(
                 job.file,
                 "--follow",
                 f"{follow} is a {kind} in projects/{project}/locations/{region}, and {job.file} defines a "
-                f"{job.kind} in {job.parent}",
+                f"{job.kind} in {short(job.parent, quote=False)}",
                 "a job submitted from this JOB_FILE with the same --env (and --region)",
             )
         return build_plan(job, builds=serving, follow=follow, logs=logs, report_dir=report_dir)
@@ -227,7 +265,6 @@ MAX_JOB_NAME = 256
 def parse_job_name(name: str, where: str = "--follow") -> tuple[str, str, str]:
     """(project, region, kind) of a job resource name, e.g. projects/p/locations/r/customJobs/123; a JobError
     addressed to ``where`` (the flag or verb that took it) for anything else."""
-    from jobs.definition.errors import JobError
     from jobs.definition.kinds import KIND_BY_COLLECTION
 
     collections = "|".join(KIND_BY_COLLECTION)
@@ -235,11 +272,10 @@ def parse_job_name(name: str, where: str = "--follow") -> tuple[str, str, str]:
     pattern = rf"projects/([a-z0-9][a-z0-9.:-]*)/locations/([a-z0-9][a-z0-9-]*)/({collections})/([0-9]+)"
     found = len(name) <= MAX_JOB_NAME and re.fullmatch(pattern, name)
     if not found:
-        shown = repr(name) if len(name) <= 100 else f"{name[:60]!r}... ({len(name)} characters)"
         raise JobError(
             where,
             "RESOURCE_NAME",
-            f"{shown} is not a job resource name",
+            f"{short(name)} is not a job resource name",
             "projects/<project>/locations/<region>/customJobs/<numeric id> or "
             ".../hyperparameterTuningJobs/<numeric id>",
         )
@@ -272,6 +308,40 @@ def follow_job(
     if runs_study(kind):
         report.write_study_report(remote, folder, out)
     return remote
+
+
+def check_report_dir(kind: str, report_dir: Path | None, repo_root: Path = REPO_ROOT) -> None:
+    """A JobError unless the study report of a job of ``kind`` can go to ``report_dir`` (None: the default
+    folder under ``repo_root``): checked before a submission, not after hours of following."""
+    from jobs.cloud.report import REPORTS
+    from jobs.cloud.report import check_report_dir as check
+
+    check(kind, report_dir, repo_root / REPORTS)
+
+
+def run_local(
+    job,
+    outputs: Mapping[str, str],
+    *,
+    repo_root: Path,
+    local_root: Path | None,
+    resume: bool,
+    strict_accelerators: bool,
+    stream: TextIO,
+) -> int:
+    """Run a compiled job on this machine (``run_job.py --local``); returns its exit status."""
+    from jobs.local.run import run_local as run
+
+    return run(
+        job.kind,
+        job.body,
+        dict(outputs),
+        repo_root=repo_root,
+        local_root=local_root,
+        resume=resume,
+        strict_accelerators=strict_accelerators,
+        stream=stream,
+    )
 
 
 def report_job(
@@ -308,6 +378,70 @@ def report_job(
             "print it",
         ) from None
     return report.write_report(remote, kind, folder, made.storage, out)
+
+
+def legacy_variables(items: Sequence[str], file: str) -> dict[str, str]:
+    """``convert --var NAME=VALUE`` items as {name: value}."""
+    variables = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise JobError(file, "--var", short(item), "NAME=VALUE with a shell variable name")
+        variables[name] = value
+    return variables
+
+
+def legacy_bucket_map(items: Sequence[str], file: str) -> tuple[tuple[str, str], ...]:
+    """``convert --map-bucket gs://OLD=OUTPUT`` items as (gs://OLD, infra output) pairs."""
+    from jobs.definition.body import GS, is_bucket_name
+    from jobs.legacy.convert import BUCKET_OUTPUTS
+
+    pairs = []
+    for item in items:
+        old, eq, key = item.partition("=")
+        if (
+            not eq
+            or not (old.startswith(GS) and is_bucket_name(old.removeprefix(GS)))
+            or key not in BUCKET_OUTPUTS
+        ):
+            raise JobError(file, "--map-bucket", short(item), f"gs://<bucket>=<{'|'.join(BUCKET_OUTPUTS)}>")
+        pairs.append((old, key))
+    return tuple(pairs)
+
+
+def write_definition(output: str, text: str, force: bool) -> None:
+    """Write a converted definition to ``output`` atomically: a new file, or (``force``) a regular file
+    replaced whole; never through a symbolic link."""
+    import stat
+
+    from jobs.definition.loader import file_kind
+
+    target = Path(output)
+    if os.path.lexists(target):
+        info = os.lstat(target)
+        if stat.S_ISLNK(info.st_mode):
+            # Writing through a link would put the definition wherever it points, outside what -o names.
+            raise JobError(
+                output, "-o", "is a symbolic link, and -o never writes through one (not even with --force)",
+                "a new .yaml file, or a regular file with --force",
+            )
+        if not stat.S_ISREG(info.st_mode):
+            raise JobError(output, "-o", f"exists and is {file_kind(info.st_mode)}", "a new .yaml file")
+        if not force:
+            raise JobError(output, "-o", "exists", "a new file, or --force to replace it")
+    folder = target.parent
+    if not folder.is_dir():
+        shown = short(str(folder), SHORT_NAME, quote=False)
+        raise JobError(output, "-o", f"no such folder {shown}", "a path in an existing folder")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def convert_legacy(

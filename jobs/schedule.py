@@ -28,7 +28,7 @@ from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRegistration, Sch
 from jobs.api import REPO_ROOT
 from jobs.definition.body import CUSTOM_JOB, duration_seconds, spec_field
 from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
-from jobs.definition.errors import JobError
+from jobs.definition.errors import JobError, short
 
 # Ids look like <name>-<yyyymmdd>-<hhmmss>-<6 chars>; the placeholder has that shape, spelled out.
 PLACEHOLDER_SUFFIX = "yyyymmdd-hhmmss-xxxxxx"
@@ -93,7 +93,7 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
             raise ConfigError(
                 schedule.job,
                 job.file_path(body_path),
-                f"{value!r} would be the same for every scheduled run, which would overwrite each other "
+                f"{short(value)} would be the same for every scheduled run, which would overwrite each other "
                 f"(scheduled by {cfg.source} {field}); allowed: a value with ${{job.id}}",
             )
     timeout = (spec.get("scheduling") or {}).get("timeout")

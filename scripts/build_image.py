@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.cli.build_image import main  # noqa: E402 - after the path setup above
+from jobs.cli.common import guard_stdout  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(description=__doc__))
+    sys.exit(guard_stdout(lambda: main(description=__doc__), "build_image.py"))

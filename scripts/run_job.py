@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validate, build, submit and follow a Vertex AI training or tuning job defined in jobs/*.yaml.
 
-Usage (from the repo root, inside the Pipenv environment):
+Examples (from the repo root, inside the Pipenv environment):
   python scripts/run_job.py jobs/census_cpu.yaml --dry-run         # print the exact request; no cloud, no TF
   python scripts/run_job.py jobs/census_tuning.yaml --local        # run the study on this machine
   python scripts/run_job.py jobs/census_cpu.yaml --env dev         # build image if missing, submit, follow
@@ -29,6 +29,7 @@ Submitting is idempotent: each submission is labelled submission_hash=<hash of d
 and a live job with the same label is followed instead of creating a duplicate. Bad input prints one line
 (file: field: problem; allowed: ...) and exits 2 before anything is uploaded or submitted. A job that ends in
 any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.
+Output that cannot be written (stdout on a full disk, a pipe whose reader exited) is one line and exit 1.
 Following prints the job's log entries from Cloud Logging as they arrive, each line prefixed with its replica
 (and trial) and severity; --no-logs follows the state alone. A tuning job followed to its end (in any state)
 gets the report --local writes for its studies: a table of every trial, the best trial, parameter importance,
@@ -53,7 +54,8 @@ from pathlib import Path
 # Run as a script: make the repo root importable (jobs/, infra/, trainer/).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobs.cli.run_job import main  # noqa: E402 - after the path setup above
+from jobs.cli.common import guard_stdout  # noqa: E402 - after the path setup above
+from jobs.cli.run_job import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(description=__doc__))
+    sys.exit(guard_stdout(lambda: main(description=__doc__), "run_job.py"))

@@ -19,7 +19,7 @@ from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser, cloud_fail
 
 
 def build_parser(description: str | None = None) -> Parser:
-    from jobs.definition.image import VARIANTS
+    from jobs.api import VARIANTS
 
     p = Parser(
         prog="build_image.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -53,7 +53,7 @@ def main(
     outputs: Mapping[str, str] | None = None,
 ) -> int:
     from jobs import api
-    from jobs.definition.errors import JobError
+    from jobs.api import JobError
 
     out = out or sys.stdout
     err = err or sys.stderr

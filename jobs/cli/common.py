@@ -1,4 +1,5 @@
-"""What the command lines share: exit statuses, a one-line argparse, and how a plan and a cloud failure print.
+"""What the command lines share: exit statuses, a one-line argparse, how a plan and a cloud failure print,
+and what a write error on stdout does (``guard_stdout``).
 
 Imports no command (run_job.py, convert.py, build_image.py import it), so the commands never import each other
 for these; only run_job.py imports convert.py, its subcommand.
@@ -8,19 +9,103 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+# A write error on stdout (a full disk, a reader that went away): 1, a failure that is not bad input, as in
+# Python's own recipe for a closed pipe (library/signal.html, "Note on SIGPIPE").
+EXIT_STDOUT_FAILED = 1
+# argparse's message repeats the argument it refused; a longer message is cut (the flag's name comes first).
+MESSAGE_LIMIT = 200
 
 
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line, like every other bad input here (not usage + error)."""
 
     def error(self, message: str):  # noqa: D102 - argparse hook
+        from jobs.api import one_line, short
+
+        message = one_line(short(message, MESSAGE_LIMIT, quote=False))
         print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+class StdoutFailed(BaseException):
+    """A write to stdout failed. Not an Exception: it ends the command wherever it happens, as Ctrl-C does,
+    and no catch-all for a cloud failure takes it for one."""
+
+
+class _GuardedStdout:
+    """sys.stdout, whose write errors become StdoutFailed (argparse would drop an OSError from its help).
+
+    Each write is flushed: a failure shows at the write that failed, before stderr's next line (a plan,
+    "converted ...") says otherwise and before anything else starts (a server, a local job's replicas)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            written = self._stream.write(text)
+            self._stream.flush()
+        except OSError as exc:
+            raise StdoutFailed(exc) from exc
+        return written
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise StdoutFailed(exc) from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def guard_stdout(main: Callable[[], int | None], prog: str) -> int | str | None:
+    """Run a command line's ``main`` (the entry point of a script) with a write error on stdout, in any verb,
+    made one line on stderr and exit status EXIT_STDOUT_FAILED instead of a traceback (or, for argparse's
+    help, a silent exit 0). Returns the status for sys.exit."""
+    real = sys.stdout
+    if real is None:  # no stdout at all (pythonw, a closed descriptor): nothing to guard
+        return main()
+    guarded = sys.stdout = _GuardedStdout(real)
+    try:
+        try:
+            status = main()
+        except SystemExit as exc:  # argparse's --help and usage errors
+            status = exc.code
+        guarded.flush()  # what was written around this wrapper (sys.stdout.buffer)
+        return status
+    except StdoutFailed as failed:
+        cause = failed.__cause__
+        why = getattr(cause, "strerror", None) or str(cause)
+        _to_devnull(real)  # the interpreter flushes stdout again at exit: let that succeed
+        try:
+            print(f"{prog}: error: cannot write to stdout ({why}); the output is incomplete", file=sys.stderr)
+            sys.stderr.flush()
+        except OSError:  # stderr is gone too (`2>&1 | head`): the exit status says it
+            _to_devnull(sys.stderr)
+        return EXIT_STDOUT_FAILED
+    finally:
+        sys.stdout = real
+
+
+def _to_devnull(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at /dev/null (Python's recipe for a closed pipe)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO): nothing left to flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def print_plan(plan, err: TextIO) -> None:

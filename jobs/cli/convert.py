@@ -15,11 +15,8 @@ what could not be carried over head the file; --strict turns the latter into an 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shlex
 import sys
-import tempfile
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +30,7 @@ SUFFIXES = (".yaml", ".yml")
 
 
 def build_parser() -> Parser:
-    from jobs.definition.compile import CONTAINER, DELIVERIES
+    from jobs.api import CONTAINER, DELIVERIES
 
     p = Parser(
         prog=f"run_job.py {COMMAND}",
@@ -92,7 +89,7 @@ def main(
     image_hash: str | None = None,
     now: datetime | None = None,
 ) -> int:
-    from jobs.definition.errors import JobError
+    from jobs.api import JobError, one_line, write_definition
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -101,7 +98,7 @@ def main(
     try:
         text, conversion, legacy = _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now)
         if args.output:
-            _write(args.output, text, args.force)
+            write_definition(args.output, text, args.force)
         else:
             out.write(text)
     except JobError as exc:
@@ -114,37 +111,20 @@ def main(
         file=err,
     )
     for path, why in conversion.lost:
-        print(f"  not carried over: {legacy.describe(path)}: {why}", file=err)
+        print(f"  not carried over: {one_line(f'{legacy.describe(path)}: {why}')}", file=err)
     return 0
 
 
 def _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now):
     from jobs import api
-    from jobs.definition.body import GS, is_bucket_name
-    from jobs.definition.errors import JobError
-    from jobs.legacy.convert import BUCKET_OUTPUTS
 
     file = args.legacy_file
     if args.output and not args.output.endswith(SUFFIXES):
-        raise JobError(
+        raise api.JobError(
             args.output, "-o", "not a .yaml file name", "jobs/<name>.yaml (the name makes the job id)"
         )
-    variables = {}
-    for item in args.var:
-        name, eq, value = item.partition("=")
-        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise JobError(file, "--var", f"{item!r}", "NAME=VALUE with a shell variable name")
-        variables[name] = value
-    bucket_map = []
-    for item in args.map_bucket:
-        old, eq, key = item.partition("=")
-        if (
-            not eq
-            or not (old.startswith(GS) and is_bucket_name(old.removeprefix(GS)))
-            or key not in BUCKET_OUTPUTS
-        ):
-            raise JobError(file, "--map-bucket", repr(item), f"gs://<bucket>=<{'|'.join(BUCKET_OUTPUTS)}>")
-        bucket_map.append((old, key))
+    variables = api.legacy_variables(args.var, file)
+    bucket_map = api.legacy_bucket_map(args.map_bucket, file)
     if outputs is None:
         outputs = api.load_outputs(args.env, args.outputs_file, file)
     return api.convert_legacy(
@@ -155,7 +135,7 @@ def _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now):
         model=args.model,
         delivery=args.delivery,
         extra_args=tuple(extra),
-        bucket_map=tuple(bucket_map),
+        bucket_map=bucket_map,
         strict=args.strict,
         output=args.output or f"jobs/{Path(file).stem}.yaml",
         command=shlex.join(["python", "scripts/run_job.py", COMMAND, *argv]),  # to convert it again
@@ -164,37 +144,3 @@ def _convert(args, argv, extra, repo_root, outputs, code_hash, image_hash, now):
         image_hash=image_hash,
         now=now or datetime.now(timezone.utc),
     )
-
-
-def _write(output: str, text: str, force: bool) -> None:
-    """Write OUT atomically: a new file, or (with --force) a regular file replaced whole."""
-    from jobs.definition.errors import JobError
-    from jobs.definition.loader import file_kind
-
-    target = Path(output)
-    if os.path.lexists(target):
-        info = os.lstat(target)
-        import stat
-
-        if stat.S_ISLNK(info.st_mode):
-            # Writing through a link would put the definition wherever it points, outside what -o names.
-            raise JobError(
-                output, "-o", "is a symbolic link, and -o never writes through one (not even with --force)",
-                "a new .yaml file, or a regular file with --force",
-            )
-        if not stat.S_ISREG(info.st_mode):
-            raise JobError(output, "-o", f"exists and is {file_kind(info.st_mode)}", "a new .yaml file")
-        if not force:
-            raise JobError(output, "-o", "exists", "a new file, or --force to replace it")
-    folder = target.parent
-    if not folder.is_dir():
-        raise JobError(output, "-o", f"no such folder {folder}", "a path in an existing folder")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -44,11 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str], *, factory: Callable | None, out: TextIO, err: TextIO, repo_root: Path) -> int:
     args = build_parser().parse_args(argv)
     from jobs import api
-    from jobs.definition.errors import JobError
 
     try:
         api.report_job(args.resource_name, factory, out, report_dir=args.report_dir, repo_root=repo_root)
-    except JobError as exc:
+    except api.JobError as exc:
         print(str(exc), file=err)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -1,5 +1,9 @@
 """The command line behind scripts/run_job.py (see its docstring for usage).
 
+``--help`` is one screen: the docstring's summary and examples, the verbs, and where the rest is;
+``--help-all`` is every option and the whole docstring (as ``python --help`` and ``--help-all``), and each
+verb has its own ``--help``.
+
 Verbs (``VERBS``) come first: ``convert``, ``report`` and ``serve`` take the rest of the arguments with
 parsers of their own. Otherwise, order of work: parse flags -> load the definition strictly -> apply --set ->
 resolve the environment's infra outputs -> compile -> validate -> build the plan -> print it (--dry-run), run
@@ -21,11 +25,52 @@ from typing import TextIO
 from jobs.api import DEFAULT_ENV, REPO_ROOT
 from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser, cloud_failure, print_plan
 
+HELP_ALL = "--help-all"
+USAGE = """\
+usage: run_job.py JOB_FILE [--dry-run | --local | --no-wait] [--env ENV] [--set PATH=VALUE] [options]
+       run_job.py [JOB_FILE] --follow RESOURCE_NAME [options]
+       run_job.py {verbs} ..."""
+
+
+class _Help(argparse.Action):
+    """-h/--help: one screen (``short_help``); --help-all: argparse's whole help, every option."""
+
+    def __init__(self, option_strings, dest, full: bool = False, help: str | None = None):  # noqa: A002
+        super().__init__(option_strings, argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+        self.full = full
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(parser.format_help() if self.full else short_help(parser))
+        parser.exit()
+
+
+def short_help(parser: argparse.ArgumentParser) -> str:
+    """What --help prints: the usage, the docstring's first two paragraphs (what it does, the examples), the
+    verbs, and where every option is described."""
+    lines = [USAGE.format(verbs="{" + ",".join(VERBS) + "}"), ""]
+    if parser.description:
+        lines += ["\n\n".join(parser.description.strip().split("\n\n")[:2]), ""]
+    width = max(len(usage) for usage, _ in VERB_HELP.values()) + 2
+    lines.append("verbs, given first (a job file named like one is given as a path: ./report):")
+    lines += [f"  {usage:<{width}}{about}" for usage, about in VERB_HELP.values()]
+    lines += [
+        "",
+        "Every option (gcloud's flags, --local's, --no-logs, --report-dir, ...) and how definitions,",
+        f"submitting, following and the Model Registry work: run_job.py {HELP_ALL}.",
+        "A verb's options: run_job.py VERB --help. More in jobs/README.md.",
+    ]
+    return "\n".join(lines) + "\n"
+
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     p = Parser(
-        prog="run_job.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="run_job.py",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
     )
+    p.add_argument("-h", "--help", action=_Help, help="show the common use and exit")
+    p.add_argument(HELP_ALL, action=_Help, full=True, help="show this help, every option, and exit")
     p.add_argument(
         "job_file", nargs="?", metavar="JOB_FILE", help="a job definition, e.g. jobs/census_cpu.yaml"
     )
@@ -95,7 +140,7 @@ def add_gcloud_flags(p: argparse.ArgumentParser) -> None:
     in jobs.definition.gcloud_flags), and --region."""
     import textwrap
 
-    from jobs.definition.gcloud_flags import CUSTOM, FLAGS, STUDY
+    from jobs.api import CUSTOM, FLAGS, STUDY
 
     def only(kinds) -> str:
         return ", ".join(f.flag for f in FLAGS if f.kinds == kinds)
@@ -132,8 +177,7 @@ def prepare(
     image_hash: str | None = None,
 ):
     """JOB_FILE + flags + the environment's outputs -> a validated CompiledJob (reads files, nothing else)."""
-    from jobs.api import compile_file
-    from jobs.definition.gcloud_flags import job_flags
+    from jobs.api import compile_file, job_flags
 
     flags = job_flags(vars(args), args.job_file)
 
@@ -177,7 +221,6 @@ def main(
             "--local (a local study writes its report in its base output directory)"
         )
     from jobs import api
-    from jobs.definition.errors import JobError
 
     try:
         if args.follow and not args.job_file:
@@ -200,9 +243,7 @@ def main(
         if args.local:
             return _run_local(job, args, outputs, repo_root, out)
         if not args.no_wait and (args.report_dir is not None or not args.dry_run):
-            from jobs.cloud.report import REPORTS, check_report_dir
-
-            check_report_dir(job.kind, args.report_dir, repo_root / REPORTS)
+            api.check_report_dir(job.kind, args.report_dir, repo_root)
         plan = api.plan_job(job, outputs, wait=not args.no_wait, follow=args.follow, logs=not args.no_logs,
                             report_dir=args.report_dir)
         if args.dry_run:
@@ -211,19 +252,18 @@ def main(
             return 0
         api.check_deployed(job, args.env)
         return _submit(plan, factory, repo_root, out, err, again=lambda name: _follow_command(args, name))
-    except JobError as exc:
+    except api.JobError as exc:
         print(str(exc), file=err)
         return EXIT_BAD_INPUT
 
 
 def _run_local(job, args, outputs, repo_root: Path, out: TextIO) -> int:
-    from jobs.local.run import run_local
+    from jobs.api import run_local
 
     try:
         return run_local(
-            job.kind,
-            job.body,
-            dict(outputs),
+            job,
+            outputs,
             repo_root=repo_root,
             local_root=args.local_root,
             resume=args.resume,
@@ -237,10 +277,7 @@ def _run_local(job, args, outputs, repo_root: Path, out: TextIO) -> int:
 def _submit(plan, factory, repo_root: Path, out: TextIO, err: TextIO, again: Callable[[str], str]) -> int:
     """Execute the plan; ``again(name)`` is the command that follows job ``name`` with this definition (it
     finishes a registration that did not)."""
-    from jobs.api import clients
-    from jobs.cloud.plan import FollowInterrupted, FollowJob
-    from jobs.cloud.register import RegistrationFailed
-    from jobs.definition.errors import JobError
+    from jobs.api import FollowInterrupted, FollowJob, JobError, RegistrationFailed, clients
 
     try:
         ex = plan.execute(clients(factory, plan.job.project, plan.job.region), repo_root, out)
@@ -300,7 +337,7 @@ def _follow_command(args: argparse.Namespace, name: str) -> str:
         words += ["--outputs-file", str(args.outputs_file)]
     for override in args.overrides:
         words += ["--set", override]
-    from jobs.definition.gcloud_flags import FLAGS
+    from jobs.api import FLAGS
 
     for flag in FLAGS:
         value = getattr(args, flag.dest)
@@ -320,8 +357,7 @@ def _follow_command(args: argparse.Namespace, name: str) -> str:
 
 def _follow_existing(name: str, factory, out: TextIO, err: TextIO, report_dir, repo_root: Path, *,
                      logs: bool) -> int:
-    from jobs.api import follow_job, parse_job_name
-    from jobs.definition.errors import JobError
+    from jobs.api import JobError, follow_job, parse_job_name
 
     parse_job_name(name)  # bad input is one line and exit 2, before any client exists
     try:
@@ -345,7 +381,7 @@ def _interrupted(name: str, err: TextIO, status: int = EXIT_INTERRUPTED, command
 
 
 def _final_status(remote: dict, err: TextIO, *, followed: bool) -> int:
-    from jobs.cloud.client import SUCCESS_STATE
+    from jobs.api import SUCCESS_STATE
 
     state = remote.get("state", "JOB_STATE_UNSPECIFIED")
     if not followed or state == SUCCESS_STATE:
@@ -402,3 +438,9 @@ def _serve(argv: list[str], call: Call) -> int:
 # The verbs, checked on the first argument before JOB_FILE is parsed: each gets the arguments after it and has
 # its own parser and --help. A job file named like a verb is given as a path: ./report.
 VERBS: dict[str, Callable[[list[str], Call], int]] = {"convert": _convert, "report": _report, "serve": _serve}
+# Each verb as --help lists it; written here, as importing the verbs' modules would be heavier than the help.
+VERB_HELP = {
+    "convert": ("convert LEGACY_FILE", "a legacy AI Platform Training config or script -> a definition"),
+    "report": ("report RESOURCE_NAME", "an earlier job's report: a study's trials, a CustomJob's metrics"),
+    "serve": ("serve MODEL_DIR", "serve an exported SavedModel here as its Model Registry entry serves it"),
+}

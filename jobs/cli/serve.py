@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from jobs.api import SHORT_NAME, one_line, short
 from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser
 from trainer import contract
 from trainer.serve import model_dir_problem, port
@@ -51,7 +52,9 @@ def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
     args = build_parser().parse_args(argv)
     problem = model_dir_problem(args.model_dir)
     if problem:
-        print(f"run_job.py serve: error: {problem}", file=err)
+        # The problem names MODEL_DIR as given: a hostile one (100 KB, newlines) is shown shortened.
+        problem = problem.replace(args.model_dir, short(args.model_dir, SHORT_NAME, quote=False), 1)
+        print(f"run_job.py serve: error: {one_line(problem)}", file=err)
         return EXIT_BAD_INPUT
     model = str(Path(args.model_dir).resolve())
     defaults = contract.SERVING_DEFAULTS

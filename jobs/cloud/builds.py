@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.definition.body import gs_bucket, image_name, split_image
-from jobs.definition.errors import JobError
+from jobs.definition.errors import JobError, short
 from jobs.definition.image import DOCKERFILE, TAG
 
 # Cloud Build's own docker builder (Google keeps it current; cached on the build workers).
@@ -68,7 +68,7 @@ def image_build(
         raise JobError(
             file or "--variant",
             field or "imageUri",
-            f"{image!r} has no build tag",
+            f"{short(image)} has no build tag",
             "<variant>-<hash>, e.g. ${infra.trainer_image}:cpu-${job.image_tag}",
         )
     variant, tag_hash = found.groups()

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from jobs.cloud.client import TERMINAL_STATES, Storage, console_url, job_id_of
 from jobs.definition.body import final_metric, measured_number
-from jobs.definition.errors import JobError, one_of
+from jobs.definition.errors import SHORT_NAME, JobError, one_of, short
 from jobs.definition.kinds import runs_study
 from jobs.definition.loader import file_kind
 from jobs.definition.study import Parameter, StudyError, parse_study
@@ -57,7 +57,9 @@ def check_folder(path: Path) -> None:
     """JobError (on --report-dir) unless ``path`` is a writable folder or can be made one: each part of it
     that exists is a folder and the deepest one that exists is writable. Writes nothing."""
 
-    def refused(problem: str) -> JobError:
+    def refused(problem: str, part: Path | None = None) -> JobError:
+        if part is not None:  # the part of the path that refuses it
+            problem = f"{short(str(part), SHORT_NAME, quote=False)} {problem}"
         return JobError("--report-dir", str(path), problem, REPORT_DIR_ALLOWED)
 
     probe = path
@@ -67,16 +69,16 @@ def check_folder(path: Path) -> None:
             break
         except FileNotFoundError:
             if probe.is_symlink():
-                raise refused(f"{probe} is a dangling symlink") from None
+                raise refused("is a dangling symlink", probe) from None
             if probe.parent == probe:
                 raise refused("no part of it exists") from None
             probe = probe.parent
         except OSError as exc:  # a part of it is a file (ENOTDIR), a loop of symlinks (ELOOP), ...
             raise refused(exc.strerror or str(exc)) from None
     if not stat.S_ISDIR(mode):
-        raise refused(f"{probe} is {file_kind(mode)}")
+        raise refused(f"is {file_kind(mode)}", probe)
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise refused(f"{probe} is not writable")
+        raise refused("is not writable", probe)
 
 
 def check_report_dir(kind: str, given: Path | None, fallback: Path) -> None:
@@ -116,13 +118,13 @@ def trial_results(
     for i, trial in enumerate(trials):
         where = f"trials.{i}"
         if not isinstance(trial, dict):
-            raise JobError(name, where, f"{trial!r} is not a Trial", "a Trial object")
+            raise JobError(name, where, f"{short(trial)} is not a Trial", "a Trial object")
         trial_id = trial.get("id")
         if not isinstance(trial_id, str) or not _TRIAL_ID.fullmatch(trial_id):
-            raise JobError(name, f"{where}.id", f"{trial_id!r}", "a trial number such as '1'")
+            raise JobError(name, f"{where}.id", short(trial_id), "a trial number such as '1'")
         state = trial.get("state", "STATE_UNSPECIFIED")
         if state not in TRIAL_STATES:
-            raise JobError(name, f"{where}.state", f"{state!r}", one_of(TRIAL_STATES))
+            raise JobError(name, f"{where}.state", short(state), one_of(TRIAL_STATES))
         report_state, metric, failure = _outcome(trial, state, metric_id, job_state)
         custom_job = str(trial.get("customJob", ""))
         results.append(
@@ -170,13 +172,13 @@ def _values(parameters: Any, specs: dict[str, Parameter], name: str, where: str)
         pid = item.get("parameterId") if isinstance(item, dict) else None
         spec = specs.get(pid) if isinstance(pid, str) else None
         if spec is None:
-            raise JobError(name, f"{where}.{j}.parameterId", f"{pid!r}", one_of(specs) or "(no parameters)")
+            raise JobError(name, f"{where}.{j}.parameterId", short(pid), one_of(specs) or "(no parameters)")
         value = _typed(spec, item.get("value"))
         if value is None:
             allowed = (
                 "one of its values" if spec.kind in ("DISCRETE", "CATEGORICAL") else "a number in its range"
             )
-            raise JobError(name, f"{where}.{j}.value", f"{item.get('value')!r} for {pid}", allowed)
+            raise JobError(name, f"{where}.{j}.value", f"{short(item.get('value'))} for {pid}", allowed)
         values[pid] = value
     return values
 

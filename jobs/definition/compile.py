@@ -19,7 +19,7 @@ from typing import Any
 
 from jobs.definition import body as job_body
 from jobs.definition.body import CUSTOM_JOB, GOALS, KINDS, TUNING_JOB
-from jobs.definition.errors import JobError, one_of
+from jobs.definition.errors import JobError, one_of, short
 from jobs.definition.gcloud_flags import JobFlags, apply_flags
 from jobs.definition.kinds import JOB_KINDS, runs_study
 from jobs.definition.loader import Document
@@ -252,7 +252,7 @@ def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any
     if "kind" in data:
         kind = data.pop("kind")
         if kind not in KINDS:
-            raise JobError(file, "kind", f"unknown kind {kind!r}", one_of(KINDS))
+            raise JobError(file, "kind", f"unknown kind {short(kind)}", one_of(KINDS))
         trainer = data.pop("trainer", {"delivery": PYTHON_PACKAGE})
         if not isinstance(trainer, dict) or set(trainer) - {"delivery"}:
             raise JobError(
@@ -263,7 +263,9 @@ def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any
             )
         delivery = trainer.get("delivery", PYTHON_PACKAGE)
         if delivery not in DELIVERIES:
-            raise JobError(file, "trainer.delivery", f"unknown delivery {delivery!r}", one_of(DELIVERIES))
+            raise JobError(
+                file, "trainer.delivery", f"unknown delivery {short(delivery)}", one_of(DELIVERIES)
+            )
         registry = data.pop(REGISTRY_FIELD, None)
         return kind, delivery, data, "", registry
     if "trainer" in data:

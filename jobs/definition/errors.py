@@ -3,17 +3,51 @@
 Every refusal names where (a file, when known, and a field path), what is wrong and what is allowed; the
 narrower types (a study's, the schema's, the build context's, --local's) only say which check refused, and
 become a JobError, the one that reaches run_job.py, through ``to_job_error`` with the words unchanged.
+
+A refusal that repeats a value the user gave (a flag, a --set, a field of a file, a resource name) shows it
+through ``short``, so a 100 KB value still makes one readable line.
 """
 
 from __future__ import annotations
 
+# A value whose repr is longer than this is shown by its start and its length: a 100 KB flag, a field of
+# newlines, still make one readable line. Resource names, URIs and emails of real jobs fit whole.
+SHORT = 100
+# File names and field paths are shown whole up to here: longer ones are a user's value (a --set path, a path
+# as long as the system allows), not a name of this repo.
+SHORT_NAME = 200
+# How much of a value too long to show whole is shown.
+HEAD = 60
+
+
+def short(value: object, limit: int = SHORT, *, quote: bool = True) -> str:
+    """``value`` as an error line repeats it: its repr (``quote``) or its text, whole when that fits in
+    ``limit`` characters, else the start that fits in ``HEAD`` (less for a small limit) and the length, e.g.
+    ``'aaaaaaaa'... (100000 characters)``."""
+    text = value if isinstance(value, str) else repr(value)
+    shown = repr if quote and isinstance(value, str) else printable  # what one character costs on the line
+    if len(shown(text)) <= limit:
+        return repr(value) if quote else text
+    budget = max(min(HEAD, limit - 20), 8)
+    head = text[:budget]
+    while len(shown(head)) > budget + 2:  # escapes (\x1b, \n) cost several characters each
+        head = head[:-1]
+    return f"{shown(head)}... ({len(text)} characters)"
+
 
 def render(file: str | None, path: str, problem: str, allowed: str = "") -> str:
     """``[<file>: ]<field.path>: <problem>[; allowed: <allowed>]`` on exactly one line."""
-    text = f"{path}: {problem}" if file is None else f"{file}: {path}: {problem}"
+    text = f"{short(path, SHORT_NAME, quote=False)}: {problem}"
+    if file is not None:
+        text = f"{short(file, SHORT_NAME, quote=False)}: {text}"
     if allowed:
         text += f"; allowed: {allowed}"
-    # One line, whatever the pieces contain (YAML snippets, proto messages with newlines).
+    return one_line(text)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line, whatever it contains (YAML snippets, proto messages with newlines, a user's
+    value), and with nothing that could rewrite a terminal."""
     return printable(" ".join(text.split()))
 
 

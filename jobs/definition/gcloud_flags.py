@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.definition.body import CUSTOM_JOB, KINDS, TUNING_JOB, job_pools, spec_field
-from jobs.definition.errors import JobError
+from jobs.definition.errors import JobError, short
 from jobs.definition.loader import Document
 
 KMS_KEY = "projects/<p>/locations/<r>/keyRings/<ring>/cryptoKeys/<key>"
@@ -29,6 +29,8 @@ KMS_KEY = "projects/<p>/locations/<r>/keyRings/<ring>/cryptoKeys/<key>"
 _DELIMITER = re.compile(r"\^([^^]+)\^")
 # The references of jobs.definition.references: a flag's `${...}` gets a second `$`, so it stays literal.
 _REFERENCE_DOLLAR = re.compile(r"\$(?=\{[^}]*\})")
+# A conflict repeats two values, the file's and the flag's: each is shown shorter than a value alone.
+CONFLICT = 60
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def job_flags(values: Mapping[str, Any], file: str) -> JobFlags:
     for name in ("max_trial_count", "parallel_trial_count"):
         value = values.get(name)
         if value is not None and value < 1:
-            raise JobError(file, BY_DEST[name].flag, f"{value}", "an integer >= 1")
+            raise JobError(file, BY_DEST[name].flag, short(value), "an integer >= 1")
     parsed = {name: values.get(name) for name in JobFlags.__dataclass_fields__ if name in values}
     for name in ("enable_web_access", "enable_dashboard_access"):
         parsed[name] = bool(values.get(name))
@@ -160,13 +162,13 @@ def _labels(texts: list[str], file: str) -> tuple[tuple[str, str], ...]:
             key, equals, value = item.partition("=")
             if not equals or not key:
                 raise JobError(
-                    file, "--labels", f"{item!r} is not KEY=VALUE", "--labels=KEY=VALUE[,KEY=VALUE...]"
+                    file, "--labels", f"{short(item)} is not KEY=VALUE", "--labels=KEY=VALUE[,KEY=VALUE...]"
                 )
             if labels.get(key, value) != value:
                 raise JobError(
                     file,
                     "--labels",
-                    f"label {key!r} given twice ({labels[key]!r}, {value!r})",
+                    f"label {short(key)} given twice ({short(labels[key])}, {short(value)})",
                     "one value a key",
                 )
             labels[key] = value
@@ -192,7 +194,7 @@ def kms_key_name(flags: JobFlags, project: str, file: str) -> str | None:
         raise JobError(
             file,
             "--kms-key",
-            f"{flags.kms_key!r} is a key id, and {' and '.join(missing)} not given",
+            f"{short(flags.kms_key)} is a key id, and {' and '.join(missing)} not given",
             f"{KMS_KEY}, or the id with --kms-keyring and --kms-location",
         )
     ring = (
@@ -240,10 +242,11 @@ def apply_flags(
             at, old = _lookup(body, path)
             if old not in (None, "", [], {}) and (at != path or old != new):
                 field, line = where.field(at)
+                there, here = short(old, CONFLICT), short(new, CONFLICT)
                 raise JobError(
                     document.file,
                     spec.flag,
-                    f"conflicts with {field}{line} in the file: {_short(old)} there, {_short(new)} here",
+                    f"conflicts with {field}{line} in the file: {there} there, {here} here",
                     f"one of them; to change the file's value, --set {field}=...",
                 )
         for path, new in targets:
@@ -274,11 +277,6 @@ def _targets(
 
 def _literal(value: Any) -> Any:
     return _REFERENCE_DOLLAR.sub("$$", value) if isinstance(value, str) else value
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _lookup(node: Any, path: str) -> tuple[str, Any]:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from jobs.definition.errors import JobError, one_of
+from jobs.definition.errors import JobError, one_of, short
 from jobs.definition.loader import join
 
 _REF = re.compile(r"\$(\$)?\{([^}]*)\}")
@@ -54,7 +54,7 @@ def resolve(
             raise JobError(
                 file,
                 to_file_path(path),
-                f"unknown reference ${{{match.group(2)}}}",
+                f"unknown reference {short('${' + match.group(2) + '}', quote=False)}",
                 "${infra.<key>}, ${job.<key>}",
             )
         values = namespaces[namespace]
@@ -62,7 +62,7 @@ def resolve(
             raise JobError(
                 file,
                 to_file_path(path),
-                f"unknown reference ${{{match.group(2)}}}",
+                f"unknown reference {short('${' + match.group(2) + '}', quote=False)}",
                 one_of(f"${{{namespace}.{k}}}" for k in sorted(values)),
             )
         return str(values[key])

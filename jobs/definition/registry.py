@@ -26,7 +26,7 @@ from typing import Any
 # Label rules are the Google Cloud ones infra's config already checks: one spelling of them.
 from infra.config import LABEL_KEY, LABEL_VALUE
 from jobs.definition.body import GOALS, final_metric, job_spec, join
-from jobs.definition.errors import FieldError, one_of
+from jobs.definition.errors import FieldError, one_of, short
 from trainer.contract import HEALTH_ROUTE as HEALTH_ROUTE_VAR
 from trainer.contract import HTTP_PORT, METRICS_FILE, SERVE_MODULE, SERVING_DEFAULTS
 from trainer.contract import PREDICT_ROUTE as PREDICT_ROUTE_VAR
@@ -125,7 +125,7 @@ def parse_registry(
         )
     for key in raw:
         if key not in FIELDS:
-            raise RegistryError(join(REGISTRY_FIELD, key), f"unknown field {key!r}", one_of(FIELDS))
+            raise RegistryError(join(REGISTRY_FIELD, key), f"unknown field {short(key)}", one_of(FIELDS))
     model_id = _model_id(raw.get("model"))
     aliases = _aliases(raw.get("aliases", []))
     metric, goal = _metric(raw.get("metric"), study_metric, runs_study)
@@ -148,7 +148,7 @@ def _model_id(value: Any) -> str:
     if value is None:
         raise RegistryError(path, "missing", f"the registry model's id: {MODEL_ID_RULE}")
     if not isinstance(value, str) or not MODEL_ID.fullmatch(value):
-        raise RegistryError(path, f"invalid model id {value!r}", MODEL_ID_RULE)
+        raise RegistryError(path, f"invalid model id {short(value)}", MODEL_ID_RULE)
     return value
 
 
@@ -162,14 +162,14 @@ def _aliases(value: Any) -> tuple[str, ...]:
         if alias in RESERVED_ALIASES:
             raise RegistryError(
                 where,
-                f"{alias!r} is the alias Vertex AI keeps on exactly one version (the first, until moved by "
-                "hand); the evaluation gate does not move it",
+                f"{short(alias)} is the alias Vertex AI keeps on exactly one version (the first, until moved "
+                "by hand); the evaluation gate does not move it",
                 "another alias, e.g. production",
             )
         if not isinstance(alias, str) or not ALIAS.fullmatch(alias):
-            raise RegistryError(where, f"{alias!r} is not a version alias", ALIAS_RULE)
+            raise RegistryError(where, f"{short(alias)} is not a version alias", ALIAS_RULE)
         if alias in seen:
-            raise RegistryError(where, f"{alias!r} is listed twice", "each alias once")
+            raise RegistryError(where, f"{short(alias)} is listed twice", "each alias once")
         seen.append(alias)
     return tuple(seen)
 
@@ -193,7 +193,7 @@ def _metric(value: Any, study_metric: tuple[str, str] | None, runs_study: bool) 
     if not isinstance(metric, str) or not metric:
         raise RegistryError(join(path, "metricId"), "missing", "a metric the trainer writes to metrics.json")
     if goal not in GOALS:
-        raise RegistryError(join(path, "goal"), f"goal is {goal!r}", one_of(GOALS))
+        raise RegistryError(join(path, "goal"), f"goal is {short(goal)}", one_of(GOALS))
     if runs_study and study_metric and (metric, goal) != study_metric:
         raise RegistryError(
             join(path, "metricId") if metric != study_metric[0] else join(path, "goal"),
@@ -218,11 +218,11 @@ def _labels(value: Any, metric: str) -> dict[str, str]:
     for key, item in value.items():
         where = join(path, key)
         if key in reserved:
-            raise RegistryError(where, f"{key!r} is set by run_job.py on every version", "another key")
+            raise RegistryError(where, f"{short(key)} is set by run_job.py on every version", "another key")
         if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
             raise RegistryError(where, "invalid label key", f"{LABEL_RULE}, starting with a letter")
         if isinstance(item, bool) or not isinstance(item, str | int) or not LABEL_VALUE.fullmatch(str(item)):
-            raise RegistryError(where, f"invalid label value {item!r}", LABEL_RULE)
+            raise RegistryError(where, f"invalid label value {short(item)}", LABEL_RULE)
         labels[key] = str(item)
     return labels
 
@@ -252,8 +252,8 @@ def _serving(value: Any) -> str:
         )
     raise RegistryError(
         path,
-        f"{value!r}: only the trainer's own server is known to serve its export (the signatures, TensorFlow "
-        "2.21, Keras 3); another image is not accepted",
+        f"{short(value)}: only the trainer's own server is known to serve its export (the signatures, "
+        "TensorFlow 2.21, Keras 3); another image is not accepted",
         allowed,
     )
 
@@ -388,7 +388,7 @@ def read_metric(data: bytes | None, uri: str, metric: str) -> Reading:
     if value is None:
         return Reading(None, f"{uri} has no eval.{metric} (it has {one_of(sorted(evaluation)) or 'none'})")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return Reading(None, f"{uri} has eval.{metric} = {value!r}, not a finite number")
+        return Reading(None, f"{uri} has eval.{metric} = {short(value)}, not a finite number")
     return Reading(float(value))
 
 

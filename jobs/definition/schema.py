@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from jobs.definition.body import DURATION
-from jobs.definition.errors import FieldError, one_of
+from jobs.definition.errors import FieldError, one_of, short
 from jobs.definition.loader import join
 
 _INTS = {
@@ -111,7 +111,9 @@ def _check_value(item: Any, field: FieldDescriptor, where: str) -> None:
         _check_scalar(item, field, where)
     elif message.full_name == "google.protobuf.Duration":
         if not (isinstance(item, str) and DURATION.fullmatch(item)):
-            raise SchemaError(where, f"not a duration: {item!r}", "seconds with an 's' suffix, e.g. 7200s")
+            raise SchemaError(
+                where, f"not a duration: {short(item)}", "seconds with an 's' suffix, e.g. 7200s"
+            )
     elif message.full_name.startswith("google.protobuf."):
         return  # Struct/Value/Timestamp/wrappers: ParseDict's rules apply
     elif not isinstance(item, dict):
@@ -129,22 +131,22 @@ def _check_scalar(item: Any, field: FieldDescriptor, where: str) -> None:
     if field.enum_type is not None:
         names = [v.name for v in field.enum_type.values]
         if item not in names:
-            raise SchemaError(where, f"invalid value {item!r} for {field.enum_type.name}", one_of(names))
+            raise SchemaError(where, f"invalid value {short(item)} for {field.enum_type.name}", one_of(names))
     elif kind in _INTS:
         ok = (isinstance(item, int) and not isinstance(item, bool)) or (
             isinstance(item, str) and re.fullmatch(r"-?\d+", item)
         )
         if not ok:
-            raise SchemaError(where, f"expected an integer, got {item!r}", "a whole number")
+            raise SchemaError(where, f"expected an integer, got {short(item)}", "a whole number")
     elif kind in _FLOATS:
         if isinstance(item, bool) or not isinstance(item, (int, float)):
-            raise SchemaError(where, f"expected a number, got {item!r}", "a number")
+            raise SchemaError(where, f"expected a number, got {short(item)}", "a number")
     elif kind == FieldDescriptor.TYPE_BOOL:
         if not isinstance(item, bool):
-            raise SchemaError(where, f"expected true or false, got {item!r}", "true, false")
+            raise SchemaError(where, f"expected true or false, got {short(item)}", "true, false")
     elif kind == FieldDescriptor.TYPE_STRING:
         if not isinstance(item, str):
-            raise SchemaError(where, f"expected a string, got {item!r}", "a string (quote it in YAML)")
+            raise SchemaError(where, f"expected a string, got {short(item)}", "a string (quote it in YAML)")
 
 
 def _parse_error_path(message: str) -> str:

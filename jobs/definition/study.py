@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.definition.body import GOALS, STUDY_FIELD, VALUE_SPECS, join
-from jobs.definition.errors import FieldError, one_of
+from jobs.definition.errors import FieldError, one_of, short
 
 # The most trials one study holds. Vertex AI's tuning jobs run on Vizier, whose quota page documents "Maximum
 # number of trials in a study: 1,000" (AI Platform Vizier: https://cloud.google.com/ai-platform/optimizer/docs/
@@ -118,14 +118,14 @@ def parse_study(body: dict[str, Any]) -> Study:
         if p.parameter_id in seen:
             raise StudyError(
                 join(p.path, "parameterId"),
-                f"parameter {p.parameter_id!r} is tuned twice",
+                f"parameter {short(p.parameter_id)} is tuned twice",
                 "unique parameterIds",
             )
         seen.add(p.parameter_id)
         if algorithm == "GRID_SEARCH" and p.kind == "DOUBLE":
             raise StudyError(
                 join(p.path, p.spec_field),
-                f"GRID_SEARCH cannot enumerate the DOUBLE parameter {p.parameter_id!r}",
+                f"GRID_SEARCH cannot enumerate the DOUBLE parameter {short(p.parameter_id)}",
                 "integerValueSpec, discreteValueSpec or categoricalValueSpec with GRID_SEARCH",
             )
     return Study(
@@ -153,7 +153,7 @@ def _count(body: dict[str, Any], key: str, default: int) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise StudyError(key, f"{key} is {value!r}", "an integer")
+        raise StudyError(key, f"{key} is {short(value)}", "an integer")
     return value
 
 
@@ -161,7 +161,7 @@ def _enum(spec: dict[str, Any], key: str, allowed: tuple[str, ...], default: str
     value = spec.get(key) or default
     value = default if value == unspecified else value
     if value not in allowed:
-        raise StudyError(join(STUDY_FIELD, key), f"{key} is {value!r}", one_of(allowed))
+        raise StudyError(join(STUDY_FIELD, key), f"{key} is {short(value)}", one_of(allowed))
     return str(value)
 
 
@@ -197,12 +197,12 @@ def _parameter(raw: Any, path: str, conditional: bool) -> Parameter:
     specs = [k for k in TYPE_OF_SPEC if k in raw]
     if len(specs) != 1:
         raise StudyError(
-            path, f"parameter {pid!r} has {len(specs)} value specs", one_of(VALUE_SPECS.values())
+            path, f"parameter {short(pid)} has {len(specs)} value specs", one_of(VALUE_SPECS.values())
         )
     spec_name = specs[0]
     kind, spec, spec_path = TYPE_OF_SPEC[spec_name], raw[spec_name] or {}, join(path, spec_name)
     if not isinstance(spec, dict):
-        raise StudyError(spec_path, f"expected an object, got {spec!r}", f"a {spec_name}")
+        raise StudyError(spec_path, f"expected an object, got {short(spec)}", f"a {spec_name}")
     scale = str(raw.get("scaleType") or LINEAR)
     scale = LINEAR if scale == "SCALE_TYPE_UNSPECIFIED" else scale
     common = {
@@ -257,9 +257,11 @@ def _number(value: Any, path: str, whole: bool) -> float | int:
         except ValueError:
             pass
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise StudyError(path, f"{value!r} is not a number", "a finite number")
+        raise StudyError(path, f"{short(value)} is not a number", "a finite number")
     if whole:
         if value != int(value):
-            raise StudyError(path, f"{value!r} is not a whole number", "an integer for an integerValueSpec")
+            raise StudyError(
+                path, f"{short(value)} is not a whole number", "an integer for an integerValueSpec"
+            )
         return int(value)
     return float(value)

@@ -33,7 +33,7 @@ from jobs.definition.body import (
     split_image,
 )
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
-from jobs.definition.errors import JobError, one_of
+from jobs.definition.errors import JobError, one_of, short
 from jobs.definition.registry import output_prefix
 from jobs.definition.study import StudyError, parse_study
 from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
@@ -114,14 +114,14 @@ def _check_top(job: CompiledJob) -> None:
         if not found:
             raise job.error(
                 "encryptionSpec.kmsKeyName",
-                f"{key!r} is not a Cloud KMS key name",
+                f"{short(key)} is not a Cloud KMS key name",
                 "projects/<p>/locations/<r>/keyRings/<ring>/cryptoKeys/<key>",
             )
         if found.group(1) != job.region:
             raise job.error(
                 "encryptionSpec.kmsKeyName",
-                f"the key is in {found.group(1)}, the job in {job.region}",
-                f"a key in {job.region}",
+                f"the key is in {found.group(1)}, the job in {short(job.region, quote=False)}",
+                f"a key in {short(job.region, quote=False)}",
             )
     labels = job.body.get("labels", {})
     if len(labels) > 64:
@@ -136,7 +136,7 @@ def _check_top(job: CompiledJob) -> None:
         if not LABEL_VALUE.fullmatch(str(value)):
             raise job.error(
                 join("labels", key),
-                f"invalid label value {value!r}",
+                f"invalid label value {short(value)}",
                 "lowercase letters, digits, _ and -, at most 63",
             )
 
@@ -184,11 +184,11 @@ def _check_gs_uris(job: CompiledJob) -> None:
             segments = name.removesuffix("/").split("/") if name else []
             bad = next((s for s in segments if s in ("", ".", "..")), None)
             if not is_bucket_name(bucket):
-                raise job.error(path, f"{uri!r} names no valid bucket", "gs://<bucket>/<path>")
+                raise job.error(path, f"{short(uri)} names no valid bucket", "gs://<bucket>/<path>")
             if bad is not None:
                 raise job.error(
                     path,
-                    f"{uri!r} has a {bad!r} path segment" if bad else f"{uri!r} has an empty path segment",
+                    f"{short(uri)} has " + (f"a {bad!r} path segment" if bad else "an empty path segment"),
                     "gs://<bucket>/<path> with plain segments: no '.', '..' or '//'",
                 )
 
@@ -210,9 +210,9 @@ def _check_service_account(job: CompiledJob, spec_path: str, accounts: Collectio
             f"{allowed}; in the file or as --service-account EMAIL",
         )
     if not isinstance(account, str) or not SERVICE_ACCOUNT.fullmatch(account):
-        raise job.error(where, f"{account!r} is not a service account email", allowed)
+        raise job.error(where, f"{short(account)} is not a service account email", allowed)
     if account not in accounts:
-        raise job.error(where, f"{account!r} is not an account this environment runs jobs as", allowed)
+        raise job.error(where, f"{short(account)} is not an account this environment runs jobs as", allowed)
 
 
 def _check_job_spec(job: CompiledJob, spec_path: str, accounts: Collection[str]) -> None:
@@ -240,7 +240,7 @@ def _check_job_spec(job: CompiledJob, spec_path: str, accounts: Collection[str])
     if prefix is not None and not is_gs(prefix):
         raise job.error(
             join(spec_path, "baseOutputDirectory.outputUriPrefix"),
-            f"{prefix!r} is not a gs:// URI",
+            f"{short(prefix)} is not a gs:// URI",
             "gs://<bucket>/<path>, e.g. ${infra.models_bucket}/<name>/${job.id}",
         )
     _check_service_account(job, spec_path, accounts)
@@ -248,7 +248,7 @@ def _check_job_spec(job: CompiledJob, spec_path: str, accounts: Collection[str])
     if network is not None and not NETWORK.fullmatch(network):
         raise job.error(
             join(spec_path, "network"),
-            f"{network!r} is not a VPC network name",
+            f"{short(network)} is not a VPC network name",
             "projects/<project number>/global/networks/<name>",
         )
     tensorboard = spec.get("tensorboard")
@@ -257,14 +257,14 @@ def _check_job_spec(job: CompiledJob, spec_path: str, accounts: Collection[str])
         if not found:
             raise job.error(
                 join(spec_path, "tensorboard"),
-                f"{tensorboard!r} is not a TensorBoard resource name",
+                f"{short(tensorboard)} is not a TensorBoard resource name",
                 "projects/<p>/locations/<r>/tensorboards/<id>, i.e. ${infra.tensorboard}",
             )
         if found.group(1) != job.region:
             raise job.error(
                 join(spec_path, "tensorboard"),
-                f"TensorBoard is in {found.group(1)}, the job in {job.region}",
-                f"a TensorBoard instance in {job.region}",
+                f"TensorBoard is in {found.group(1)}, the job in {short(job.region, quote=False)}",
+                f"a TensorBoard instance in {short(job.region, quote=False)}",
             )
         if prefix is None:
             raise job.error(
@@ -282,7 +282,7 @@ def _check_env(job: CompiledJob, pool: Pool) -> None:
         if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
             raise job.error(
                 join(where, "name"),
-                f"{name!r} is not an environment variable name",
+                f"{short(name)} is not an environment variable name",
                 "a C identifier: [A-Za-z_][A-Za-z0-9_]*",
             )
         if name in REPLICA_VARIABLES or name.startswith(RESERVED_ENV_PREFIXES):
@@ -348,7 +348,7 @@ def _check_pool(job: CompiledJob, pool: Pool) -> None:
             if not is_gs(uri):
                 raise job.error(
                     join(path, f"pythonPackageSpec.packageUris.{i}"),
-                    f"{uri!r} is not a gs:// URI",
+                    f"{short(uri)} is not a gs:// URI",
                     "${job.package_uri} (the trainer sdist run_job.py uploads)",
                 )
     elif not pool.image:
@@ -366,7 +366,7 @@ def _check_machine(job: CompiledJob, path: str, machine: dict[str, Any]) -> None
     if family is None:
         raise job.error(
             join(path, "machineType"),
-            f"unknown machine type {machine_type!r}",
+            f"unknown machine type {short(machine_type)}",
             machines.allowed_types(machine_type),
         )
     accelerator = machine.get("acceleratorType", "ACCELERATOR_TYPE_UNSPECIFIED")
@@ -412,7 +412,9 @@ def _check_machine(job: CompiledJob, path: str, machine: dict[str, Any]) -> None
         )
     if allowed_topologies and topology not in allowed_topologies:
         raise job.error(
-            join(path, "tpuTopology"), f"topology {topology!r} on {machine_type}", one_of(allowed_topologies)
+            join(path, "tpuTopology"),
+            f"topology {short(topology)} on {machine_type}",
+            one_of(allowed_topologies),
         )
 
 
@@ -454,7 +456,7 @@ def _check_image(job: CompiledJob, pool: Pool, trainer_image: str) -> None:
             "with ${infra.trainer_image}"
         )
         if prebuilt is None or prebuilt.framework != "tf":
-            raise job.error(where, f"{uri!r} is not a prebuilt TensorFlow training image", runnable)
+            raise job.error(where, f"{short(uri)} is not a prebuilt TensorFlow training image", runnable)
         if prebuilt.version < image.PREBUILT_TF_FLOOR:
             keras = " (Keras 2)" if prebuilt.version < (2, 16) else ""
             raise job.error(
@@ -480,7 +482,7 @@ def _check_image(job: CompiledJob, pool: Pool, trainer_image: str) -> None:
     if not found:
         raise job.error(
             where,
-            f"the trainer image tag {tag or '(none)'!r} cannot be resolved to a build",
+            f"the trainer image tag {short(tag or '(none)')} cannot be resolved to a build",
             f"${{infra.trainer_image}}:{wanted}-${{job.image_tag}} (built from this checkout), or "
             f"{wanted}-<hash> of an earlier build",
         )
@@ -593,7 +595,7 @@ def _check_tuned_flag(job: CompiledJob, trainer: TrainerContract, where: str, fl
             others = [m for m in trainer.models_with_flag(flag) if m != name]
             raise job.error(
                 f"{where}.parameterId",
-                f"the trainer has no flag {flag}"
+                f"the trainer has no flag {short(flag, quote=False)}"
                 + (f" for --model {name} (a flag of --model {', '.join(others)})" if others else ""),
                 ", ".join(sorted(f[2:] for f in model.flags if "_" not in f and f != "--help")),
             )
@@ -615,7 +617,7 @@ def _check_metrics(
                 others = [m for m in trainer.models_reporting(wanted) if m != name]
                 raise job.error(
                     f"studySpec.metrics.{i}.metricId",
-                    f"the trainer cannot report {wanted!r}"
+                    f"the trainer cannot report {short(wanted)}"
                     + (f" for --model {name} (--model {', '.join(others)} can)" if others else ""),
                     one_of(model.reportable_metrics),
                 )
@@ -684,7 +686,7 @@ def _check_replicas_run_the_chiefs_program(job: CompiledJob, trainer_pools: list
             raise job.error(
                 pool.field(pool.image_field),
                 f"worker pool {pool.index} runs another program than the chief (pool 0)",
-                f"the chief's image {chief.image!r}: pools 0-2 are replicas of one multi-worker program",
+                f"the chief's image {short(chief.image)}: pools 0-2 are replicas of one multi-worker program",
             )
 
 

@@ -22,7 +22,7 @@ from infra.gcs import BUCKET_URI
 from infra.outputs import BUCKET_OUTPUTS as INFRA_BUCKET_OUTPUTS
 from jobs.definition.body import CUSTOM_JOB, GS, TUNING_JOB, is_gs, spec_field
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
-from jobs.definition.errors import JobError, one_of
+from jobs.definition.errors import JobError, one_of, short
 from jobs.definition.image import RUNNABLE_PREBUILT, parse_prebuilt
 from jobs.definition.machines import FAMILY_NAMES, family_of
 from jobs.definition.study import StudyError, parse_study
@@ -171,25 +171,25 @@ def _count(legacy: LegacyJob, path: str, value: Any, minimum: int | None = 0) ->
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-        raise legacy.error(path, f"{value!r} is not a possible count", f"an integer >= {minimum}")
+        raise legacy.error(path, f"{short(value)} is not a possible count", f"an integer >= {minimum}")
     return value
 
 
 def _number(legacy: LegacyJob, path: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise legacy.error(path, f"{value!r} is not a number", "a finite number")
+        raise legacy.error(path, f"{short(value)} is not a number", "a finite number")
     return value
 
 
 def _text(legacy: LegacyJob, path: str, value: Any, allowed: str = "a string") -> str:
     if not isinstance(value, str) or not value:
-        raise legacy.error(path, f"{value!r} is not a non-empty string", allowed)
+        raise legacy.error(path, f"{short(value)} is not a non-empty string", allowed)
     return value
 
 
 def _enum(legacy: LegacyJob, path: str, value: Any, allowed: Sequence[str]) -> str:
     if not isinstance(value, str) or value.upper() not in allowed:
-        raise legacy.error(path, f"unknown value {value!r}", one_of(allowed))
+        raise legacy.error(path, f"unknown value {short(value)}", one_of(allowed))
     return value.upper()
 
 
@@ -333,7 +333,7 @@ def _machine(
     elif family_of(kind) is not None:
         machine_type = kind
     else:
-        raise legacy.error(path, f"unknown machine type {kind!r}", _machine_names())
+        raise legacy.error(path, f"unknown machine type {short(kind)}", _machine_names())
     config = _get(legacy.job, accel_path)
     if config is not None:
         _check_fields(legacy, accel_path, config, ("count", "type"))
@@ -377,7 +377,7 @@ def _disk(legacy: LegacyJob, path: str, disk: Any) -> dict[str, Any] | None:
         kind = str(disk["bootDiskType"]).lower().replace("_", "-")
         if kind not in ("pd-ssd", "pd-standard"):
             raise legacy.error(
-                f"{path}.bootDiskType", f"unknown value {disk['bootDiskType']!r}", "pd-ssd, pd-standard"
+                f"{path}.bootDiskType", f"unknown value {short(disk['bootDiskType'])}", "pd-ssd, pd-standard"
             )
         out["bootDiskType"] = kind
     if "bootDiskSizeGb" in disk:
@@ -471,13 +471,13 @@ def _args(
     extra_flags = {_flag_name(g[0]) for g in _groups(extra)[1:]}
     model = options.model or contract.model_of([*legacy_args, *extra])
     if contract.model(model) is None:
-        raise JobError(legacy.file, "--model", f"unknown model {model!r}", one_of(contract.models))
+        raise JobError(legacy.file, "--model", f"unknown model {short(model)}", one_of(contract.models))
     flags = contract.model(model).flags
     kept: list[str] = [f"--model={model}"]
     positional, *groups = _groups(legacy_args)
     if positional:
         out.lost.append(
-            (path, f"positional arguments {' '.join(positional)!r}: the trainer takes flags only")
+            (path, f"positional arguments {short(' '.join(positional))}: the trainer takes flags only")
         )
     start = len(positional)
     for group in groups:
@@ -498,7 +498,8 @@ def _args(
                 out.decisions.append(f"args {name}: replaced by the value given to `convert` after `--`")
             continue
         if name not in flags:
-            out.lost.append((at, f"{' '.join(group)}: not a flag of the trainer's {model} model"))
+            shown = short(" ".join(group), quote=False)
+            out.lost.append((at, f"{shown}: not a flag of the trainer's {model} model"))
             continue
         kept.extend(buckets.refer(a) for a in group)
     kept.extend(buckets.refer(a) for g in _groups(extra)[1:] for a in g if _flag_name(g[0]) != "--model")
@@ -574,7 +575,7 @@ def _study(
     elif tag not in model_contract.metric_goals:
         raise legacy.error(
             f"{path}.hyperparameterMetricTag",
-            f"the {model} model reports no metric {tag!r}",
+            f"the {model} model reports no metric {short(tag)}",
             one_of(model_contract.reportable_metrics),
         )
     if "goal" not in spec:
@@ -798,7 +799,7 @@ def _output_dir(legacy: LegacyJob, out: Conversion, buckets: _Buckets, tuning: b
         first = word.parts[0]
         raise legacy.error(path, f"{text}: {first.source} is {first.reason}", shell_values([first]))
     if not is_gs(text):
-        raise legacy.error(path, f"{text!r} is not a gs:// URI", "gs://<bucket>/<path>")
+        raise legacy.error(path, f"{short(text)} is not a gs:// URI", "gs://<bucket>/<path>")
     job_id = legacy.job.get("jobId")
     segments = _segments(word)
     if segments[0][1]:
@@ -861,8 +862,8 @@ def _service_account(legacy: LegacyJob, options: Options, out: Conversion) -> st
     out.lost.append(
         (
             f"{T}.serviceAccount",
-            f"{account} is not an account jobs of environment {options.env} may run as; the job runs as "
-            f"{reference}. To keep it, add it to job_service_accounts in "
+            f"{short(account, quote=False)} is not an account jobs of environment {options.env} may run as; "
+            f"the job runs as {reference}. To keep it, add it to job_service_accounts in "
             f"infra/environments/{options.env}.yaml",
         )
     )
@@ -881,7 +882,7 @@ def _scheduling(legacy: LegacyJob, out: Conversion, spec: dict[str, Any]) -> Non
             value = _text(legacy, f"{path}.{legacy_key}", raw[legacy_key], "a duration such as 7200s")
             if not re.fullmatch(r"\d+(\.\d+)?s", value):
                 raise legacy.error(
-                    f"{path}.{legacy_key}", f"{value!r} is not a duration", "seconds, e.g. 7200s"
+                    f"{path}.{legacy_key}", f"{short(value)} is not a duration", "seconds, e.g. 7200s"
                 )
             scheduling[key] = value
             out.decisions.append(f"scheduling.{legacy_key} {value} -> scheduling.{key}")
@@ -921,7 +922,7 @@ def _encryption(legacy: LegacyJob, out: Conversion) -> str:
         if not all(parts):
             raise legacy.error(
                 f"{path}.kmsKeyName",
-                f"{key!r} is not a full key name",
+                f"{short(key)} is not a full key name",
                 "projects/<p>/locations/<r>/keyRings/<k>/cryptoKeys/<key>",
             )
         key = f"projects/{parts[0]}/locations/{parts[1]}/keyRings/{parts[2]}/cryptoKeys/{key}"
@@ -946,20 +947,23 @@ def _runtime(legacy: LegacyJob, out: Conversion, options: Options, variant: str)
         found = re.fullmatch(r"(\d+)\.(\d+)", text)
         if not found:
             raise legacy.error(
-                f"{T}.runtimeVersion", f"{text!r} is not a runtime version", "such as 1.15 or 2.11"
+                f"{T}.runtimeVersion", f"{short(text)} is not a runtime version", "such as 1.15 or 2.11"
             )
         if int(found.group(1)) == tables.TF1_RUNTIME_MAJOR:
             out.lost.append(
                 (
                     f"{T}.runtimeVersion",
-                    f"runtime {text} ran TensorFlow 1.x: graph-mode sessions, tf.estimator and tf.contrib "
-                    "code does not run on TensorFlow 2; the job runs this repo's Keras 3 trainer instead",
+                    f"runtime {short(text, quote=False)} ran TensorFlow 1.x: graph-mode sessions, "
+                    "tf.estimator and tf.contrib code does not run on TensorFlow 2; the job runs this repo's "
+                    "Keras 3 trainer instead",
                 )
             )
     out.decisions.append(f"runtimeVersion {version or '(unset)'} -> {image}")
     python = training.get("pythonVersion")
     if python is not None and str(python).startswith("2"):
-        out.lost.append((f"{T}.pythonVersion", f"Python {python}: no Vertex AI image runs Python 2"))
+        out.lost.append(
+            (f"{T}.pythonVersion", f"Python {short(python, quote=False)}: no Vertex AI image runs Python 2")
+        )
     elif python is not None:
         out.decisions.append(f"pythonVersion {python} -> the Python of {image.split(' (')[0]}")
     module = training.get("pythonModule")
@@ -968,8 +972,8 @@ def _runtime(legacy: LegacyJob, out: Conversion, options: Options, variant: str)
         out.lost.append(
             (
                 f"{T}.pythonModule",
-                f"{module}: the job runs this repo's trainer (python -m {TRAINER_MODULE}), not the legacy "
-                "package",
+                f"{short(module, quote=False)}: the job runs this repo's trainer (python -m "
+                f"{TRAINER_MODULE}), not the legacy package",
             )
         )
     if packages:
@@ -1012,7 +1016,8 @@ def _reported(legacy: LegacyJob, out: Conversion) -> None:
             out.lost.append(
                 (
                     f"{base}.imageUri",
-                    f"{config['imageUri']}{registry}: the job runs this repo's trainer image",
+                    f"{short(config['imageUri'], quote=False)}{registry}: the job runs this repo's trainer "
+                    "image",
                 )
             )
         for key in ("containerCommand", "containerArgs"):

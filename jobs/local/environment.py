@@ -35,6 +35,7 @@ import socket
 from pathlib import Path
 
 from jobs.definition.body import GS, gs_bucket, gs_uris, rebase_gs
+from jobs.definition.errors import short
 from jobs.definition.machines import is_tpu
 from jobs.local.spec import JobSpec, LocalRunError, PoolSpec
 from trainer.contract import (
@@ -82,10 +83,10 @@ def to_local(value: str, local_root: Path, field: str = "gs:// URI") -> str:
     gs_root = local_root / "gs"
     for uri, bucket, name in gs_uris(value):
         if bucket in ("", ".", ".."):
-            raise LocalRunError(field, f"{uri!r} has no bucket name; use gs://BUCKET/OBJECT")
+            raise LocalRunError(field, f"{short(uri)} has no bucket name; use gs://BUCKET/OBJECT")
         if any(part in (".", "..") for part in name.split("/")):
             raise LocalRunError(
-                field, f"{uri!r} has a '.' or '..' segment, which --local cannot map inside {gs_root}"
+                field, f"{short(uri)} has a '.' or '..' segment, which --local cannot map inside {gs_root}"
             )
         inside(gs_root / bucket / name, local_root, field)
     return rebase_gs(value, str(gs_root))
@@ -280,7 +281,9 @@ def check_module_root(argv: tuple[str, ...], repo_root: Path, path: str) -> None
         import importlib.util
 
         if importlib.util.find_spec(top) is None:
-            raise LocalRunError(path, f"module {argv[1]!r} is not in this repo ({repo_root}) nor installed")
+            raise LocalRunError(
+                path, f"module {short(argv[1])} is not in this repo ({repo_root}) nor installed"
+            )
 
 
 def slug(name: str) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from jobs.definition.body import CUSTOM_JOB, KINDS, is_gs, join, runs_study, spec_field
+from jobs.definition.errors import short
 from jobs.definition.loader import file_kind
 from jobs.local.spec import LocalRunError
 from trainer.contract import HP_METRIC_FILE, JOB_ID
@@ -91,7 +92,7 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
     from jobs.local import capacity, environment, spec
 
     if kind not in KINDS:
-        raise LocalRunError("kind", f"{kind!r}; use {' or '.join(KINDS)}")
+        raise LocalRunError("kind", f"{short(kind)}; use {' or '.join(KINDS)}")
     if not isinstance(body, dict):
         raise LocalRunError("body", "expected the compiled request body (a mapping)")
     image = outputs.get("trainer_image", "")
@@ -200,7 +201,7 @@ def _base_dir(
 
     if uri:
         if not is_gs(uri):  # a local or relative path would sidestep the gs:// mapping and its checks
-            raise LocalRunError(field, f"{uri!r} is not a gs:// URI; use gs://BUCKET/PATH")
+            raise LocalRunError(field, f"{short(uri)} is not a gs:// URI; use gs://BUCKET/PATH")
         base = Path(environment.to_local(uri, local_root, field).rstrip("/"))
     else:
         base = local_root / "runs" / f"{environment.slug(name)}-{time.strftime('%Y%m%d-%H%M%S')}"

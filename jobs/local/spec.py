@@ -13,7 +13,7 @@ from typing import Any
 
 from jobs.definition import body as job_body
 from jobs.definition.body import STUDY_FIELD, TUNING_JOB, image_name, join, spec_field
-from jobs.definition.errors import FieldError
+from jobs.definition.errors import FieldError, short
 from jobs.definition.study import Parameter, StudyError, grid_points, parse_study
 from trainer.contract import TRAINER_MODULE, WORKER_POOLS
 
@@ -79,7 +79,7 @@ def _int(value: Any, path: str) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise LocalRunError(path, f"{value!r} is not an integer") from None
+        raise LocalRunError(path, f"{short(value)} is not an integer") from None
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -89,12 +89,12 @@ def _env_pairs(items: list[Any], path: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or "name" not in item:
-            raise LocalRunError(join(path, i), f"expected {{name, value}}, got {item!r}")
+            raise LocalRunError(join(path, i), f"expected {{name, value}}, got {short(item)}")
         name, value = str(item["name"]), str(item.get("value", ""))
         # What a process environment cannot hold (exec would refuse it with a traceback, mid-launch).
         if not _ENV_NAME.fullmatch(name):
             raise LocalRunError(
-                join(path, i, "name"), f"{name!r}; use letters, digits and _, not first a digit"
+                join(path, i, "name"), f"{short(name)}; use letters, digits and _, not first a digit"
             )
         _no_nul(value, join(path, i, "value"))
         pairs.append((name, value))
@@ -103,7 +103,9 @@ def _env_pairs(items: list[Any], path: str) -> tuple[tuple[str, str], ...]:
 
 def _no_nul(value: str, path: str) -> None:
     if "\0" in value:
-        raise LocalRunError(path, f"{value!r} holds a NUL character, which no command line or env can carry")
+        raise LocalRunError(
+            path, f"{short(value)} holds a NUL character, which no command line or env can carry"
+        )
 
 
 def _container_argv(pool: job_body.Pool, trainer_image: str) -> tuple[str, ...]:
@@ -121,16 +123,16 @@ def _container_argv(pool: job_body.Pool, trainer_image: str) -> tuple[str, ...]:
             return ("-m", *command[2:], *args)
         raise LocalRunError(
             pool.field(pool.program_field, "command"),
-            f"{' '.join(command)!r} cannot run locally (no Docker engine here); a container job runs locally "
-            "only when its command is `python -m trainer.<module>` or it uses the trainer image without a "
-            "command",
+            f"{short(' '.join(command))} cannot run locally (no Docker engine here); a container job runs "
+            "locally only when its command is `python -m trainer.<module>` or it uses the trainer image "
+            "without a command",
         )
     if trainer_image and image_name(image) == image_name(trainer_image):
         # The trainer image's entrypoint is `python -m trainer.task` (built from this repo).
         return ("-m", TRAINER_MODULE, *args)
     raise LocalRunError(
         pool.field(pool.image_field),
-        f"{image!r} cannot run locally (no Docker engine here); only this repo's trainer image "
+        f"{short(image)} cannot run locally (no Docker engine here); only this repo's trainer image "
         f"({trainer_image or '${infra.trainer_image}'}) or a `python -m trainer.<module>` command can",
     )
 
@@ -198,7 +200,7 @@ def parse_job_spec(spec: Any, path: str, trainer_image: str = "") -> JobSpec:
     scheduling = spec.get("scheduling") or {}
     for name, value in (("baseOutputDirectory", base_dir), ("scheduling", scheduling)):
         if not isinstance(value, dict):
-            raise LocalRunError(join(path, name), f"expected an object, got {value!r}")
+            raise LocalRunError(join(path, name), f"expected an object, got {short(value)}")
     return JobSpec(
         pools=tuple(pools),
         base_output_uri=str(base_dir.get("outputUriPrefix", "") or ""),
@@ -212,7 +214,7 @@ def _duration(value: Any, path: str) -> float | None:
         return None
     seconds = job_body.duration_seconds(str(value))
     if seconds is None or seconds < 0:
-        raise LocalRunError(path, f"{value!r} is not a duration; use seconds like '3600s'")
+        raise LocalRunError(path, f"{short(value)} is not a duration; use seconds like '3600s'")
     return seconds or None
 
 
