@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the trainer image variants with Cloud Build, unless Artifact Registry already has their tags.
 
-Usage (from the repo root, inside the Pipenv environment):
+Usage (from the repo root, with .venv/bin/python or after `. .venv/bin/activate`):
   python scripts/build_image.py --env prod                       # cpu, gpu and tpu: build what is missing
   python scripts/build_image.py --env dev --variant cpu --dry-run  # the plan and the exact build requests
   python scripts/build_image.py --print-tag                      # this checkout's tags, as JSON

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the trainer image's pinned, hashed requirements files (docker/requirements-*.txt).
 
-Usage (from the repo root, inside the Pipenv environment, so that the locked distributions are installed):
+Usage (from the repo root, with .venv/bin/python or after `. .venv/bin/activate`: the locked distributions):
   python scripts/image_requirements.py            # regenerate the files (reads PyPI for what the lock lacks)
   python scripts/image_requirements.py --check    # offline: exit 1 if a generated file is out of date
   python scripts/image_requirements.py --upgrade  # also re-pick the packages the lock does not pin

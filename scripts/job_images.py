@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which image and which TensorFlow each job definition runs the trainer on, and whether validation passes.
 
-Usage (from the repo root, inside the Pipenv environment; offline, no TensorFlow import):
+Usage (from the repo root, with .venv/bin/python or after `. .venv/bin/activate`; offline, no TensorFlow):
   python scripts/job_images.py                     # every jobs/*.yaml, with the dev environment's outputs
   python scripts/job_images.py jobs/census_tpu.yaml --env prod
 

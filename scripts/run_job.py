@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validate, build, submit and follow a Vertex AI training or tuning job defined in jobs/*.yaml.
 
-Examples (from the repo root, inside the Pipenv environment):
+Examples (from the repo root; python is .venv/bin/python, or python after `. .venv/bin/activate`):
   python scripts/run_job.py jobs/census_cpu.yaml --dry-run         # print the exact request; no cloud, no TF
   python scripts/run_job.py jobs/census_tuning.yaml --local        # run the study on this machine
   python scripts/run_job.py jobs/census_cpu.yaml --env dev         # build image if missing, submit, follow
