@@ -786,6 +786,102 @@ def test_bad_scripts_are_one_line(tmp_path, text, part):
     assert not (tmp_path / "out.yaml").exists()
 
 
+SUBMIT_REGION = "gcloud ai-platform jobs submit training j --scale-tier BASIC --region $REGION " + " ".join(
+    ARGS
+)
+# What a script does to $REGION on line 2, between assigning it and submitting with it on line 3, that
+# convert cannot follow: refused naming the construct, its line and the --var that gives the value.
+UNFOLLOWED = [
+    (". ./vars.sh", "possibly set by `. ./vars.sh` (line 2)"),
+    ("source ./vars.sh", "possibly set by `source ./vars.sh` (line 2)"),
+    ('eval "$(./env.sh)"', "possibly set by `eval $(./env.sh)` (line 2)"),
+    ("read REGION", "set by `read REGION` (line 2)"),
+    ('[ -n "$EU" ] && REGION=europe-west4', "assigned after `&&` (line 2)"),
+    ('test -z "$EU" || REGION=europe-west4', "assigned after `||` (line 2)"),
+    ("cd /srv && export REGION=europe-west4", "assigned after `&&` (line 2)"),
+    ('[ -n "$EU" ] && unset REGION', "unset after `&&` (line 2)"),
+    ("declare -l REGION=US-CENTRAL1", "set by `declare -l REGION=US-CENTRAL1` (line 2)"),
+    ("mapfile -t REGION < regions.txt", "set by `mapfile -t REGION < regions.txt` (line 2)"),
+    ("readarray REGION", "set by `readarray REGION` (line 2)"),
+    ("getopts r: REGION", "set by `getopts r: REGION` (line 2)"),
+    ("let REGION=1", "set by `let REGION=1` (line 2)"),
+    ("(( REGION++ ))", "set by `(( REGION++ ))` (line 2)"),
+    ("printf -v REGION '%s' europe-west4", "set by `printf -v REGION %s europe-west4` (line 2)"),
+    ("for REGION in us-central1 europe-west4; do :; done", "assigned inside `for` (line 2)"),
+    ("REGION=(us-central1 europe-west4)", "an array assignment (line 2)"),
+]
+
+
+def refused(tmp_path, text):
+    """Convert a submit script that must be refused: exit 2, nothing printed or written. (path, stderr)"""
+    path = _write(tmp_path / "submit.sh", text)
+    rc, out, err = convert(path, "-o", tmp_path / "out.yaml")
+    assert rc == 2 and out == "" and not (tmp_path / "out.yaml").exists()
+    return path, err
+
+
+@pytest.mark.parametrize("construct, reason", UNFOLLOWED, ids=[c for c, _ in UNFOLLOWED])
+def test_what_convert_cannot_follow_is_refused_naming_line_and_construct(tmp_path, construct, reason):
+    path, err = refused(tmp_path, f"REGION=us-central1\n{construct}\n{SUBMIT_REGION}\n")
+    assert err == (
+        f"{path}: --region: $REGION is {reason}, known only when the script runs (line 3); "
+        "allowed: run_job.py convert FILE --var REGION=VALUE (what the script ran with), "
+        "or literal values in the script\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "construct",
+    [
+        "unset UNUSED",
+        "read OTHER",
+        '[ -n "$EU" ] && OTHER=1',
+        "export -n REGION",
+        "(( N > 1 ))",
+        "set -- europe-west4",
+        ". ./vars.sh\nREGION=us-central1",  # assigned again after the file
+        "cat <<EOF\nREGION=europe-west4\nEOF",
+    ],
+)
+def test_what_leaves_the_value_alone_converts(tmp_path, construct):
+    rc, _, err = convert(
+        _write(tmp_path / "submit.sh", f"REGION=us-central1\n{construct}\n{SUBMIT_REGION}\n")
+    )
+    assert rc == 0, err
+
+
+def test_a_sourced_file_refuses_only_what_the_caller_does_not_give(tmp_path):
+    # The file may set REGION over the script's own value: only the caller knows what it held.
+    text = f"REGION=us-central1\n. ./vars.sh\nunset UNUSED\n{SUBMIT_REGION}\n"
+    rc, _, err = convert(_write(tmp_path / "submit.sh", text))
+    assert (
+        rc == 2 and "$REGION is possibly set by `. ./vars.sh` (line 2)" in err and "--var REGION=VALUE" in err
+    )
+    rc, out, err = convert(tmp_path / "submit.sh", "--var", "REGION=europe-west4")
+    assert rc == 0, err
+    assert "# - region europe-west4 -> the environment's region" in out
+
+
+def test_here_document_lines_are_no_submit_commands(tmp_path):
+    gcloud = "gcloud ai-platform jobs submit training inside --region elsewhere\n"
+    script = f"{SUBMIT_REGION}\ncat > NOTES.md <<'EOF'\n" + gcloud * 21 + "EOF\n"
+    rc, _, err = convert(_write(tmp_path / "submit.sh", script), "--var", "REGION=us-central1")
+    assert rc == 0, err
+    # A second real one is counted, and only it: the body's 21 are data.
+    rc, _, err = convert(_write(tmp_path / "submit.sh", script + SUBMIT_REGION + "\n"))
+    assert rc == 2 and err.endswith(
+        "submit.sh: line 25: 2 submit commands (lines 1, 25); allowed: one per script\n"
+    )
+
+
+def test_an_unterminated_here_document_is_one_line(tmp_path):
+    path, err = refused(tmp_path, f"cat <<EOF\nnotes\n{SUBMIT_REGION}\n")
+    assert err == (
+        f"{path}: line 1: the here-document <<EOF is never closed: no line 'EOF' follows; "
+        "allowed: a here-document ended by a line holding only its delimiter word\n"
+    )
+
+
 def test_hostile_files_fail_fast(tmp_path):
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)

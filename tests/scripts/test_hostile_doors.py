@@ -266,6 +266,54 @@ HOSTILE = [
         "--labels: the converted definition would be",
         2,
     ),
+    (
+        "shell-unterminated-heredoc",
+        _convert_door(),
+        _file("train.sh", SCRIPT + "cat <<EOF\n" + "x\n" * 400_000 + SUBMIT + DATA),
+        "line 2: the here-document <<EOF is never closed",
+        2,
+    ),
+    (
+        "shell-100000-heredocs-on-one-line",
+        _convert_door(),
+        _file(
+            "train.sh",
+            SCRIPT + "cat" + " <<A" * 100_000 + "\n" + "A\n" * 100_000 + SUBMIT + " --bogus" + DATA,
+        ),
+        "--bogus: not a flag",
+        2,
+    ),
+    (
+        "shell-40000-unclosed-arithmetic-fors",
+        _convert_door(),
+        _file("train.sh", SCRIPT + "for ((;done;" * 40_000 + "\n" + SUBMIT + " --bogus" + DATA),
+        "--bogus: not a flag",
+        2,
+    ),
+    (
+        "shell-arithmetic-unclosed-brackets",
+        _convert_door(),
+        _file("train.sh", SCRIPT + "(( " + "a[" * 300_000 + " ))\n" + SUBMIT + " --bogus" + DATA),
+        "--bogus: not a flag",
+        2,
+    ),
+    (
+        "shell-10000-sources-and-calls",
+        _convert_door(),
+        _file(
+            "train.sh",
+            SCRIPT
+            + "f() { "
+            + " ".join(f"V{i}=1;" for i in range(3000))
+            + " }\n"
+            + "A=1\n. ./x.sh\nf\n" * 10_000
+            + SUBMIT
+            + " --bogus"
+            + DATA,
+        ),
+        "--bogus: not a flag",
+        2,
+    ),
     ("shell-fifo", _convert_door(), _fifo("train.sh"), "not a regular file (a FIFO)", 2),
     (
         "json-3000-deep",
