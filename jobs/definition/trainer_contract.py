@@ -12,17 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-# The module Vertex runs for this repo's python package and its metric flag, as the trainer defines them.
-from trainer.contract import METRIC_FLAG, TRAINER_MODULE
-
-__all__ = [
-    "METRIC_FLAG",
-    "TRAINER_MODULE",
-    "ModelContract",
-    "TrainerArgsError",
-    "TrainerContract",
-    "load_trainer_contract",
-]
+# The module Vertex runs for this repo's python package, as the trainer defines it.
+from trainer.contract import TRAINER_MODULE
 
 
 class TrainerArgsError(ValueError):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 # Job labels follow the Google Cloud label rules the infra config already checks: one spelling of them.
+from common.gcs import is_bucket_name
 from infra.config import LABEL_KEY, LABEL_VALUE
 from jobs.definition import image, machines
 from jobs.definition.body import (
@@ -24,16 +25,14 @@ from jobs.definition.body import (
     VALUE_SPECS,
     Pool,
     gs_uris,
-    is_bucket_name,
     is_gs,
     join,
     pools,
-    runs_study,
-    spec_field,
     split_image,
 )
-from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
+from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE, CompiledJob
 from jobs.definition.errors import JobError, one_of
+from jobs.definition.kinds import TUNING_JOB, runs_study, spec_field
 from jobs.definition.registry import output_prefix
 from jobs.definition.study import StudyError, parse_study
 from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract

@@ -18,18 +18,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.gcs import BUCKET_URI
+from common.gcs import BUCKET_URI, GS
 from infra.outputs import BUCKET_OUTPUTS as INFRA_BUCKET_OUTPUTS
-from jobs.definition.body import CUSTOM_JOB, GS, TUNING_JOB, is_gs, spec_field
+from jobs.definition.body import is_gs
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
 from jobs.definition.errors import JobError, one_of
 from jobs.definition.image import RUNNABLE_PREBUILT, parse_prebuilt
+from jobs.definition.kinds import CUSTOM_JOB, TUNING_JOB, spec_field
 from jobs.definition.machines import FAMILY_NAMES, family_of
 from jobs.definition.study import StudyError, parse_study
-from jobs.definition.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
+from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
 from jobs.legacy import tables
 from jobs.legacy.shell import Unknown, Word
 from jobs.legacy.source import TRAINING_INPUT, LegacyJob, shell_values
+from trainer.contract import METRIC_FLAG, TRAINER_MODULE
 
 T = TRAINING_INPUT
 # The outputs whose buckets a legacy gs:// path may turn out to be (infra's bucket outputs), in the order they

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import IO
 
-from jobs.definition.body import CUSTOM_JOB, KINDS, is_gs, join, runs_study, spec_field
-from jobs.definition.loader import file_kind
+from common.reader import file_kind
+from jobs.definition.body import is_gs, join
+from jobs.definition.kinds import CUSTOM_JOB, KINDS, runs_study, spec_field
 from jobs.local.spec import LocalRunError
 from trainer.contract import HP_METRIC_FILE, JOB_ID
 

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.definition import body as job_body
-from jobs.definition.body import STUDY_FIELD, TUNING_JOB, image_name, join, spec_field
+from jobs.definition.body import STUDY_FIELD, image_name, join
 from jobs.definition.errors import FieldError
+from jobs.definition.kinds import TUNING_JOB, spec_field
 from jobs.definition.study import Parameter, StudyError, grid_points, parse_study
+from jobs.definition.validate import ENV_NAME
 from trainer.contract import TRAINER_MODULE, WORKER_POOLS
 
 
@@ -82,9 +84,6 @@ def _int(value: Any, path: str) -> int:
         raise LocalRunError(path, f"{value!r} is not an integer") from None
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def _env_pairs(items: list[Any], path: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for i, item in enumerate(items):
@@ -92,7 +91,7 @@ def _env_pairs(items: list[Any], path: str) -> tuple[tuple[str, str], ...]:
             raise LocalRunError(join(path, i), f"expected {{name, value}}, got {item!r}")
         name, value = str(item["name"]), str(item.get("value", ""))
         # What a process environment cannot hold (exec would refuse it with a traceback, mid-launch).
-        if not _ENV_NAME.fullmatch(name):
+        if not ENV_NAME.fullmatch(name):
             raise LocalRunError(
                 join(path, i, "name"), f"{name!r}; use letters, digits and _, not first a digit"
             )

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from jobs.definition.body import TUNING_JOB, join, spec_field
+from jobs.definition.body import join
+from jobs.definition.kinds import TUNING_JOB, spec_field
 from jobs.local import capacity, environment, launcher, report, search_space, spec
 from jobs.local.environment import local_job_id, slug
 from jobs.local.spec import LocalRunError, StudyConfig

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jobs.definition.body import spec_field
+from jobs.definition.kinds import spec_field
 from jobs.local import capacity, spec
 from jobs.local.run import run_local
 from jobs.local.spec import LocalRunError
