@@ -33,6 +33,12 @@ class ModelContract:
     def reportable_metrics(self) -> tuple[str, ...]:
         return tuple(self.metric_goals)
 
+    def wrong_goal(self, metric: str, goal: str) -> str | None:
+        """The goal that improves ``metric`` (one this model reports) when ``goal`` pursues the other
+        direction, else None: the one rule for a study's, a registry's and a legacy job's goal."""
+        expected = self.metric_goals[metric]
+        return expected if goal != expected else None
+
 
 @dataclass(frozen=True)
 class TrainerContract:

@@ -582,10 +582,9 @@ def _study(
     if "goal" not in spec:
         raise legacy.error(f"{path}.goal", "missing", one_of(tables.GOALS))
     goal = _enum(legacy, f"{path}.goal", spec["goal"], tables.GOALS)
-    if goal != model_contract.metric_goals[tag]:
-        raise legacy.error(
-            f"{path}.goal", f"{goal} {tag} tunes toward a worse model", f"{model_contract.metric_goals[tag]}"
-        )
+    expected = model_contract.wrong_goal(tag, goal)
+    if expected:
+        raise legacy.error(f"{path}.goal", f"{goal} {tag} tunes toward a worse model", expected)
     algorithm = _enum(
         legacy, f"{path}.algorithm", spec.get("algorithm", "ALGORITHM_UNSPECIFIED"), tables.ALGORITHMS
     )
