@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-# Stand-in until jobs/cli/convert.py (edited on another branch) imports it from common.gcs; delete then.
 from common.gcs import (
     GS,
-    is_bucket_name,  # noqa: F401
+    is_bucket_name,  # noqa: F401 - a stand-in until jobs/cli/convert.py imports it from common.gcs
 )
 from jobs.definition.kinds import spec_field
 

@@ -20,11 +20,9 @@ from typing import Any
 import yaml
 
 from common import reader
-
-# Stand-in until jobs/cli/convert.py (edited on another branch) imports it from common.reader; delete then.
 from common.reader import (
     MAX_FILE_BYTES,
-    file_kind,  # noqa: F401
+    file_kind,  # noqa: F401 - a stand-in until jobs/cli/convert.py imports it from common.reader
 )
 from jobs.definition.errors import JobError
 
