@@ -8,7 +8,7 @@ Every error is a `ConfigError` whose message is one line naming the file, the fi
 `INFRA_ENVIRONMENTS_DIR` points the loader at another directory of configs (tests use it; so can forks that
 keep their real configs outside the repo).
 
-The file is read by infra/reader.py, the one bounded reader of every input the tools parse, with its limits
+The file is read by common/reader.py, the one bounded reader of every input the tools parse, with its limits
 (a regular file of at most 1 MiB, printable text, 32 levels, 50,000 values counting YAML aliases each time
 they are used, numbers of at most 40 characters); a config holds at most ``MAX_SCHEDULES`` schedules. Every
 pattern matches the whole value (`fullmatch`: `^...$` with `re.match` lets a trailing newline through), so
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from infra import reader
+from common import reader
+from common.gcs import UNDOTTED_BUCKET_NAME
 from infra.cron import CronError, parse_cron
-from infra.gcs import UNDOTTED_BUCKET_NAME
 from infra.schedules import MIN_SCHEDULE_GAP_MINUTES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -46,16 +46,16 @@ ALLOWED_FILE = "a regular UTF-8 YAML file such as infra/environments/dev.yaml"
 MAX_PREFIX_LEN = 21
 
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
-# Also the patterns infra.constructs.validation checks construct props with: one spelling of each rule.
+# Also the patterns construct props are checked with (infra/constructs/ import them from here): one spelling.
 PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 PROJECT_NUMBER = re.compile(r"^[1-9][0-9]{5,19}$")
 # Regions are <area>-<direction><digit>: us-central1, europe-west4, northamerica-northeast2, me-central2.
 REGION = re.compile(r"^[a-z]+-[a-z]+[1-9][0-9]?$")
 _PREFIX = re.compile(rf"^[a-z][a-z0-9-]{{1,{MAX_PREFIX_LEN - 2}}}[a-z0-9]$")
-# The undotted rule (infra.gcs says why); jobs/ reads gs:// URIs with infra.gcs.is_bucket_name.
+# The undotted rule (common.gcs says why); jobs/ reads gs:// URIs with common.gcs.is_bucket_name.
 BUCKET_NAME = UNDOTTED_BUCKET_NAME
 _GITHUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-_BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
+BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
 MEMBER = re.compile(r"^(user|group|serviceAccount|domain|principal|principalSet):\S+$")
 # A service account email (6-30 char account id, in a project whose id has the same shape).
 SERVICE_ACCOUNT_EMAIL = re.compile(
@@ -306,7 +306,7 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
             repository_id=_check(path, "github.repository_id", gh["repository_id"], _positive_int(10**12),
                                  "the numeric id from `gh api repos/OWNER/REPO --jq .id`"),
             deploy_branch=_check(path, "github.deploy_branch", gh.get("deploy_branch", "main"),
-                                 _str_matching(_BRANCH), "a branch name such as main"),
+                                 _str_matching(BRANCH), "a branch name such as main"),
         ),
         job_submitters=tuple(submitters),
         job_service_accounts=tuple(accounts),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from infra import reader
+from common import reader
 from infra.config import ConfigError, EnvironmentConfig, config_error, load_environment
 from infra.naming import (
     ResourceNames,
@@ -168,7 +168,7 @@ def _has_stack(path: Path, env: str) -> bool:
 
 
 def _read_json(path: Path) -> Any:
-    """The outputs file, read within infra.reader's limits (a regular file, size, depth, numbers)."""
+    """The outputs file, read within common.reader's limits (a regular file, size, depth, numbers)."""
     allowed = "the CLI's outputs file"
     try:
         return reader.plain_json(reader.read_text(path, allowed), str(path), allowed)

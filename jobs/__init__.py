@@ -20,5 +20,9 @@ Layers, each importing only those above it in this list (tests/jobs/test_layers.
 - ``cli/``: the command lines (run_job.py, its ``convert``, ``report`` and ``serve`` verbs, build_image.py),
   which reach the layers above only through ``api``; nothing imports them but scripts/ and tests.
 
+Every layer may import what lies below jobs/: ``common/`` (helpers infra/ uses too) and the data contracts
+of infra/ and trainer/ (tests/test_layers.py). jobs/README.md's "Where new code goes" says where a new kind,
+verb or helper goes.
+
 Importing this package imports nothing heavy.
 """

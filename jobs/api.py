@@ -32,7 +32,10 @@ from typing import TextIO
 
 # The refusal every function raises, and how a command line shortens a value it repeats: re-exported, so the
 # command lines import nothing below this module (tests/jobs/test_layers.py).
-from jobs.definition.errors import SHORT_NAME, JobError, one_line, short  # noqa: F401
+from jobs.definition.errors import SHORT_NAME as SHORT_NAME
+from jobs.definition.errors import JobError as JobError
+from jobs.definition.errors import one_line as one_line
+from jobs.definition.errors import short as short
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The environment a command uses when none is named (run_job.py, build_image.py, convert, job_images.py).
@@ -89,9 +92,9 @@ def load_outputs(env: str, outputs_file: Path | None, file: str) -> dict[str, st
         )
     try:
         return dict(infra_outputs.resolve_outputs(env, outputs_file=outputs_file))
-    except ValueError as exc:  # infra.config.ConfigError: names its own file (config or outputs) and field
-        if all(hasattr(exc, a) for a in ("path", "field", "problem")):
-            raise JobError(exc.path, exc.field, exc.problem) from None
+    except infra_config.ConfigError as exc:  # names its own file (config or outputs) and field
+        raise JobError(exc.path, exc.field, exc.problem) from None
+    except ValueError as exc:
         raise JobError(file, "--env", " ".join(str(exc).split()) or type(exc).__name__) from None
 
 
@@ -393,7 +396,7 @@ def legacy_variables(items: Sequence[str], file: str) -> dict[str, str]:
 
 def legacy_bucket_map(items: Sequence[str], file: str) -> tuple[tuple[str, str], ...]:
     """``convert --map-bucket gs://OLD=OUTPUT`` items as (gs://OLD, infra output) pairs."""
-    from jobs.definition.body import GS, is_bucket_name
+    from common.gcs import GS, is_bucket_name
     from jobs.legacy.convert import BUCKET_OUTPUTS
 
     pairs = []
@@ -414,7 +417,7 @@ def write_definition(output: str, text: str, force: bool) -> None:
     replaced whole; never through a symbolic link."""
     import stat
 
-    from jobs.definition.loader import file_kind
+    from common.reader import file_kind
 
     target = Path(output)
     if os.path.lexists(target):

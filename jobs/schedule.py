@@ -26,9 +26,10 @@ from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
 from infra.outputs import planned_outputs
 from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRegistration, ScheduledRun
 from jobs.api import REPO_ROOT
-from jobs.definition.body import CUSTOM_JOB, duration_seconds, spec_field
+from jobs.definition.body import duration_seconds
 from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
 from jobs.definition.errors import JobError, short
+from jobs.definition.kinds import CUSTOM_JOB, spec_field
 
 # Ids look like <name>-<yyyymmdd>-<hhmmss>-<6 chars>; the placeholder has that shape, spelled out.
 PLACEHOLDER_SUFFIX = "yyyymmdd-hhmmss-xxxxxx"

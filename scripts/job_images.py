@@ -21,8 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from jobs.api import DEFAULT_ENV, compile_file, load_outputs  # noqa: E402 - after the path setup above
+from jobs.definition.body import split_image  # noqa: E402
 from jobs.definition.errors import JobError  # noqa: E402
-from jobs.definition.image import parse_prebuilt, split_image, variant_for_machine  # noqa: E402
+from jobs.definition.image import parse_prebuilt, variant_for_machine  # noqa: E402
 
 
 def pinned(variant: str, package: str) -> str:

@@ -4,6 +4,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from infra.cdk import Construct, TerraformResource, TerraformResourceLifecycle
+from infra.config import BUCKET_NAME
 from infra.constructs import Grant, checkov_skip
 from infra.constructs import validation as v
 from infra.google import (
@@ -39,7 +40,7 @@ class BucketProps:
     def validate(self, where: str) -> None:
         name = self.name
         # GCS refuses names that start with "goog" or contain "google" (and near misspellings of it).
-        v.check(where, "name", name, v.matches(v.BUCKET_NAME, name) and not name.startswith("goog")
+        v.check(where, "name", name, v.matches(BUCKET_NAME, name) and not name.startswith("goog")
                 and not any(word in name for word in ("google", "g00gle", "go0gle", "g0ogle")),
                 "a GCS bucket name: 3-63 lowercase letters, digits, '-' or '_', starting and ending with a "
                 "letter or digit, not starting with 'goog' or containing 'google'")

@@ -4,6 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
+from infra.config import BRANCH
 from infra.constructs import BUILDS_EDITOR, role_id, skip_justified_project_role
 from infra.constructs import validation as v
 from infra.google import (
@@ -76,7 +77,7 @@ class GithubCiIdentityProps:
         # Both are quoted into the provider's CEL condition: no quotes, no spaces.
         v.check_str(where, "repository", self.repository, v.GITHUB_REPOSITORY, "OWNER/NAME on GitHub")
         v.check_positive(where, "repository_id", self.repository_id, 10**12)
-        v.check_str(where, "deploy_branch", self.deploy_branch, v.BRANCH, "a branch name such as main")
+        v.check_str(where, "deploy_branch", self.deploy_branch, BRANCH, "a branch name such as main")
         v.check_str(where, "deployer_account_id", self.deployer_account_id, v.ACCOUNT_ID,
                     "6-30 lowercase letters, digits or hyphens, starting with a letter")
         v.check_roles(where, "project_roles", self.project_roles)

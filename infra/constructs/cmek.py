@@ -4,6 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infra.cdk import Construct, ITerraformDependable
+from infra.config import KMS_KEY
 from infra.constructs import Grant
 from infra.constructs import validation as v
 from infra.google import KmsCryptoKeyIamMember
@@ -17,7 +18,7 @@ class CmekKeyProps:
     depends_on: Sequence[ITerraformDependable] = ()
 
     def validate(self, where: str) -> None:
-        v.check(where, "kms_key", self.kms_key, v.matches(v.KMS_KEY, self.kms_key),
+        v.check(where, "kms_key", self.kms_key, v.matches(KMS_KEY, self.kms_key),
                 "projects/P/locations/L/keyRings/R/cryptoKeys/K")
         v.check(where, "grants", self.grants, bool(self.grants), "at least one grant (else: no CmekKey)")
         v.check_grants(where, self.grants)

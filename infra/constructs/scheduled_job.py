@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
+from infra.config import LABEL_KEY, LABEL_VALUE, SERVICE_ACCOUNT_EMAIL
 from infra.constructs import validation as v
 from infra.google import (
     CloudSchedulerJob,
@@ -61,7 +62,7 @@ class ScheduledJobProps:
                 f"projects/{self.project}/locations/<region>: jobs of this project")
         v.check(where, "run.body", self.run.body, self.run.run_id_placeholder in self.run.body,
                 "a request that names its run id (the placeholder) somewhere, e.g. displayName")
-        v.check_str(where, "service_account", self.service_account, v.SERVICE_ACCOUNT_EMAIL,
+        v.check_str(where, "service_account", self.service_account, SERVICE_ACCOUNT_EMAIL,
                     "a service account email")
         for i, item in enumerate(self.late_values):
             v.check(where, f"late_values[{i}]", item, isinstance(item, tuple) and len(item) == 3
@@ -84,7 +85,7 @@ def check_registration(where: str, run: ScheduledRun) -> None:
             and all(v.matches(ALIAS, a) for a in reg.aliases) and len(set(reg.aliases)) == len(reg.aliases),
             "a tuple of distinct version aliases such as production ([a-z][a-zA-Z0-9-]*, 2-128 characters)")
     # The metric names a label of each version, beside the run's: the definition's labels leave them room.
-    v.check_str(where, f"{name}.metric", reg.metric, v.LABEL_KEY, "a metric id that is a label key")
+    v.check_str(where, f"{name}.metric", reg.metric, LABEL_KEY, "a metric id that is a label key")
     v.check(where, f"{name}.goal", reg.goal, reg.goal in GOALS, " or ".join(GOALS))
     labels = dict(reg.labels) if isinstance(reg.labels, tuple) else None
     most = v.MAX_LABELS - 2
@@ -103,7 +104,7 @@ def check_registration(where: str, run: ScheduledRun) -> None:
     v.check(where, "run.body.displayName", display,
             isinstance(display, str) and run.run_id_placeholder in display,
             "the run id (the placeholder): a registered version is found again by the run id in it")
-    v.check_str(where, "run.run_id_placeholder", run.run_id_placeholder.lower(), v.LABEL_VALUE,
+    v.check_str(where, "run.run_id_placeholder", run.run_id_placeholder.lower(), LABEL_VALUE,
                 f"a run id that, lowercased, is a label value ({JOB_LABEL}): at most 63 characters")
 
 

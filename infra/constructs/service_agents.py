@@ -4,9 +4,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
+from infra.config import PROJECT_NUMBER
 from infra.constructs import validation as v
 from infra.google import DataGoogleStorageProjectServiceAccount
-from infra.naming import (  # noqa: F401 - the domains, also by name for importers of this module
+from infra.naming import (
     ARTIFACT_REGISTRY_AGENT_DOMAIN,
     CLOUD_TPU_AGENT_DOMAIN,
     CLOUD_TPU_VM_AGENT_DOMAIN,
@@ -28,7 +29,7 @@ class ServiceAgentsProps:
     def validate(self, where: str) -> None:
         v.check_project(where, self.project)
         # The agents' emails are built from it: a wrong number names accounts that do not exist.
-        v.check_str(where, "project_number", self.project_number, v.PROJECT_NUMBER,
+        v.check_str(where, "project_number", self.project_number, PROJECT_NUMBER,
                     "the project's number as a string, e.g. \"123456789012\"")
         v.check_bool(where, "with_storage_agent", self.with_storage_agent)
 

@@ -15,17 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from infra.config import (  # noqa: F401 - the config's rules, used here and by name in the constructs
-    BUCKET_NAME,
-    KMS_KEY,
-    LABEL_KEY,
-    LABEL_VALUE,
-    MEMBER,
-    PROJECT_ID,
-    PROJECT_NUMBER,
-    REGION,
-    SERVICE_ACCOUNT_EMAIL,
-)
+from infra.config import KMS_KEY, LABEL_KEY, LABEL_VALUE, MEMBER, PROJECT_ID, REGION
 from infra.constructs import Grant
 
 # Service account ids: 6-30 chars (the email's local part).
@@ -38,7 +28,6 @@ SERVICE = re.compile(r"^[a-z][a-z0-9-]*\.googleapis\.com$")
 REPOSITORY_ID = re.compile(r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 WIF_ID = re.compile(r"^(?!gcp-)[a-z0-9-]{4,32}$")
 GITHUB_REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}/[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
 MAX_LABELS = 64
 
 

@@ -28,6 +28,7 @@ from jobs.definition import body
 from jobs.definition.compile import SUBMISSION_LABEL, CompiledJob
 from jobs.definition.errors import JobError
 from jobs.definition.image import write_context
+from jobs.definition.kinds import runs_study
 from jobs.definition.package import build_sdist
 from jobs.definition.registry import best_trial
 
@@ -327,7 +328,7 @@ def build_plan(
         steps += [FindLiveJob(), CreateJob(), ShowLinks()]
     if wait or follow is not None:
         steps.append(FollowJob(logs))
-        if body.runs_study(job.kind):
+        if runs_study(job.kind):
             steps.append(ReportStudy(report_dir))
         if job.registry is not None:
             steps.append(RegisterModel())
@@ -349,7 +350,7 @@ def progress_line(kind: str, remote: dict[str, Any], elapsed: float) -> str:
     minutes, seconds = divmod(int(elapsed), 60)
     state = remote.get("state", "JOB_STATE_UNSPECIFIED")
     line = f"[{minutes // 60:02d}:{minutes % 60:02d}:{seconds:02d}] {state}"
-    if body.runs_study(kind):
+    if runs_study(kind):
         trials = remote.get("trials") or []
         states = [t.get("state", "") for t in trials]
         done = states.count("SUCCEEDED")
@@ -383,7 +384,7 @@ def job_logs(
         clients.logs,
         project,
         remote["name"],
-        study=body.runs_study(kind),
+        study=runs_study(kind),
         out=out,
         since=remote.get("createTime", ""),
     )

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from jobs.cloud import client as cloud
-from jobs.definition.body import is_gs, runs_study
+from jobs.definition.body import is_gs
 from jobs.definition.compile import CompiledJob
-from jobs.definition.kinds import JOB_KINDS
+from jobs.definition.kinds import JOB_KINDS, runs_study
 from jobs.definition.registry import (
     JOB_ID_PLACEHOLDER,
     JOB_LABEL,

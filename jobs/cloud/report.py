@@ -27,11 +27,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from common.reader import file_kind
 from jobs.cloud.client import TERMINAL_STATES, Storage, console_url, job_id_of
 from jobs.definition.body import final_metric, measured_number
 from jobs.definition.errors import SHORT_NAME, JobError, one_of, short
 from jobs.definition.kinds import runs_study
-from jobs.definition.loader import file_kind
 from jobs.definition.study import Parameter, StudyError, parse_study
 from jobs.report import study as study_report
 from jobs.report.study import ACTIVE, FAILED, INTERRUPTED, SUCCEEDED, TrialResult

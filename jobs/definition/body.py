@@ -1,14 +1,14 @@
 """The one reader of a compiled Vertex AI job body (the camelCase REST form that --dry-run prints).
 
-What a CustomJob or HyperparameterTuningJob body is made of is written here once: the known kinds and the
-field that holds each one's CustomJobSpec (``jobSpec`` or ``trialJobSpec``), the worker pools with their
+What a CustomJob or HyperparameterTuningJob body is made of is written here once (the kinds, and the field
+that holds each one's CustomJobSpec, are ``kinds``'): the worker pools with their
 positions and body paths, the program each pool runs (``pythonPackageSpec`` or ``containerSpec``), how an
 image reference splits into name and tag, and how a ``gs://`` URI splits into bucket and object. Compile,
 validate, the submission plan and the local executor all read bodies through it, so a field has one spelling
 in every error: the dotted path ``jobSpec.workerPoolSpecs.0.replicaCount``.
 
 Pure and cheap to import: no I/O, no SDK, nothing from the rest of ``jobs`` but the kinds' table (and
-Cloud Storage's names from infra.gcs).
+Cloud Storage's names from common.gcs).
 """
 
 from __future__ import annotations
@@ -19,11 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-# Cloud Storage's names are infra's to define (infra/ never imports jobs/, so they live there).
-from infra.gcs import GS, is_bucket_name  # noqa: F401 - readers of a body name them through it
-
-# The kinds are re-exported: readers of a body name them through it.
-from jobs.definition.kinds import CUSTOM_JOB, KINDS, TUNING_JOB, runs_study, spec_field  # noqa: F401
+from common.gcs import GS
+from jobs.definition.kinds import spec_field
 
 STUDY_FIELD = "studySpec"
 POOLS_FIELD = "workerPoolSpecs"

@@ -18,10 +18,10 @@ from datetime import datetime
 from typing import Any
 
 from jobs.definition import body as job_body
-from jobs.definition.body import CUSTOM_JOB, GOALS, KINDS, TUNING_JOB
+from jobs.definition.body import GOALS
 from jobs.definition.errors import JobError, one_of, short
 from jobs.definition.gcloud_flags import JobFlags, apply_flags
-from jobs.definition.kinds import JOB_KINDS, runs_study
+from jobs.definition.kinds import CUSTOM_JOB, JOB_KINDS, KINDS, TUNING_JOB, runs_study, spec_field
 from jobs.definition.loader import Document
 from jobs.definition.references import resolve
 from jobs.definition.registry import (
@@ -272,9 +272,9 @@ def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any
         raise JobError(file, "trainer", "a 'trainer' header needs a 'kind'", "kind: " + "|".join(KINDS))
     if job_body.POOLS_FIELD in data:
         # gcloud ai custom-jobs create --config: the file is a CustomJobSpec.
-        spec_field = job_body.spec_field(CUSTOM_JOB)
-        return CUSTOM_JOB, _delivery_of(data, ""), {spec_field: data}, spec_field + ".", None
-    if job_body.STUDY_FIELD in data or job_body.spec_field(TUNING_JOB) in data:
+        spec_name = spec_field(CUSTOM_JOB)
+        return CUSTOM_JOB, _delivery_of(data, ""), {spec_name: data}, spec_name + ".", None
+    if job_body.STUDY_FIELD in data or spec_field(TUNING_JOB) in data:
         return TUNING_JOB, _delivery_of(job_body.job_spec(data, TUNING_JOB), ""), data, "", None
     raise JobError(
         file,

@@ -20,8 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.definition.body import CUSTOM_JOB, KINDS, TUNING_JOB, job_pools, spec_field
+from jobs.definition.body import job_pools
 from jobs.definition.errors import JobError, short
+from jobs.definition.kinds import CUSTOM_JOB, KINDS, TUNING_JOB, spec_field
 from jobs.definition.loader import Document
 
 KMS_KEY = "projects/<p>/locations/<r>/keyRings/<ring>/cryptoKeys/<key>"

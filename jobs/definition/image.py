@@ -24,7 +24,6 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.definition.body import split_image  # noqa: F401 - read through jobs.definition.body; here for scripts/job_images.py
 from jobs.definition.errors import FieldError
 
 DOCKERFILE = "Dockerfile"

@@ -4,7 +4,7 @@ Stricter than ``yaml.safe_load`` on purpose: tab indentation, duplicate keys, me
 that is not a mapping are errors (a duplicate key silently dropping half a worker pool is the classic YAML
 accident), and every value keeps the line it came from so later errors can point at it.
 
-Hostile files fail fast with one line: files are read, and documents composed, by infra/reader.py, the one
+Hostile files fail fast with one line: files are read, and documents composed, by common/reader.py, the one
 bounded reader of every input the tools parse, which documents the limits (regular files of at most
 ``MAX_FILE_BYTES``, printable text, at most ``MAX_DEPTH`` levels and ``MAX_VALUES`` values counting every
 use of a YAML alias, numbers of at most ``MAX_NUMBER_CHARS`` characters).
@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from infra import reader
-from infra.reader import MAX_DEPTH, MAX_FILE_BYTES, MAX_NUMBER_CHARS, MAX_VALUES, file_kind  # noqa: F401
+from common import reader
+from common.reader import MAX_FILE_BYTES
 from jobs.definition.errors import JobError
 
 
@@ -55,7 +55,7 @@ def load_file(path: str | Path) -> Document:
 
 
 def read_text_file(path: str | Path, allowed: str, *, missing: str = "no such job file") -> str:
-    """The UTF-8 text of a regular file within infra.reader's limits; anything else is one-line JobError."""
+    """The UTF-8 text of a regular file within common.reader's limits; anything else is one-line JobError."""
     try:
         return reader.read_text(path, allowed, missing=missing)
     except reader.InputError as exc:

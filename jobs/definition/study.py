@@ -54,7 +54,8 @@ class Parameter:
     high: float = 0.0
     values: tuple[Any, ...] = ()
     path: str = ""  # the ParameterSpec's body path
-    conditional: bool = False  # under a parent's conditionalParameterSpecs
+    parent: str = ""  # a conditional parameter's parent (its parameterId); "" at the top level
+    parent_values: tuple[str, ...] = ()  # the parent's values that enable it (parent*Values), as strings
     has_children: bool = False  # has conditionalParameterSpecs of its own
 
     @property
@@ -112,7 +113,7 @@ def parse_study(body: dict[str, Any]) -> Study:
     if not isinstance(raw_parameters, list) or not raw_parameters:
         raise StudyError(where, "no parameters to tune", "one or more ParameterSpecs")
     tuned: list[Parameter] = []
-    top = tuple(_collect(raw, join(where, i), False, tuned) for i, raw in enumerate(raw_parameters))
+    top = tuple(_collect(raw, join(where, i), tuned) for i, raw in enumerate(raw_parameters))
     seen: set[str] = set()
     for p in tuned:
         if p.parameter_id in seen:
@@ -179,18 +180,24 @@ def _metric(spec: dict[str, Any]) -> tuple[str, str]:
     return str(metric["metricId"]), str(metric["goal"])
 
 
-def _collect(raw: Any, path: str, conditional: bool, tuned: list[Parameter]) -> Parameter:
+# A ConditionalParameterSpec's fields naming the parent's values that enable it, one per parent type.
+PARENT_VALUES = ("parentCategoricalValues", "parentDiscreteValues", "parentIntValues")
+
+
+def _collect(raw: Any, path: str, tuned: list[Parameter], parent: str = "", parent_values=()) -> Parameter:
     """The parameter at ``path`` (appended to ``tuned``, then its conditional children, depth first)."""
-    parameter = _parameter(raw, path, conditional)
+    parameter = _parameter(raw, path, parent, parent_values)
     tuned.append(parameter)
     for j, child in enumerate(raw.get("conditionalParameterSpecs") or []):
         if isinstance(child, dict):
             child_path = join(path, "conditionalParameterSpecs", j, "parameterSpec")
-            _collect(child.get("parameterSpec") or {}, child_path, True, tuned)
+            enabling = next((child[k] for k in PARENT_VALUES if isinstance(child.get(k), dict)), {})
+            values = tuple(str(v) for v in enabling.get("values") or [])
+            _collect(child.get("parameterSpec") or {}, child_path, tuned, parameter.parameter_id, values)
     return parameter
 
 
-def _parameter(raw: Any, path: str, conditional: bool) -> Parameter:
+def _parameter(raw: Any, path: str, parent: str, parent_values: tuple[str, ...]) -> Parameter:
     if not isinstance(raw, dict) or not raw.get("parameterId"):
         raise StudyError(join(path, "parameterId"), "missing", "the trainer flag name without '--'")
     pid = str(raw["parameterId"])
@@ -207,7 +214,8 @@ def _parameter(raw: Any, path: str, conditional: bool) -> Parameter:
     scale = LINEAR if scale == "SCALE_TYPE_UNSPECIFIED" else scale
     common = {
         "path": path,
-        "conditional": conditional,
+        "parent": parent,
+        "parent_values": parent_values,
         "has_children": bool(raw.get("conditionalParameterSpecs")),
     }
     if kind in ("DOUBLE", "INTEGER"):

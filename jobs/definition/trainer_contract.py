@@ -12,17 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-# The module Vertex runs for this repo's python package and its metric flag, as the trainer defines them.
-from trainer.contract import METRIC_FLAG, TRAINER_MODULE
-
-__all__ = [
-    "METRIC_FLAG",
-    "TRAINER_MODULE",
-    "ModelContract",
-    "TrainerArgsError",
-    "TrainerContract",
-    "load_trainer_contract",
-]
+# The module Vertex runs for this repo's python package, as the trainer defines it.
+from trainer.contract import TRAINER_MODULE
 
 
 class TrainerArgsError(ValueError):
@@ -41,6 +32,12 @@ class ModelContract:
     @property
     def reportable_metrics(self) -> tuple[str, ...]:
         return tuple(self.metric_goals)
+
+    def wrong_goal(self, metric: str, goal: str) -> str | None:
+        """The goal that improves ``metric`` (one this model reports) when ``goal`` pursues the other
+        direction, else None: the one rule for a study's, a registry's and a legacy job's goal."""
+        expected = self.metric_goals[metric]
+        return expected if goal != expected else None
 
 
 @dataclass(frozen=True)

@@ -14,28 +14,26 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 # Job labels follow the Google Cloud label rules the infra config already checks: one spelling of them.
+from common.gcs import is_bucket_name
 from infra.config import LABEL_KEY, LABEL_VALUE
 from jobs.definition import image, machines
 from jobs.definition.body import (
     CONTAINER_SPEC,
-    GOALS,
     PROGRAMS,
     PYTHON_PACKAGE_SPEC,
-    VALUE_SPECS,
+    STUDY_FIELD,
     Pool,
     gs_uris,
-    is_bucket_name,
     is_gs,
     join,
     pools,
-    runs_study,
-    spec_field,
     split_image,
 )
-from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE, TUNING_JOB, CompiledJob
+from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE, CompiledJob
 from jobs.definition.errors import JobError, one_of, short
+from jobs.definition.kinds import runs_study, spec_field
 from jobs.definition.registry import output_prefix
-from jobs.definition.study import StudyError, parse_study
+from jobs.definition.study import Parameter, Study, StudyError, parse_study
 from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
 from trainer.contract import METRIC_FLAG, REPLICA_VARIABLES, TRAINER_MODULE, WORKER_POOLS
 
@@ -81,8 +79,7 @@ def validate(
     _check_text(job)
     _check_top(job)
     _check_job_spec(job, spec_field(job.kind), accounts)
-    if runs_study(job.kind):
-        _check_study(job)
+    study = _check_study(job) if runs_study(job.kind) else None
     if job.registry is not None:
         _check_registered_output(job)
     trainer_pools = [pool for pool in job.pools() if _runs_repo_trainer(pool, trainer_image)]
@@ -99,8 +96,8 @@ def validate(
                 f"cannot read the trainer's flags ({type(exc).__name__}: {exc})",
                 "an importable trainer.config that does not import TensorFlow",
             ) from None
-        _check_trainer_contract(job, contract, trainer_pools)
-        if job.registry is not None and not runs_study(job.kind):
+        _check_trainer_contract(job, contract, trainer_pools, study)
+        if job.registry is not None and study is None:
             _check_registry_metric(job, contract, trainer_pools[0])
 
 
@@ -418,29 +415,13 @@ def _check_machine(job: CompiledJob, path: str, machine: dict[str, Any]) -> None
         )
 
 
-def _check_study(job: CompiledJob) -> None:
-    """The StudySpec rules of jobs.definition.study, addressed to the definition's field."""
+def _check_study(job: CompiledJob) -> Study:
+    """The study, by the StudySpec rules of jobs.definition.study, a refusal addressed to the definition's
+    field."""
     try:
-        parse_study(job.body)
+        return parse_study(job.body)
     except StudyError as exc:
         raise job.error(exc.path, exc.problem, exc.allowed) from None
-
-
-def tuned_parameters(study: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(file path, ParameterSpec) of every tuned parameter, conditional ones included: each becomes a flag."""
-    found: list[tuple[str, dict[str, Any]]] = []
-
-    def collect(path: str, parameter: Any) -> None:
-        if not isinstance(parameter, dict):
-            return
-        found.append((path, parameter))
-        for j, child in enumerate(parameter.get("conditionalParameterSpecs") or []):
-            if isinstance(child, dict):
-                collect(f"{path}.conditionalParameterSpecs.{j}.parameterSpec", child.get("parameterSpec"))
-
-    for i, parameter in enumerate(study.get("parameters") or []):
-        collect(f"studySpec.parameters.{i}", parameter)
-    return found
 
 
 def _check_image(job: CompiledJob, pool: Pool, trainer_image: str) -> None:
@@ -514,49 +495,41 @@ MODEL_PARAMETER = "model"  # a tuned --model: its conditional parameters belong 
 
 
 def _tuned_with_models(
-    study: dict[str, Any], args_model: str
-) -> tuple[list[tuple[str, dict[str, Any], tuple[str, ...]]], tuple[str, ...] | None]:
-    """(file path, ParameterSpec, the --model values its trials run) of every tuned parameter, and the values
-    of a tuned --model (None when --model is not tuned).
+    study: Study, args_model: str
+) -> tuple[list[tuple[Parameter, tuple[str, ...]]], tuple[str, ...] | None]:
+    """(parameter, the --model values its trials run) of every tuned parameter, and the values of a tuned
+    --model (None when --model is not tuned).
 
     Without a tuned --model every trial runs the model the pool args select. With one, a top-level
-    parameter runs with each of its values, and a conditional parameter under it with the values its
-    parentCategoricalValues name.
+    parameter runs with each of its values, and a conditional parameter under it with the values of the
+    parent that enable it.
     """
-    top = [p for p in study.get("parameters") or [] if isinstance(p, dict)]
-    tuned_model = next((p for p in top if p.get("parameterId") == MODEL_PARAMETER), None)
-    values = (tuned_model or {}).get("categoricalValueSpec", {}).get("values") if tuned_model else None
-    base = tuple(str(v) for v in values) if isinstance(values, list) else (args_model,)
-    found: list[tuple[str, dict[str, Any], tuple[str, ...]]] = []
-
-    def collect(path: str, parameter: Any, models: tuple[str, ...]) -> None:
-        if not isinstance(parameter, dict):
-            return
-        found.append((path, parameter, models))
-        for j, child in enumerate(parameter.get("conditionalParameterSpecs") or []):
-            if not isinstance(child, dict):
-                continue
-            below = models
-            if parameter.get("parameterId") == MODEL_PARAMETER:
-                parents = (child.get("parentCategoricalValues") or {}).get("values") or []
-                below = tuple(m for m in models if m in {str(v) for v in parents})
-            collect(f"{path}.conditionalParameterSpecs.{j}.parameterSpec", child.get("parameterSpec"), below)
-
-    for i, parameter in enumerate(study.get("parameters") or []):
-        collect(f"studySpec.parameters.{i}", parameter, base)
-    return found, (base if tuned_model else None)
+    tuned_model = next((p for p in study.parameters if p.parameter_id == MODEL_PARAMETER), None)
+    categorical = tuned_model is not None and tuned_model.kind == "CATEGORICAL"
+    base = tuned_model.values if categorical else (args_model,)
+    models_of: dict[str, tuple[str, ...]] = {}  # parameterId -> the models its trials run
+    found: list[tuple[Parameter, tuple[str, ...]]] = []
+    for parameter in study.tuned:  # depth first: a parent comes before its children
+        models = models_of[parameter.parent] if parameter.parent else base
+        if parameter.parent == MODEL_PARAMETER:
+            models = tuple(m for m in models if m in set(parameter.parent_values))
+        models_of[parameter.parameter_id] = models
+        found.append((parameter, models))
+    return found, (base if tuned_model is not None else None)
 
 
-def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, trainer_pools: list[Pool]) -> None:
+def _check_trainer_contract(
+    job: CompiledJob, trainer: TrainerContract, trainer_pools: list[Pool], study: Study | None
+) -> None:
     # Every trainer pool runs the model its args select (--model, else the default model); a tuning study's
     # parameters and metric must be that model's, or those of each model value a tuned --model tries.
-    tuned: list[tuple[str, dict, tuple[str, ...]]] = []
+    tuned: list[tuple[Parameter, tuple[str, ...]]] = []
     tuned_models = None
-    if job.kind == TUNING_JOB:
+    if study is not None:
         chief_model = trainer.model_of([str(a) for a in trainer_pools[0].args])
-        tuned, tuned_models = _tuned_with_models(job.body["studySpec"], chief_model)
-        for where, parameter, models in tuned:
-            _check_tuned_flag(job, trainer, where, "--" + parameter["parameterId"], models)
+        tuned, tuned_models = _tuned_with_models(study, chief_model)
+        for parameter, models in tuned:
+            _check_tuned_flag(job, trainer, parameter.path, "--" + parameter.parameter_id, models)
     _check_replicas_agree(job, trainer_pools)
     for pool in trainer_pools:
         path, args_path = pool.path, pool.args_field
@@ -573,17 +546,15 @@ def _check_trainer_contract(job: CompiledJob, trainer: TrainerContract, trainer_
                 f"python -m {TRAINER_MODULE} --help",
             ) from None
         # A trial runs the pool's args plus --<parameterId>=<value>, the value formatted as Vertex AI does.
-        for where, parameter, models in tuned:
-            if tuned_models is not None and parameter["parameterId"] != MODEL_PARAMETER:
+        for parameter, models in tuned:
+            if tuned_models is not None and parameter.parameter_id != MODEL_PARAMETER:
                 for model in (m for m in models if trainer.model(m)):
-                    _check_trial_values(
-                        job, trainer, [*args, f"--{MODEL_PARAMETER}={model}"], where, parameter
-                    )
+                    _check_trial_values(job, trainer, [*args, f"--{MODEL_PARAMETER}={model}"], parameter)
             else:
-                _check_trial_values(job, trainer, args, where, parameter)
-        if runs_study(job.kind):
+                _check_trial_values(job, trainer, args, parameter)
+        if study is not None:
             models = tuned_models if tuned_models is not None else (trainer.model_of(args),)
-            _check_metrics(job, trainer, args, join(path, args_path), models)
+            _check_metrics(job, study, trainer, args, join(path, args_path), models)
 
 
 def _check_tuned_flag(job: CompiledJob, trainer: TrainerContract, where: str, flag: str, models) -> None:
@@ -602,41 +573,46 @@ def _check_tuned_flag(job: CompiledJob, trainer: TrainerContract, where: str, fl
 
 
 def _check_metrics(
-    job: CompiledJob, trainer: TrainerContract, args: list[str], args_path: str, models
+    job: CompiledJob, study: Study, trainer: TrainerContract, args: list[str], args_path: str, models
 ) -> None:
     """The study's metric must be one the model reports, the one its trials report, and pursued in the
     direction that improves it (MINIMIZE accuracy would search for the worst model)."""
     found = _metric_arg(args)
-    for i, spec in enumerate(job.body["studySpec"]["metrics"]):
-        wanted, goal = spec["metricId"], spec.get("goal")
-        for name in models:
-            model = trainer.model(name)
-            if model is None:
-                continue
-            if wanted not in model.metric_goals:
-                others = [m for m in trainer.models_reporting(wanted) if m != name]
-                raise job.error(
-                    f"studySpec.metrics.{i}.metricId",
-                    f"the trainer cannot report {short(wanted)}"
-                    + (f" for --model {name} (--model {', '.join(others)} can)" if others else ""),
-                    one_of(model.reportable_metrics),
-                )
-            metric = found[1] if found else model.default_metric
-            if wanted != metric:
-                source = f"{METRIC_FLAG} {metric}" if found else f"the default {METRIC_FLAG} ({metric})"
-                raise job.error(
-                    f"studySpec.metrics.{i}.metricId",
-                    f"trials report {metric!r} ({source} in {args_path}), not {wanted!r}",
-                    f"metricId: {metric}, or {METRIC_FLAG} {wanted} in the args",
-                )
-            expected = model.metric_goals[wanted]
-            if goal in GOALS and goal != expected:
-                better = "higher" if expected == "MAXIMIZE" else "lower"
-                raise job.error(
-                    f"studySpec.metrics.{i}.goal",
-                    f"{goal} {wanted!r}, which is better {better}: the study would look for the worst trials",
-                    f"goal: {expected}",
-                )
+    wanted, goal = study.metric_id, study.goal
+    metric_path = join(STUDY_FIELD, "metrics", 0)  # the study's one metric
+    for name in models:
+        model = trainer.model(name)
+        if model is None:
+            continue
+        if wanted not in model.metric_goals:
+            others = [m for m in trainer.models_reporting(wanted) if m != name]
+            raise job.error(
+                join(metric_path, "metricId"),
+                f"the trainer cannot report {short(wanted)}"
+                + (f" for --model {name} (--model {', '.join(others)} can)" if others else ""),
+                one_of(model.reportable_metrics),
+            )
+        metric = found[1] if found else model.default_metric
+        if wanted != metric:
+            source = f"{METRIC_FLAG} {metric}" if found else f"the default {METRIC_FLAG} ({metric})"
+            raise job.error(
+                join(metric_path, "metricId"),
+                f"trials report {metric!r} ({source} in {args_path}), not {wanted!r}",
+                f"metricId: {metric}, or {METRIC_FLAG} {wanted} in the args",
+            )
+        expected = model.wrong_goal(wanted, goal)
+        if expected:
+            raise job.error(
+                join(metric_path, "goal"),
+                f"{goal} {wanted!r}, which is better {_better(expected)}: the study would look for the worst "
+                "trials",
+                f"goal: {expected}",
+            )
+
+
+def _better(goal: str) -> str:
+    """Which values of a metric are better, in words, for the goal that improves it."""
+    return "higher" if goal == "MAXIMIZE" else "lower"
 
 
 def _check_registered_output(job: CompiledJob) -> None:
@@ -664,12 +640,12 @@ def _check_registry_metric(job: CompiledJob, trainer: TrainerContract, chief: Po
             f"--model {name} writes no {spec.metric!r} to metrics.json",
             one_of(model.reportable_metrics),
         )
-    expected = model.metric_goals[spec.metric]
-    if spec.goal != expected:
-        better = "higher" if expected == "MAXIMIZE" else "lower"
+    expected = model.wrong_goal(spec.metric, spec.goal)
+    if expected:
         raise job.error(
             "registry.metric.goal",
-            f"{spec.goal} {spec.metric!r}, which is better {better}: the gate would keep the worse version",
+            f"{spec.goal} {spec.metric!r}, which is better {_better(expected)}: "
+            "the gate would keep the worse version",
             f"goal: {expected}",
         )
 
@@ -712,10 +688,10 @@ def _check_replicas_agree(job: CompiledJob, trainer_pools: list[Pool]) -> None:
 
 
 def _check_trial_values(
-    job: CompiledJob, trainer: TrainerContract, args: list[str], where: str, parameter: dict[str, Any]
+    job: CompiledJob, trainer: TrainerContract, args: list[str], parameter: Parameter
 ) -> None:
-    spec_name = next(k for k in VALUE_SPECS.values() if k in parameter)
-    pid = parameter["parameterId"]
+    spec_name, where = parameter.spec_field, parameter.path
+    pid = parameter.parameter_id
     for value in trial_values(parameter):
         try:
             trainer.check_args([*args, f"--{pid}={value}"])
@@ -744,16 +720,12 @@ def format_trial_value(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def trial_values(parameter: dict[str, Any]) -> list[str]:
+def trial_values(parameter: Parameter) -> list[str]:
     """Values of a parameter as trials receive them (the range ends stand for the whole range)."""
-    if "doubleValueSpec" in parameter:
-        spec = parameter["doubleValueSpec"]
-        values = [float(spec["minValue"]), float(spec["maxValue"])]
-    elif "integerValueSpec" in parameter:
-        spec = parameter["integerValueSpec"]
-        values = [int(spec["minValue"]), int(spec["maxValue"])]
-    elif "discreteValueSpec" in parameter:
-        values = [float(v) for v in parameter["discreteValueSpec"]["values"]]
-    else:
-        values = [str(v) for v in parameter["categoricalValueSpec"]["values"]]
+    if parameter.kind == "DOUBLE":
+        values = [float(parameter.low), float(parameter.high)]
+    elif parameter.kind == "INTEGER":
+        values = [int(parameter.low), int(parameter.high)]
+    else:  # DISCRETE values are floats, CATEGORICAL ones strings, as parse_study reads them
+        values = list(parameter.values)
     return [format_trial_value(v) for v in values]

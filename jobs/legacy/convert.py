@@ -18,18 +18,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.gcs import BUCKET_URI
+from common.gcs import BUCKET_URI, GS
 from infra.outputs import BUCKET_OUTPUTS as INFRA_BUCKET_OUTPUTS
-from jobs.definition.body import CUSTOM_JOB, GS, TUNING_JOB, is_gs, spec_field
+from jobs.definition.body import GOALS, VALUE_SPECS, is_gs
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
 from jobs.definition.errors import JobError, one_of, short
 from jobs.definition.image import RUNNABLE_PREBUILT, parse_prebuilt
+from jobs.definition.kinds import CUSTOM_JOB, TUNING_JOB, spec_field
 from jobs.definition.machines import FAMILY_NAMES, family_of
-from jobs.definition.study import StudyError, parse_study
-from jobs.definition.trainer_contract import METRIC_FLAG, TRAINER_MODULE, TrainerArgsError, TrainerContract
+from jobs.definition.study import ALGORITHMS, StudyError, parse_study
+from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
 from jobs.legacy import tables
 from jobs.legacy.shell import Unknown, Word
 from jobs.legacy.source import TRAINING_INPUT, LegacyJob, shell_values
+from trainer.contract import METRIC_FLAG, TRAINER_MODULE
 
 T = TRAINING_INPUT
 # The outputs whose buckets a legacy gs:// path may turn out to be (infra's bucket outputs), in the order they
@@ -579,14 +581,13 @@ def _study(
             one_of(model_contract.reportable_metrics),
         )
     if "goal" not in spec:
-        raise legacy.error(f"{path}.goal", "missing", one_of(tables.GOALS))
-    goal = _enum(legacy, f"{path}.goal", spec["goal"], tables.GOALS)
-    if goal != model_contract.metric_goals[tag]:
-        raise legacy.error(
-            f"{path}.goal", f"{goal} {tag} tunes toward a worse model", f"{model_contract.metric_goals[tag]}"
-        )
+        raise legacy.error(f"{path}.goal", "missing", one_of(GOALS))
+    goal = _enum(legacy, f"{path}.goal", spec["goal"], GOALS)
+    expected = model_contract.wrong_goal(tag, goal)
+    if expected:
+        raise legacy.error(f"{path}.goal", f"{goal} {tag} tunes toward a worse model", expected)
     algorithm = _enum(
-        legacy, f"{path}.algorithm", spec.get("algorithm", "ALGORITHM_UNSPECIFIED"), tables.ALGORITHMS
+        legacy, f"{path}.algorithm", spec.get("algorithm", "ALGORITHM_UNSPECIFIED"), ALGORITHMS
     )
     # Their ranges are the study's rules (jobs.definition.study), checked with the rest below.
     trials = _count(legacy, f"{path}.maxTrials", spec.get("maxTrials", 1), None)
@@ -676,7 +677,7 @@ def _parameter(
     if kind in ("INTEGER", "DOUBLE"):
         low = _number(legacy, f"{path}.minValue", raw.get("minValue"))
         high = _number(legacy, f"{path}.maxValue", raw.get("maxValue"))
-        spec[tables.VALUE_SPECS[kind]] = {"minValue": low, "maxValue": high}
+        spec[VALUE_SPECS[kind]] = {"minValue": low, "maxValue": high}
     elif kind == "DISCRETE":
         values = raw.get("discreteValues")
         if not isinstance(values, list) or not values:

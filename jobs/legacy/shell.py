@@ -20,7 +20,7 @@ by the caller are fixed: the script's own assignments to them are skipped, since
 running script would have had (``PROJECT_ID=$(gcloud config get-value project)``).
 
 Hostile scripts are refused with a line number, in time and memory linear in the script (which
-infra/reader.py has already bounded to 1 MiB of printable text): continuations and here-documents are scanned
+common/reader.py has already bounded to 1 MiB of printable text): continuations and here-documents are scanned
 once, an expanded word (so a variable's value) holds at most ``MAX_WORD_CHARS`` characters and the expansions
 of one script produce at most ``MAX_EXPANDED_CHARS`` (``A1=$A0$A0 A2=$A1$A1 ...`` doubles with every line),
 ``${V:-...}`` defaults and if/case/loop blocks nest at most ``MAX_NESTING`` deep, and function calls mark at

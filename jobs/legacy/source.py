@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra import reader
+from common import reader
 from jobs.definition.errors import JobError, one_of
 from jobs.definition.loader import Document, load_text, read_text_file
 from jobs.legacy import shell, tables

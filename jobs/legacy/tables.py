@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 # Vertex AI's words are jobs.definition's; this table only maps legacy ones onto them.
 from jobs.definition import machines
-from jobs.definition.body import GOALS, VALUE_SPECS  # noqa: F401 - read as tables.GOALS, tables.VALUE_SPECS
+from jobs.definition.body import VALUE_SPECS
+from jobs.definition.study import LINEAR, LOG_SCALES
 
 
 @dataclass(frozen=True)
@@ -172,10 +173,10 @@ JOB_OUTPUT_FIELDS = (
     "trainingOutput",
     "jobPosition",
 )
-# The types VALUE_SPECS knows, in the order legacy's reference lists them (and so these messages do).
-PARAMETER_TYPES = ("INTEGER", "DOUBLE", "DISCRETE", "CATEGORICAL")
-SCALE_TYPES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
-ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
+# Legacy's parameter types are the StudySpec's (VALUE_SPECS), listed as legacy's reference lists them,
+# INTEGER first (and so these messages do); its scale types are the StudySpec's after NONE (no scale).
+PARAMETER_TYPES = ("INTEGER", *(kind for kind in VALUE_SPECS if kind != "INTEGER"))
+SCALE_TYPES = ("NONE", LINEAR, *LOG_SCALES)
 # Legacy's default metric tag when hyperparameterMetricTag was unset.
 LEGACY_DEFAULT_METRIC = "training/hptuning/metric"
 # Keras' names for a metric, as legacy trainers reported them: the TensorBoard callback's `epoch_` tags

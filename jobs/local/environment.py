@@ -34,7 +34,8 @@ import shutil
 import socket
 from pathlib import Path
 
-from jobs.definition.body import GS, gs_bucket, gs_uris, rebase_gs
+from common.gcs import GS
+from jobs.definition.body import gs_bucket, gs_uris, rebase_gs
 from jobs.definition.errors import short
 from jobs.definition.machines import is_tpu
 from jobs.local.spec import JobSpec, LocalRunError, PoolSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from jobs.local.spec import StudyConfig
+from jobs.definition.study import Study
 from jobs.report.study import FAILED, INTERRUPTED, SUCCEEDED, TrialResult, summarize
 
 # Exit status of the local runner -> the study's state in study.json.
@@ -33,6 +33,6 @@ def trial_result(t: Any) -> TrialResult:
     )
 
 
-def study_summary(name: str, cfg: StudyConfig, trials: list, base: Path, status: int) -> dict[str, Any]:
+def study_summary(name: str, study: Study, trials: list, base: Path, status: int) -> dict[str, Any]:
     state = STUDY_STATES.get(status, FAILED)
-    return summarize(name, cfg, [trial_result(t) for t in trials], state=state, base=str(base))
+    return summarize(name, study, [trial_result(t) for t in trials], state=state, base=str(base))

@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 from typing import IO
 
-from jobs.definition.body import CUSTOM_JOB, KINDS, is_gs, join, runs_study, spec_field
+from common.reader import file_kind
+from jobs.definition.body import is_gs, join
 from jobs.definition.errors import short
-from jobs.definition.loader import file_kind
+from jobs.definition.kinds import CUSTOM_JOB, KINDS, runs_study, spec_field
 from jobs.local.spec import LocalRunError
 from trainer.contract import HP_METRIC_FILE, JOB_ID
 
@@ -100,8 +101,8 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
         job = spec.parse_job_spec(body.get(spec_field(kind)), spec_field(kind), image)
         study = None
     else:
-        study = spec.parse_tuning_job(body, image)
-        job = study.trial_job
+        tuning_job = spec.parse_tuning_job(body, image)
+        study, job = tuning_job.study, tuning_job.trial_job
     for pool in job.pools:
         environment.check_module_root(pool.python_argv, repo_root, pool.path)
     missing = environment.missing_accelerators(job)
@@ -113,7 +114,7 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
     _check_uris(job, study, outputs, local_root)
     base_field = join(spec_field(kind), "baseOutputDirectory", "outputUriPrefix")
     base = _base_dir(
-        job.base_output_uri, local_root, name, study and study.raw_study_spec, resume, base_field
+        job.base_output_uri, local_root, name, study and study.raw, resume, base_field
     )
     _check_outputs(base, local_root, job, study, base_field if job.base_output_uri else "--local-root")
     if missing:
@@ -129,7 +130,7 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
     from jobs.local import tuning
 
     return tuning.run_study(
-        study,
+        tuning_job,
         display_name=name,
         base_local=base,
         local_root=local_root,
@@ -139,7 +140,7 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
         stream=stream,
         request=body,
         trainer_image=image,
-        registry=_registry(local_root, study.raw_study_spec),
+        registry=_registry(local_root, study.raw),
     )
 
 
@@ -173,7 +174,7 @@ def _check_outputs(base: Path, local_root: Path, job, study, field: str) -> None
             # A trial folder not there yet holds no symlink: its paths resolve under base, checked above.
             if os.path.lexists(base / str(trial)):
                 paths += environment.run_paths(base, str(trial), True)
-        registry = _registry(local_root, study.raw_study_spec)
+        registry = _registry(local_root, study.raw)
         environment.inside(registry, local_root, "--local-root")
     for path in paths:
         environment.inside(path, local_root, field)

@@ -22,28 +22,29 @@ from typing import Any
 
 import optuna
 
+from jobs.definition.study import Parameter, Study
 from jobs.definition.validate import format_trial_value
-from jobs.local.spec import ParameterSpec, StudyConfig, grid_points
 
 SEED = 0
 
 
-def make_sampler(cfg: StudyConfig, resumed_trials: int = 0) -> optuna.samplers.BaseSampler:
-    """The sampler for cfg.algorithm; a resumed study reseeds it so random draws do not replay old trials.
+def make_sampler(study: Study, resumed_trials: int = 0) -> optuna.samplers.BaseSampler:
+    """The sampler for study.algorithm; a resumed study reseeds it so random draws do not replay old trials.
 
     The grid keeps its seed: it fixes the grid's order, which the stored trials' grid ids refer to.
     """
-    if cfg.algorithm == "GRID_SEARCH":
-        return _AskTellGridSampler(grid(cfg.parameters), seed=SEED)
+    if study.algorithm == "GRID_SEARCH":
+        return _AskTellGridSampler(grid(study.parameters), seed=SEED)
     seed = SEED + resumed_trials
-    if cfg.algorithm == "RANDOM_SEARCH":
+    if study.algorithm == "RANDOM_SEARCH":
         return optuna.samplers.RandomSampler(seed=seed)
     # The default 10 random start-up trials would make a small study pure random search.
-    startup = min(10, max(2, cfg.parallel_trials, round(cfg.max_trials * 0.3)))
-    choices = {p.parameter_id: list(p.values) for p in cfg.parameters
-               if p.kind in ("DISCRETE", "CATEGORICAL")}
+    startup = min(10, max(2, study.parallel_trials, round(study.max_trials * 0.3)))
+    choices = {
+        p.parameter_id: list(p.values) for p in study.parameters if p.kind in ("DISCRETE", "CATEGORICAL")
+    }
     cover = max(map(len, choices.values()), default=0)
-    if cover > cfg.max_trials // 2:  # exploring every value would leave too little budget to exploit
+    if cover > study.max_trials // 2:  # exploring every value would leave too little budget to exploit
         choices, cover = {}, 0
     return _CoveringTPESampler(
         choices,
@@ -84,7 +85,7 @@ class _AskTellGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def grid(params: tuple[ParameterSpec, ...]) -> dict[str, list[Any]]:
+def grid(params: tuple[Parameter, ...]) -> dict[str, list[Any]]:
     space: dict[str, list[Any]] = {}
     for p in params:
         if p.kind == "INTEGER":
@@ -94,11 +95,7 @@ def grid(params: tuple[ParameterSpec, ...]) -> dict[str, list[Any]]:
     return space
 
 
-def grid_size(params: tuple[ParameterSpec, ...]) -> int:
-    return grid_points(params)
-
-
-def suggest(trial: optuna.Trial, params: tuple[ParameterSpec, ...]) -> dict[str, Any]:
+def suggest(trial: optuna.Trial, params: tuple[Parameter, ...]) -> dict[str, Any]:
     """The values this trial passes to the trainer, by parameterId."""
     values: dict[str, Any] = {}
     for p in params:
@@ -116,7 +113,7 @@ def suggest(trial: optuna.Trial, params: tuple[ParameterSpec, ...]) -> dict[str,
     return values
 
 
-def _clip(x: float, p: ParameterSpec) -> float:
+def _clip(x: float, p: Parameter) -> float:
     return min(p.high, max(p.low, x))
 
 

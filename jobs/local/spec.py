@@ -8,13 +8,15 @@ through ``jobs.definition.body`` (the reader validate and compile use too) and r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from jobs.definition import body as job_body
-from jobs.definition.body import STUDY_FIELD, TUNING_JOB, image_name, join, spec_field
+from jobs.definition.body import STUDY_FIELD, image_name, join
 from jobs.definition.errors import FieldError, short
-from jobs.definition.study import Parameter, StudyError, grid_points, parse_study
+from jobs.definition.kinds import TUNING_JOB, spec_field
+from jobs.definition.study import Study, StudyError, grid_points, parse_study
+from jobs.definition.validate import ENV_NAME
 from trainer.contract import TRAINER_MODULE, WORKER_POOLS
 
 
@@ -50,21 +52,13 @@ class JobSpec:
         return sum(p.replica_count for p in self.pools)
 
 
-ParameterSpec = Parameter  # the study model's typed parameter (jobs.definition.study)
-
-
 @dataclass(frozen=True)
-class StudyConfig:
-    metric_id: str
-    goal: str  # MAXIMIZE | MINIMIZE
-    parameters: tuple[ParameterSpec, ...]
-    algorithm: str
-    measurement_selection: str  # LAST_MEASUREMENT | BEST_MEASUREMENT
-    max_trials: int
-    parallel_trials: int
-    max_failed_trials: int  # 0: "Vertex AI decides" (see tuning.failure_budget)
+class TuningJob:
+    """A HyperparameterTuningJob as --local runs it: its study, read as validation reads it, and the
+    CustomJobSpec every trial runs."""
+
+    study: Study
     trial_job: JobSpec
-    raw_study_spec: dict[str, Any] = field(default_factory=dict)
 
 
 # The most points a local GRID_SEARCH enumerates: Optuna's GridSampler lists and shuffles every point of the
@@ -82,9 +76,6 @@ def _int(value: Any, path: str) -> int:
         raise LocalRunError(path, f"{short(value)} is not an integer") from None
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def _env_pairs(items: list[Any], path: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for i, item in enumerate(items):
@@ -92,7 +83,7 @@ def _env_pairs(items: list[Any], path: str) -> tuple[tuple[str, str], ...]:
             raise LocalRunError(join(path, i), f"expected {{name, value}}, got {short(item)}")
         name, value = str(item["name"]), str(item.get("value", ""))
         # What a process environment cannot hold (exec would refuse it with a traceback, mid-launch).
-        if not _ENV_NAME.fullmatch(name):
+        if not ENV_NAME.fullmatch(name):
             raise LocalRunError(
                 join(path, i, "name"), f"{short(name)}; use letters, digits and _, not first a digit"
             )
@@ -218,7 +209,7 @@ def _duration(value: Any, path: str) -> float | None:
     return seconds or None
 
 
-def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConfig:
+def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> TuningJob:
     """The study (by the rules of jobs.definition.study, as validation applies them) and what runs its trials,
     refusing what this machine cannot do: conditional parameters, a grid too big to enumerate."""
     try:
@@ -239,15 +230,4 @@ def parse_tuning_job(body: dict[str, Any], trainer_image: str = "") -> StudyConf
                 "INTEGER ranges or the value lists)",
             )
     trial_path = spec_field(TUNING_JOB)
-    return StudyConfig(
-        metric_id=study.metric_id,
-        goal=study.goal,
-        parameters=study.parameters,
-        algorithm=study.algorithm,
-        measurement_selection=study.measurement_selection,
-        max_trials=study.max_trials,
-        parallel_trials=study.parallel_trials,
-        max_failed_trials=study.max_failed_trials,
-        trial_job=parse_job_spec(body.get(trial_path), trial_path, trainer_image),
-        raw_study_spec=study.raw,
-    )
+    return TuningJob(study, parse_job_spec(body.get(trial_path), trial_path, trainer_image))

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from jobs.definition.body import TUNING_JOB, join, spec_field
+from jobs.definition.body import join
+from jobs.definition.kinds import TUNING_JOB, spec_field
+from jobs.definition.study import Study, grid_points
 from jobs.local import capacity, environment, launcher, report, search_space, spec
 from jobs.local.environment import local_job_id, slug
-from jobs.local.spec import LocalRunError, StudyConfig
+from jobs.local.spec import LocalRunError, TuningJob
 from jobs.report import study as study_report
 from trainer.contract import HP_METRIC_FILE, JOB_ID, MODEL_DIR, TRIAL_ID
 
@@ -36,8 +38,8 @@ INTERRUPTED = "interrupted"
 BASE_FIELD = join(spec_field(TUNING_JOB), "baseOutputDirectory", "outputUriPrefix")
 
 
-def failure_budget(cfg: StudyConfig) -> int:
-    return cfg.max_failed_trials if cfg.max_failed_trials > 0 else min(3, cfg.max_trials)
+def failure_budget(study: Study) -> int:
+    return study.max_failed_trials if study.max_failed_trials > 0 else min(3, study.max_trials)
 
 
 def read_metric(
@@ -77,7 +79,7 @@ class _Running:
 class StudyRunner:
     def __init__(
         self,
-        cfg: StudyConfig,
+        job: TuningJob,
         *,
         display_name: str,
         base_local: Path,
@@ -90,7 +92,7 @@ class StudyRunner:
         trainer_image: str = "",
         registry: Path | None = None,
     ) -> None:
-        self.cfg = cfg
+        self.job = job
         self.request = request or {}
         self.trainer_image = trainer_image
         self.registry = registry
@@ -104,8 +106,13 @@ class StudyRunner:
         self.running: dict[int, _Running] = {}
         self.study = self._open_study(resume)
         self.threads = capacity.threads_per_replica(
-            self.cfg.parallel_trials * self.cfg.trial_job.replica_total
+            self.declared.parallel_trials * self.job.trial_job.replica_total
         )
+
+    @property
+    def declared(self) -> Study:
+        """The study as the definition declares it (``self.study`` is the Optuna study that runs it)."""
+        return self.job.study
 
     # -- storage
     def _open_study(self, resume: bool):
@@ -113,14 +120,14 @@ class StudyRunner:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         db = self.base / "study.db"
-        fingerprint = json.dumps(self.cfg.raw_study_spec, sort_keys=True)
+        fingerprint = json.dumps(self.declared.raw, sort_keys=True)
         # Built, not formatted: a '?', '#' or '%' in the folder (legal in gs:// object names) would be read
         # as the URL's query or an escape, and put the database somewhere else.
         from sqlalchemy.engine import URL
 
         storage = URL.create("sqlite", database=str(db)).render_as_string(hide_password=False)
-        sampler = search_space.make_sampler(self.cfg)
-        direction = "maximize" if self.cfg.goal == "MAXIMIZE" else "minimize"
+        sampler = search_space.make_sampler(self.declared)
+        direction = "maximize" if self.declared.goal == "MAXIMIZE" else "minimize"
         if resume:
             if not db.exists():
                 raise LocalRunError("--resume", f"no interrupted study '{self.name}' at {db}")
@@ -133,9 +140,9 @@ class StudyRunner:
             # Resumed trials run the original trialJobSpec: a new submission's args carry a new job id.
             stored = study.user_attrs.get("request")
             if stored:
-                self.cfg = spec.parse_tuning_job(stored, self.trainer_image)
-                capacity.check(self.cfg.trial_job, self.cfg.parallel_trials)
-            study.sampler = search_space.make_sampler(self.cfg, resumed_trials=len(study.trials))
+                self.job = spec.parse_tuning_job(stored, self.trainer_image)
+                capacity.check(self.job.trial_job, self.declared.parallel_trials)
+            study.sampler = search_space.make_sampler(self.declared, resumed_trials=len(study.trials))
             self._requeue_stale(study)
             return study
         if db.exists():
@@ -171,9 +178,9 @@ class StudyRunner:
         return [t for t in trials if not t.user_attrs.get(INTERRUPTED)]
 
     def target_trials(self) -> int:
-        if self.cfg.algorithm == "GRID_SEARCH":
-            return min(self.cfg.max_trials, search_space.grid_size(self.cfg.parameters))
-        return self.cfg.max_trials
+        if self.declared.algorithm == "GRID_SEARCH":
+            return min(self.declared.max_trials, grid_points(self.declared.parameters))
+        return self.declared.max_trials
 
     def _status(self) -> str:
         """Where the study stands, appended to each trial's progress line."""
@@ -186,9 +193,9 @@ class StudyRunner:
 
     def _budget_spent(self, finished) -> bool:
         failed = [t for t in finished if t.state.name == "FAIL"]
-        if self.cfg.max_failed_trials > 0:
-            return len(failed) >= self.cfg.max_failed_trials
-        return len(failed) >= failure_budget(self.cfg) and len(failed) == len(finished)
+        if self.declared.max_failed_trials > 0:
+            return len(failed) >= self.declared.max_failed_trials
+        return len(failed) >= failure_budget(self.declared) and len(failed) == len(finished)
 
     # -- running
     def log(self, message: str) -> None:
@@ -206,14 +213,14 @@ class StudyRunner:
             raise
 
     def _start(self, trial) -> None:
-        values = search_space.suggest(trial, self.cfg.parameters)
+        values = search_space.suggest(trial, self.declared.parameters)
         trial_id = str(trial.number + 1)
         trial_dir = self.base / trial_id
         metric_file = environment.metric_file(trial_dir)
         trial.set_user_attr("params", values)
         trial.set_user_attr("trial_id", trial_id)
         run = launcher.start_job(
-            self.cfg.trial_job,
+            self.job.trial_job,
             run_dir=trial_dir / environment.REPLICA_LOGS,
             base_local=self.base,
             local_root=self.local_root,
@@ -241,25 +248,25 @@ class StudyRunner:
         trial = item.trial
         trial.set_user_attr("duration_s", round(duration, 2))
         metric, measurements = read_metric(
-            item.metric_file, self.cfg.metric_id, self.cfg.goal, self.cfg.measurement_selection
+            item.metric_file, self.declared.metric_id, self.declared.goal, self.declared.measurement_selection
         )
         trial.set_user_attr("measurements", measurements)
         if metric is not None and not math.isfinite(metric):
             metric, item.run.failure = (
                 None,
-                f"reported {self.cfg.metric_id}={metric}; log: {item.run.chief_log}",
+                f"reported {self.declared.metric_id}={metric}; log: {item.run.chief_log}",
             )
         if rc == 0 and metric is not None:
             trial.set_user_attr("model_dir", environment.output_dirs(self.base, item.trial_id)[MODEL_DIR])
             self.study.tell(trial, metric)
             best = self.study.best_trial
             self.log(
-                f"trial {item.trial_id} done in {duration:.1f}s: {self.cfg.metric_id}={metric:.4f} "
+                f"trial {item.trial_id} done in {duration:.1f}s: {self.declared.metric_id}={metric:.4f} "
                 f"(best so far: trial {best.user_attrs['trial_id']}, {best.value:.4f}) {self._status()}"
             )
             return
         reason = item.run.failure or (
-            f"reported no '{self.cfg.metric_id}' to {item.metric_file}; log: {item.run.chief_log}"
+            f"reported no '{self.declared.metric_id}' to {item.metric_file}; log: {item.run.chief_log}"
         )
         trial.set_user_attr("failure", reason)
         self.study.tell(trial, state=TrialState.FAIL)
@@ -291,11 +298,14 @@ class StudyRunner:
             self.log(f"resuming study '{self.name}': {len(done)} of {target} trials already finished")
         else:
             self.log(
-                f"study '{self.name}': {target} trials, {self.cfg.parallel_trials} at a time, "
-                f"{self.cfg.algorithm}, {self.cfg.goal.lower()} {self.cfg.metric_id}; outputs in {self.base}"
+                f"study '{self.name}': {target} trials, {self.declared.parallel_trials} at a time, "
+                f"{self.declared.algorithm}, {self.declared.goal.lower()} {self.declared.metric_id}; "
+                f"outputs in {self.base}"
             )
-        if self.cfg.algorithm == "GRID_SEARCH" and target < self.cfg.max_trials:
-            self.log(f"the grid has {target} points: maxTrialCount {self.cfg.max_trials} is capped to it")
+        if self.declared.algorithm == "GRID_SEARCH" and target < self.declared.max_trials:
+            self.log(
+                f"the grid has {target} points: maxTrialCount {self.declared.max_trials} is capped to it"
+            )
         previous_term = _install(signal.SIGTERM, _raise_interrupt)
         previous_int = signal.getsignal(signal.SIGINT)
         try:
@@ -324,10 +334,13 @@ class StudyRunner:
                 self._stop_running("the study failed")
                 self.log(
                     f"study failed: {sum(t.state.name == 'FAIL' for t in finished)} trials failed "
-                    f"(maxFailedTrialCount {self.cfg.max_failed_trials or 'default'})"
+                    f"(maxFailedTrialCount {self.declared.max_failed_trials or 'default'})"
                 )
                 return 1
-            while len(self.running) < self.cfg.parallel_trials and len(finished) + len(self.running) < target:
+            while (
+                len(self.running) < self.declared.parallel_trials
+                and len(finished) + len(self.running) < target
+            ):
                 self._launch()
             if not self.running:
                 return 0 if any(t.state.name == "COMPLETE" for t in finished) else 1
@@ -341,7 +354,7 @@ class StudyRunner:
 
     def _finish(self, status: int) -> int:
         trials = [t for t in self.study.get_trials(deepcopy=False) if t.state.name != "WAITING"]
-        summary = report.study_summary(self.name, self.cfg, trials, self.base, status)
+        summary = report.study_summary(self.name, self.declared, trials, self.base, status)
         study_report.publish(summary, self.base, self.out)
         if status == 130:
             kept = summary["counts"]["completed"] + summary["counts"]["failed"]
@@ -367,6 +380,6 @@ def _raise_interrupt(signum, frame):  # SIGTERM to the runner behaves like Ctrl-
     raise KeyboardInterrupt
 
 
-def run_study(cfg: StudyConfig, **kwargs: Any) -> int:
+def run_study(job: TuningJob, **kwargs: Any) -> int:
     """Run (or with resume=True continue) the study; keyword arguments as for StudyRunner."""
-    return StudyRunner(cfg, **kwargs).run()
+    return StudyRunner(job, **kwargs).run()

@@ -26,9 +26,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
-from jobs.definition.study import LOG_SCALES, Parameter
+from jobs.definition.study import LOG_SCALES, Parameter, Study
 
 # Report states of a trial: the local runner's (SUCCEEDED, FAILED, INTERRUPTED), and ACTIVE for a trial of a
 # cloud study that is still running when the report is made.
@@ -51,22 +51,9 @@ class TrialResult:
     failure: str | None = None
 
 
-class StudyFacts(Protocol):
-    """What the report reads of a study: ``jobs.definition.study.Study`` and --local's StudyConfig have it."""
-
-    metric_id: str
-    goal: str
-    algorithm: str
-    measurement_selection: str
-    max_trials: int
-    parallel_trials: int
-    max_failed_trials: int
-    parameters: tuple[Parameter, ...]
-
-
 def summarize(
     name: str,
-    study: StudyFacts,
+    study: Study,
     trials: Sequence[TrialResult],
     *,
     state: str,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import jobs.cloud.plan
 from tests.helpers import subprocess_env
 from tests.jobs.helpers import run_cli
 
@@ -30,6 +31,12 @@ def write_job(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture
+def no_poll_sleep(monkeypatch):
+    """Follow jobs and builds without waiting between polls."""
+    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from jobs.cli.run_job import main
-from jobs.definition.compile import Context, JobFlags, compile_job
+from jobs.definition.compile import Context, compile_job
+from jobs.definition.gcloud_flags import JobFlags
 from jobs.definition.loader import load_text
 from jobs.definition.trainer_contract import load_trainer_contract
 from jobs.definition.validate import validate

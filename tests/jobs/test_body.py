@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.definition import body
-from jobs.definition.body import CUSTOM_JOB, TUNING_JOB
+from jobs.definition.kinds import CUSTOM_JOB, TUNING_JOB
 from jobs.local import spec as local_spec
 from tests.jobs.helpers import JOBS_DIR, OUTPUTS, compile_text
 

@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from jobs.definition.compile import JobFlags, job_name
+from jobs.definition.compile import job_name
 from jobs.definition.errors import JobError
+from jobs.definition.gcloud_flags import JobFlags
 from jobs.definition.loader import load_text
 from jobs.definition.overrides import Override, apply_overrides
 from tests.jobs.helpers import CUSTOM, GCLOUD_CUSTOM, IMAGE_HASH, NOW, OUTPUTS, TUNING, check, compile_text

@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from jobs.definition.compile import JobFlags
-from jobs.definition.gcloud_flags import split_list
+from jobs.definition.gcloud_flags import JobFlags, split_list
 from tests.jobs.helpers import CUSTOM, GCLOUD_CUSTOM, OUTPUTS, TUNING, compile_text, run_cli
 
 RUNTIME = OUTPUTS["runtime_service_account"]

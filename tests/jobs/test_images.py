@@ -40,14 +40,12 @@ from tests.jobs.helpers import (
     run_cli,
 )
 
+# Followed jobs and builds are polled without waiting (tests/jobs/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_poll_sleep")
+
 POOL = "jobSpec.workerPoolSpecs.0"
 T4 = {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1}
 V3 = {"machineType": "cloud-tpu", "acceleratorType": "TPU_V3", "acceleratorCount": 8}
-
-
-@pytest.fixture(autouse=True)
-def no_poll_sleep(monkeypatch):
-    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
 
 
 # ---- context and tag --------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ import socket
 
 import pytest
 
+from common.reader import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES
 from jobs.definition import loader
 from jobs.definition.errors import JobError
-from jobs.definition.loader import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, load_file, load_text, parse_scalar
+from jobs.definition.loader import load_file, load_text, parse_scalar
 from jobs.definition.overrides import Override
 
 # Nine levels of nine aliases: 9**9 (387 million) strings from 380 bytes once expanded.

@@ -15,16 +15,14 @@ from tests.jobs.fake_logging import entry
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import JOBS_DIR, run_cli
 
+# Followed jobs and builds are polled without waiting (tests/jobs/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_poll_sleep")
+
 CPU = JOBS_DIR / "census_cpu.yaml"
 STUDY = JOBS_DIR / "census_tuning.yaml"
 RUNNING = ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
 # The fake stamps the first job it creates 2026-01-02T03:04:00Z (its createTime).
 T0 = "2026-01-02T03:04:"
-
-
-@pytest.fixture(autouse=True)
-def no_poll_sleep(monkeypatch):
-    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
 
 
 @pytest.fixture

@@ -20,15 +20,13 @@ from jobs.definition.registry import metrics_uri
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import JOBS_DIR, TUNING, compile_text, run_cli
 
+# Followed jobs and builds are polled without waiting (tests/jobs/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_poll_sleep")
+
 CENSUS = JOBS_DIR / "census_cpu.yaml"
 PARENT = "projects/demo-project/locations/us-central1"
 MODEL = f"{PARENT}/models/census"
 OLD = "gs://demo-project-models/census-cpu/earlier-run/model"
-
-
-@pytest.fixture(autouse=True)
-def no_poll_sleep(monkeypatch):
-    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
 
 
 def write_metrics(root, artifact_uri: str, **evaluation) -> None:

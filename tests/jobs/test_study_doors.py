@@ -1,8 +1,11 @@
 """One study, three doors, one verdict: each StudySpec case goes through validation (what `run_job.py
 --dry-run` runs), the local runner's planning (what `--local` runs before any trial) and `run_job.py convert`
-(written as a legacy `hyperparameters`), and all three must accept it, or refuse it with the same words.
+(written as a legacy `hyperparameters`), and all three must accept it, or refuse it with the same words,
+naming the same field (convert: the legacy field the value came from).
 
-The rules live once, in jobs/definition/study.py; this table is what keeps a door from growing its own.
+The rules live once, in jobs/definition/study.py; this table is what keeps a door from growing its own, and
+the one place their cases are listed (tests/jobs/test_validate.py keeps only the studies no other door can
+express: conditional parameters, a missing goal, value specs set twice or not at all).
 """
 
 from __future__ import annotations
@@ -57,7 +60,17 @@ def study(*parameters, algorithm="ALGORITHM_UNSPECIFIED", trials=8, parallel=2, 
 
 
 LR = double("learning-rate", 0.001, 0.01, "UNIT_LOG_SCALE")
-# (id, study, the words of the refusal or None) — each invalid case breaks one rule.
+HP = "trainingInput.hyperparameters"  # where convert reads a legacy study
+
+
+def refused(path: str, legacy: str, words: str) -> tuple[str, str, str]:
+    """A refusal: the body path --dry-run and --local name, the legacy field convert names (under HP), and
+    the words all three say."""
+    return path, f"{HP}.{legacy}", words
+
+
+P0 = "studySpec.parameters.0"
+# (id, study, None or its refusal) — each invalid case breaks one rule.
 CASES = [
     ("the-census-study", {k: BASE[k] for k in STUDY_KEYS}, None),
     (
@@ -75,78 +88,143 @@ CASES = [
     (
         "integer-range-of-one-value",
         study(integer("num-layers", 2, 2)),
-        "minValue 2 >= maxValue 2; allowed: minValue < maxValue",
+        refused(
+            f"{P0}.integerValueSpec.minValue",
+            "params.0.minValue",
+            "minValue 2 >= maxValue 2; allowed: minValue < maxValue",
+        ),
     ),
     (
         "double-min-above-max",
         study(double("learning-rate", 0.1, 0.01)),
-        "minValue 0.1 >= maxValue 0.01; allowed: minValue < maxValue",
+        refused(
+            f"{P0}.doubleValueSpec.minValue",
+            "params.0.minValue",
+            "minValue 0.1 >= maxValue 0.01; allowed: minValue < maxValue",
+        ),
     ),
     (
         "log-scale-from-zero",
         study(double("learning-rate", 0, 0.1, "UNIT_LOG_SCALE")),
-        "UNIT_LOG_SCALE with minValue 0.0; allowed: minValue > 0 on a log scale, or UNIT_LINEAR_SCALE",
+        refused(
+            f"{P0}.doubleValueSpec.minValue",
+            "params.0.minValue",
+            "UNIT_LOG_SCALE with minValue 0.0; allowed: minValue > 0 on a log scale, or UNIT_LINEAR_SCALE",
+        ),
     ),
     (
         "reverse-log-integer-from-zero",
         study(integer("num-layers", 0, 4, "UNIT_REVERSE_LOG_SCALE")),
-        "UNIT_REVERSE_LOG_SCALE with minValue 0; allowed: minValue > 0 on a log scale, or UNIT_LINEAR_SCALE",
+        refused(
+            f"{P0}.integerValueSpec.minValue",
+            "params.0.minValue",
+            "UNIT_REVERSE_LOG_SCALE with minValue 0; allowed: minValue > 0 on a log scale, or "
+            "UNIT_LINEAR_SCALE",
+        ),
     ),
     (
         "grid-of-a-double",
         study(LR, algorithm="GRID_SEARCH"),
-        "GRID_SEARCH cannot enumerate the DOUBLE parameter 'learning-rate'; allowed: integerValueSpec, "
-        "discreteValueSpec or categoricalValueSpec with GRID_SEARCH",
+        refused(
+            f"{P0}.doubleValueSpec",
+            "params.0.type",
+            "GRID_SEARCH cannot enumerate the DOUBLE parameter 'learning-rate'; allowed: integerValueSpec, "
+            "discreteValueSpec or categoricalValueSpec with GRID_SEARCH",
+        ),
     ),
     (
         "over-a-thousand-trials",
         study(LR, trials=1001),
-        "maxTrialCount is 1001; allowed: 1..1000 (the most trials one Vizier study holds)",
+        refused(
+            "maxTrialCount",
+            "maxTrials",
+            "maxTrialCount is 1001; allowed: 1..1000 (the most trials one Vizier study holds)",
+        ),
     ),
     (
         "no-trials",
         study(LR, trials=0, parallel=0, failures=0),
-        "maxTrialCount is 0; allowed: an integer >= 1",
+        refused("maxTrialCount", "maxTrials", "maxTrialCount is 0; allowed: an integer >= 1"),
     ),
     (
         "more-parallel-than-trials",
         study(LR, trials=2, parallel=3),
-        "3 parallel trials but maxTrialCount is 2; allowed: 1..2",
+        refused(
+            "parallelTrialCount",
+            "maxParallelTrials",
+            "3 parallel trials but maxTrialCount is 2; allowed: 1..2",
+        ),
     ),
     (
         "more-failures-than-trials",
         study(LR, trials=2, parallel=1, failures=3),
-        "maxFailedTrialCount is 3; allowed: 0..2",
+        refused("maxFailedTrialCount", "maxFailedTrials", "maxFailedTrialCount is 3; allowed: 0..2"),
     ),
-    ("negative-failures", study(LR, failures=-1), "maxFailedTrialCount is -1; allowed: 0..8"),
+    (
+        "negative-failures",
+        study(LR, failures=-1),
+        refused("maxFailedTrialCount", "maxFailedTrials", "maxFailedTrialCount is -1; allowed: 0..8"),
+    ),
     (
         "values-not-increasing",
         study(discrete("numeric-bins", [64, 32])),
-        "32 after 64: values are not strictly increasing; allowed: strictly increasing numbers",
+        refused(
+            f"{P0}.discreteValueSpec.values.1",
+            "params.0.discreteValues.1",
+            "32 after 64: values are not strictly increasing; allowed: strictly increasing numbers",
+        ),
+    ),
+    (
+        "repeated-values",
+        study(discrete("numeric-bins", [32, 64, 64])),
+        refused(
+            f"{P0}.discreteValueSpec.values.2",
+            "params.0.discreteValues.2",
+            "64 after 64: values are not strictly increasing; allowed: strictly increasing numbers",
+        ),
     ),
     (
         "log-scale-values-from-zero",
         study(discrete("learning-rate", [0, 0.01], "UNIT_LOG_SCALE")),
-        "UNIT_LOG_SCALE with value 0; allowed: values > 0 on a log scale",
+        refused(
+            f"{P0}.discreteValueSpec.values.0",
+            "params.0.discreteValues.0",
+            "UNIT_LOG_SCALE with value 0; allowed: values > 0 on a log scale",
+        ),
     ),
     (
         "repeated-categories",
         study(categorical("num-layers", ["1", "1"])),
-        "values are empty or repeated; allowed: distinct strings",
+        refused(
+            f"{P0}.categoricalValueSpec.values",
+            "params.0.categoricalValues",
+            "values are empty or repeated; allowed: distinct strings",
+        ),
     ),
     (
         "a-parameter-tuned-twice",
         study(LR, double("learning-rate", 0.01, 0.1)),
-        "parameter 'learning-rate' is tuned twice; allowed: unique parameterIds",
+        refused(
+            "studySpec.parameters.1.parameterId",
+            "params.1.parameterName",
+            "parameter 'learning-rate' is tuned twice; allowed: unique parameterIds",
+        ),
     ),
-    ("no-parameters", study(), "no parameters to tune; allowed: one or more ParameterSpecs"),
+    (
+        "no-parameters",
+        study(),
+        refused(
+            "studySpec.parameters", "params", "no parameters to tune; allowed: one or more ParameterSpecs"
+        ),
+    ),
 ]
 
 
-def words(error) -> str:
-    """problem; allowed: what every door must say alike (the field and line are each door's own)."""
+def verdict(error) -> tuple[str, str]:
+    """The field a door names and its words (problem; allowed), which every door must say alike (a line
+    number is each door's own)."""
     problem = re.sub(r" \(line \d+\)", "", error.problem)
-    return f"{problem}; allowed: {error.allowed}" if error.allowed else problem
+    return error.path, f"{problem}; allowed: {error.allowed}" if error.allowed else problem
 
 
 def compile_definition(definition: dict, folder):
@@ -165,11 +243,11 @@ def compile_definition(definition: dict, folder):
     )
 
 
-def dry_run(case, tmp_path) -> str | None:
+def dry_run(case, tmp_path) -> tuple[str, str] | None:
     try:
         compile_definition(copy.deepcopy(BASE) | copy.deepcopy(case), tmp_path)
     except JobError as exc:
-        return words(exc)
+        return verdict(exc)
     return None
 
 
@@ -179,13 +257,13 @@ def compiled_body(tmp_path_factory):
     return compile_definition(BASE, tmp_path_factory.mktemp("base")).body
 
 
-def local_plan(case, body) -> str | None:
+def local_plan(case, body) -> tuple[str, str] | None:
     body = copy.deepcopy(body)
     body.update(copy.deepcopy(case))
     try:
         local_spec.parse_tuning_job(body, OUTPUTS["trainer_image"])
     except local_spec.LocalRunError as exc:
-        return words(exc)
+        return verdict(exc)
     return None
 
 
@@ -216,7 +294,7 @@ def legacy_hyperparameters(case) -> dict:
     }
 
 
-def convert(case, tmp_path) -> str | None:
+def convert(case, tmp_path) -> tuple[str, str] | None:
     path = tmp_path / "legacy.yaml"
     config = {
         "trainingInput": {"args": ["--model=wide_deep"], "hyperparameters": legacy_hyperparameters(case)}
@@ -241,7 +319,7 @@ def convert(case, tmp_path) -> str | None:
             now=NOW,
         )
     except JobError as exc:
-        return words(exc)
+        return verdict(exc)
     return None
 
 
@@ -252,4 +330,12 @@ def test_every_door_gives_a_study_the_same_verdict_in_the_same_words(case, expec
         "--local": local_plan(case, compiled_body),
         "convert": convert(case, tmp_path),
     }
-    assert verdicts == dict.fromkeys(verdicts, expected)
+    if expected is None:
+        assert verdicts == dict.fromkeys(verdicts, None)
+        return
+    path, legacy_path, words = expected
+    assert verdicts == {
+        "--dry-run": (path, words),  # the definition's field
+        "--local": (path, words),  # the body's field, spelled the same
+        "convert": (legacy_path, words),  # the legacy field the value came from
+    }

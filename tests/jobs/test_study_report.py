@@ -204,16 +204,16 @@ def test_a_study_with_no_succeeded_trial_says_so():
     assert "Trial 2 failed: crashed" in text
 
 
-def _local_study(cfg, outcomes):
+def _local_study(declared, outcomes):
     """An Optuna study as the local tuner leaves it: values from its own suggest(), its user attributes."""
     import optuna
     from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=search_space.make_sampler(cfg))
+    study = optuna.create_study(direction="maximize", sampler=search_space.make_sampler(declared))
     for number, score in enumerate(outcomes):
         t = study.ask()
-        values = search_space.suggest(t, cfg.parameters)
+        values = search_space.suggest(t, declared.parameters)
         trial_id = str(number + 1)
         t.set_user_attr("trial_id", trial_id)
         t.set_user_attr("params", values)
@@ -243,10 +243,10 @@ def test_local_and_cloud_trials_make_the_same_study_json():
     import optuna
 
     body = tuning_job([], trials=7, parallel=1, params=PARAMS, base="gs://demo-models/runs/s")
-    cfg = parse_tuning_job(body)
+    declared = parse_tuning_job(body).study
     outcomes = [0.71, 0.8, None, 0.77, 0.9, 0.62, 0.85]
-    study = _local_study(cfg, outcomes)
-    local = local_report.study_summary("fake-study", cfg, study.trials, "/runs/s", 0)
+    study = _local_study(declared, outcomes)
+    local = local_report.study_summary("fake-study", declared, study.trials, "/runs/s", 0)
 
     # The importance the local runner printed before the report was shared: Optuna's, on its own study.
     evaluator = optuna.importance.PedAnovaImportanceEvaluator()

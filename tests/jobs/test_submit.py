@@ -16,15 +16,13 @@ import jobs.cloud.plan
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer, Request
 from tests.jobs.helpers import CODE_HASH, IMAGE_HASH, JOBS_DIR, OUTPUTS, PLANNED_OUTPUTS, run_cli
 
+# Followed jobs and builds are polled without waiting (tests/jobs/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_poll_sleep")
+
 # The python-package path (sdist staging); the container path and image builds: tests/jobs/test_images.py.
 CPU = JOBS_DIR / "census_prebuilt.yaml"
 TUNING = JOBS_DIR / "census_tuning.yaml"
 PACKAGE = f"demo-project-staging/packages/{CODE_HASH}/trainer-0.1.0.tar.gz"
-
-
-@pytest.fixture(autouse=True)
-def no_poll_sleep(monkeypatch):
-    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,13 @@ import json
 import pytest
 import yaml
 
-import jobs.cloud.plan
 from jobs.cli.build_image import main
 from jobs.definition.image import image_hash
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import OUTPUTS, REPO_ROOT, make_repo
 
-
-@pytest.fixture(autouse=True)
-def no_poll_sleep(monkeypatch):
-    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
+# Followed jobs and builds are polled without waiting (tests/jobs/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_poll_sleep")
 
 
 def build(argv, **kwargs):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jobs.definition.body import spec_field
+from jobs.definition.kinds import spec_field
 from jobs.local import capacity, spec
 from jobs.local.run import run_local
 from jobs.local.spec import LocalRunError
@@ -38,8 +38,8 @@ def test_the_shipped_definitions_fit_on_a_one_or_two_cpu_machine(name, n, cpus):
     job = compile_text((JOBS_DIR / f"{name}.yaml").read_text())
     body = job.body
     if "studySpec" in body:
-        study = spec.parse_tuning_job(body, JOB_OUTPUTS["trainer_image"])
-        capacity.check(study.trial_job, study.parallel_trials)
+        tuning = spec.parse_tuning_job(body, JOB_OUTPUTS["trainer_image"])
+        capacity.check(tuning.trial_job, tuning.study.parallel_trials)
     else:
         capacity.check(
             spec.parse_job_spec(body[spec_field(job.kind)], "jobSpec", JOB_OUTPUTS["trainer_image"])
@@ -139,11 +139,11 @@ def test_limits_and_malformed_fields_are_one_line(body, says, tmp_path, capsys):
 
 
 def test_the_largest_allowed_study_and_grid_parse():
-    assert spec.parse_tuning_job(tuning_job([], trials=1000, parallel=1)).max_trials == 1000
+    assert spec.parse_tuning_job(tuning_job([], trials=1000, parallel=1)).study.max_trials == 1000
     params = [
         {"parameterId": "n", "integerValueSpec": {"minValue": "1", "maxValue": str(spec.MAX_GRID_POINTS)}}
     ]
-    assert spec.parse_tuning_job(tuning_job([], algorithm="GRID_SEARCH", params=params)).parameters
+    assert spec.parse_tuning_job(tuning_job([], algorithm="GRID_SEARCH", params=params)).study.parameters
     params[0]["integerValueSpec"]["maxValue"] = str(spec.MAX_GRID_POINTS + 1)
     with pytest.raises(LocalRunError, match="grid has 100001 points"):
         spec.parse_tuning_job(tuning_job([], algorithm="GRID_SEARCH", params=params))

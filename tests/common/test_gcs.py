@@ -1,10 +1,10 @@
-"""Cloud Storage's bucket-name rules (infra.gcs), which infra's config and jobs/ read gs:// URIs with."""
+"""Cloud Storage's bucket-name rules (common.gcs), which infra's config and jobs/ read gs:// URIs with."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra.gcs import UNDOTTED_BUCKET_NAME, is_bucket_name
+from common.gcs import UNDOTTED_BUCKET_NAME, is_bucket_name
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,9 @@
 (jobs/definition/loader.py), legacy configs and submit scripts (`run_job.py convert`, jobs/legacy/),
 environment configs (infra/config.py) and deployed outputs files (infra/outputs.py).
 
-Pure (stdlib + yaml) and under infra/ because infra/ may not import jobs/ while jobs/ imports infra/: both
-layers use it. Its errors are `InputError` (file, where, problem, allowed); each door turns them into its own
-one-line error (`JobError`, `ConfigError`). The limits, in one place:
+Pure (stdlib + yaml), in common/ because infra/ and jobs/ both use it. Its errors are `InputError` (file,
+where, problem, allowed); each door turns them into its own one-line error (`JobError`, `ConfigError`).
+The limits, in one place:
 
 - only a regular file is read (opened with O_NONBLOCK and checked with fstat on the open descriptor: a FIFO,
   a device, a socket or a directory is refused without blocking on it), of at most ``MAX_FILE_BYTES``
