@@ -17,7 +17,8 @@ from tests.helpers import subprocess_env, summary_section
 from tests.trainer import hostile
 from tests.trainer.helpers import REPO_ROOT
 from tests.trainer.image_helpers import example, write_records
-from trainer import data
+from trainer import csv_rows, csv_scan, data
+from trainer.csv_schema import Column, CsvSchema
 from trainer.data import DataError
 from trainer.tasks.image_classifier import data as image_data
 from trainer.tasks.recommender import data as ratings_data
@@ -69,15 +70,15 @@ def test_hostile_attempt(results, attempt):
 def test_non_data_lines_are_the_validators_blank_and_comment_lines():
     lines = [b"", b" ", b"\t \x0b\x0c", b"|", b"  | x", b"x |", b"|| y", b"| ", b"a,b", b" \r", b"a|"]
     for prefix in ("|", "| ", "#!"):
-        schema = data.CsvSchema(columns=(data.Column("a", "str"), data.Column("y", "str")), label="y",
-                                positive=("1",), negative=("0",), comment_prefix=prefix)
+        schema = CsvSchema(columns=(Column("a", "str"), Column("y", "str")), label="y",
+                           positive=("1",), negative=("0",), comment_prefix=prefix)
         block = b"\n".join(lines + [b"#! z", b"  #!", b"#"]) + b"\n"
         a = np.frombuffer(block, np.uint8)
         ends = np.flatnonzero(a == 10)
         starts = np.concatenate(([0], ends[:-1] + 1))
-        validator = data._Validator(schema)
+        validator = csv_rows.Validator(schema)
         expected = [not validator.is_data(block[s:e]) for s, e in zip(starts, ends, strict=True)]
-        assert data._non_data(a, starts, ends, prefix.encode()).tolist() == expected, prefix
+        assert csv_rows._non_data(a, starts, ends, prefix.encode()).tolist() == expected, prefix
 
 
 def test_a_huge_integer_is_a_bad_row_that_max_bad_rows_skips(tmp_path):
@@ -86,7 +87,7 @@ def test_a_huge_integer_is_a_bad_row_that_max_bad_rows_skips(tmp_path):
     path = tmp_path / "train.csv"
     path.write_bytes((hostile.CENSUS_ROW + b"\n") * 3 + b"0" * 5000 + b"7" + hostile.CENSUS_ROW[2:] + b"\n"
                      + b"-" + b"9" * 5000 + hostile.CENSUS_ROW[2:] + b"\n")
-    scan = data.scan_csv([str(path)], SCHEMA, max_bad_rows=1)
+    scan = csv_scan.scan_csv([str(path)], SCHEMA, max_bad_rows=1)
     # 5000 leading zeros are 7 to decode_csv's strtoll: a good row; 5000 nines are not an int64.
     assert scan.rows == 4 and [b.line for b in scan.bad_rows] == [5]
     assert scan.bad_rows[0].reason.endswith("(5001 bytes) is outside the int64 range")
@@ -110,13 +111,13 @@ def test_a_batch_of_only_comment_lines_never_reaches_the_preprocessing(tmp_path)
 def test_blank_and_comment_lines_are_bounded(tmp_path, monkeypatch):
     from trainer.tasks.census.data import SCHEMA
 
-    monkeypatch.setattr(data, "MAX_NON_DATA_LINES", 5)
+    monkeypatch.setattr(csv_scan, "MAX_NON_DATA_LINES", 5)
     path = tmp_path / "train.csv"
     path.write_bytes(b"|banner\n" + (hostile.CENSUS_ROW + b"\n\n") * 4)
-    assert data.scan_csv([str(path)], SCHEMA).excluded.tolist() == [0, 2, 4, 6, 8]
+    assert csv_scan.scan_csv([str(path)], SCHEMA).excluded.tolist() == [0, 2, 4, 6, 8]
     path.write_bytes(path.read_bytes() + b"\n")
     with pytest.raises(DataError, match=r"train\.csv:10: more than 5 blank or comment lines"):
-        data.scan_csv([str(path)], SCHEMA)
+        csv_scan.scan_csv([str(path)], SCHEMA)
 
 
 def test_a_line_over_the_bound_that_ends_in_a_later_block_is_refused(tmp_path):
