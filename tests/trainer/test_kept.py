@@ -249,7 +249,7 @@ def test_no_claim_where_it_cannot_work(tmp_path, caplog):
 
 
 def test_the_recommender_waits_for_the_baselines_and_item_item_weights(tmp_path):
-    from trainer.tasks.recommender import kept_baselines, kept_item_item
+    from trainer.tasks.recommender.kept_results import kept_baselines, kept_item_item
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("user,item,rating\n1,2,5\n")
