@@ -229,7 +229,7 @@ def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, f
             raise unreadable(path, exc, flag) from None
         number = 0  # lines of this file before the block
         for block, count, data, starts, ends, verdict, skip in blocks(path, flag, fast, len(numeric),
-                                                                        v.comment):
+                                                                      v.comment):
             good, labels, values = verdict
             mine = (index + data) % count_of == index_of
             good &= mine
