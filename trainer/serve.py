@@ -89,8 +89,8 @@ DEFAULT_SIGNATURE = "serving_default"
 PARAMETERS = ("signature",)  # what "parameters" may hold
 MAX_BODY_BYTES = 1_500_000  # Vertex AI's online prediction payload limit ("1.5 MB"): no larger body arrives
 MAX_INSTANCES = 1000  # instances in one request: each is one row of one batch through the model
-# Pixels the images of one request may declare (trainer.tasks.image_classifier.data.image_pixels): one 48 MP
-# photo, not a decompression bomb (a 1 MB PNG can declare 20000 x 20000 pixels, 1.2 GB decoded as RGB).
+# Pixels the images of one request may declare (trainer.tasks.image_classifier.decoding.image_pixels): one 48
+# MP photo, not a decompression bomb (a 1 MB PNG can declare 20000 x 20000 pixels, 1.2 GB decoded as RGB).
 MAX_REQUEST_PIXELS = 50_000_000
 MAX_CONCURRENT = 8  # requests parsed and predicted at once; later ones wait with their bodies read
 IDLE_TIMEOUT_S = 30  # a connection that sends nothing for this long (mid-request or between two) is closed
@@ -325,7 +325,7 @@ def _check_pixels(columns: dict, signature: Signature) -> None:
     for spec in signature.inputs:
         if spec.dtype != "string":
             continue
-        from trainer.tasks.image_classifier.data import image_pixels
+        from trainer.tasks.image_classifier.decoding import image_pixels
 
         for value in columns[spec.name].reshape(-1):
             total += image_pixels(value)

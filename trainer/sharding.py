@@ -28,6 +28,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from trainer.data import DataError, name_files
+
 log = logging.getLogger("trainer")
 
 
@@ -39,7 +41,7 @@ class Shard:
     count: int = 1
     # bytes -> every worker's bytes in index order (a collective all-gather); None in a one-worker run.
     gather: Callable[[bytes], list[bytes]] | None = None
-    # Where a task may keep what it learnt from its share (e.g. trainer.data's scans) for the job's other
+    # Where a task may keep what it learnt from its share (e.g. trainer.csv_scan's scans) for the job's other
     # trials and for a restart; None: nowhere.
     cache_dir: str | None = None
 
@@ -84,8 +86,6 @@ class Shard:
             return
         message = empty_share(self.exchange(records), files, flag, what)
         if message:
-            from trainer.data import DataError
-
             raise DataError(message)
 
 
@@ -105,8 +105,6 @@ def empty_share(counts: Sequence[int], files: Sequence[str], flag: str, what: st
     empty = [i for i, n in enumerate(counts) if not n]
     if not empty:
         return None
-    from trainer.data import name_files
-
     files, worker = tuple(files), empty[0]
     if by_record is None:
         by_record = len(files) < count

@@ -97,6 +97,7 @@ def fit_seconds(model, ds, steps: int) -> tuple[float, float]:
 def bench(args) -> int:
     import keras
 
+    from trainer.tasks.image_classifier import checks as image_checks
     from trainer.tasks.image_classifier import data as image_data
     from trainer.tasks.image_classifier import models as image_models
 
@@ -107,7 +108,7 @@ def bench(args) -> int:
             files = [write_shard(os.path.join(tmp, "synthetic.tfrecord"), *synthetic(10_000))]
             source = "synthetic 10k PNG shard"
         start = time.perf_counter()
-        scan = image_data.scan_images(files, channels=1)
+        scan = image_checks.scan_images(files, channels=1)
         print(f"{source}: {scan.summary()}; scan {time.perf_counter() - start:.2f} s")
         images, labels = image_data.read_arrays(scan, 1)
         common = dict(image_size=28, batch_size=args.batch_size, training=True, seed=0, repeat=True)
@@ -155,6 +156,7 @@ def bench(args) -> int:
 def mnist_accuracy(args) -> int:
     import keras
 
+    from trainer.tasks.image_classifier import checks as image_checks
     from trainer.tasks.image_classifier import data as image_data
     from trainer.tasks.image_classifier import models as image_models
 
@@ -163,8 +165,8 @@ def mnist_accuracy(args) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-mnist-") as tmp:
         train = write_shard(os.path.join(tmp, "train.tfrecord"), images[:8000], labels[:8000])
         test = write_shard(os.path.join(tmp, "eval.tfrecord"), images[-2000:], labels[-2000:])
-        train_scan = image_data.scan_images([train], channels=1)
-        eval_scan = image_data.scan_images([test], channels=1, class_names=train_scan.class_names)
+        train_scan = image_checks.scan_images([train], channels=1)
+        eval_scan = image_checks.scan_images([test], channels=1, class_names=train_scan.class_names)
         for seed in args.seeds:
             keras.utils.set_random_seed(seed)
             train_ds = image_data.image_dataset(train_scan, image_size=28, channels=1,

@@ -6,6 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.import_graph import cycles
+from tests.import_graph import import_graph as package_graph
+
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 # Each layer and the layers it may import (itself included); modules are named by their first folder/file.
 ALLOWED = {
@@ -22,61 +25,9 @@ ALLOWED = {
 }
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(JOBS.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def import_graph() -> dict[str, set[str]]:
     """jobs.* module -> the jobs.* modules it imports (at module level or inside functions)."""
-    modules = {module_name(p): p for p in JOBS.rglob("*.py")}
-    graph = {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        targets = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                targets.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*up, base] if base else up)
-                targets.add(base)
-                targets.update(f"{base}.{a.name}" for a in node.names)
-        graph[name] = {t for t in targets if t in modules and t != name}
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index, low, stack, on_stack, found = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+    return package_graph(JOBS)
 
 
 def layer(module: str) -> str:

@@ -2,14 +2,14 @@
 
     python -m tests.trainer.kept_race SIGNALS NAME OTHER -- ARGS...   # ARGS: what follows `-m trainer.task`
 
-The run is ``trainer.task.main(ARGS)`` with census's scan of a file (``trainer.data._scan_files``) counted:
-each call appends a line to ``SIGNALS/scans-NAME``. The race is made certain rather than likely: the first
-run to scan (the data missed, the scan claimed) writes its name to ``SIGNALS/claimed`` and scans only once
-the other run's log, ``SIGNALS/OTHER.log``, says it waits for that claim (at most 60 s). The race is over
+The run is ``trainer.task.main(ARGS)`` with census's scan of a file (``trainer.csv_scan._scan_files``)
+counted: each call appends a line to ``SIGNALS/scans-NAME``. The race is made certain rather than likely: the
+first run to scan (the data missed, the scan claimed) writes its name to ``SIGNALS/claimed`` and scans only
+once the other run's log, ``SIGNALS/OTHER.log``, says it waits for that claim (at most 60 s). The race is over
 once the data is accepted and kept: a run stops where training would start (status 0, "stopped before
-training" on stdout), past the point where ``trainer.train`` keeps the results and gives its claims up.
-Last on stdout: the claims this interpreter still holds once ``main`` returned (``held: []``), however the
-run ended (tests/trainer/cli_batch.py runs many mains in one interpreter).
+training" on stdout), past the point where ``trainer.train`` keeps the results and gives its claims up. Last
+on stdout: the claims this interpreter still holds once ``main`` returned (``held: []``), however the run
+ended (tests/trainer/cli_batch.py runs many mains in one interpreter).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ class Stop(Exception):
 
 def main(signals: Path, name: str, other: str, argv: list[str]) -> int:
     import trainer.callbacks
-    import trainer.data
+    import trainer.csv_scan
     from trainer import task
 
-    scan = trainer.data._scan_files
+    scan = trainer.csv_scan._scan_files
 
     def counted(*args, **kwargs):
         with open(signals / f"scans-{name}", "a") as out:
@@ -50,7 +50,7 @@ def main(signals: Path, name: str, other: str, argv: list[str]) -> int:
     def stop(*args, **kwargs):  # trainer.train reads the backup's epoch right after keeping the data's work
         raise Stop
 
-    trainer.data._scan_files = counted
+    trainer.csv_scan._scan_files = counted
     trainer.callbacks.read_backup_epoch = stop
     from trainer import kept
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.trainer.helpers import CENSUS
-from trainer.data import QUANTILE_SAMPLE, ScanResult, scan_csv
+from trainer.csv_scan import QUANTILE_SAMPLE, ScanResult, scan_csv
 from trainer.tasks.census.data import NUMERIC, SCHEMA, numeric_edges, piecewise_linear
 
 tf = pytest.importorskip("tensorflow")
@@ -43,9 +43,9 @@ def test_edges_come_from_the_training_scan_only(tmp_path):
 
 
 def test_the_reservoir_keeps_a_bounded_uniform_sample(tmp_path, monkeypatch):
-    import trainer.data
+    import trainer.csv_scan
 
-    monkeypatch.setattr(trainer.data, "QUANTILE_SAMPLE", 1000)
+    monkeypatch.setattr(trainer.csv_scan, "QUANTILE_SAMPLE", 1000)
     scan = scan_csv([str(CENSUS / "adult.data")], SCHEMA)
     ages = scan.samples["age"]
     assert ages.size == 1000

@@ -1,4 +1,5 @@
-"""trainer.data on the real census files: scanning, malformed rows, and the tf.data pipeline."""
+"""trainer.csv_scan and trainer.csv_dataset on the real census files: scanning, malformed rows, and the
+tf.data pipeline."""
 
 from __future__ import annotations
 
@@ -6,16 +7,10 @@ import numpy as np
 import pytest
 
 from tests.trainer.helpers import CENSUS, damaged, write_slice
-from trainer.data import (
-    Column,
-    CsvSchema,
-    DataError,
-    ScanKeeper,
-    count_batches,
-    expand_files,
-    scan_csv,
-    text_dataset,
-)
+from trainer.csv_dataset import count_batches, text_dataset
+from trainer.csv_scan import ScanKeeper, scan_csv
+from trainer.csv_schema import Column, CsvSchema
+from trainer.data import DataError, expand_files
 from trainer.tasks.census.data import PLAUSIBLE, SCHEMA
 
 tf = pytest.importorskip("tensorflow")
@@ -273,19 +268,20 @@ def _variants() -> list[bytes]:
 def test_block_checks_agree_with_the_line_by_line_validator(tmp_path, monkeypatch):
     """Every line the vectorised checks accept is one the per-line validator accepts with the same label and
     values, and every other verdict (and reason) is the per-line validator's own."""
-    import trainer.data
+    import trainer.csv_rows
+    import trainer.csv_scan
 
     lines = _variants()
     path = tmp_path / "variants.data"
     path.write_bytes(b"\n".join(lines * 3) + b"\n")
     fast = scan_csv([str(path)], SCHEMA, max_bad_rows=10_000)
 
-    class LineByLine(trainer.data._FastPath):
+    class LineByLine(trainer.csv_rows.FastPath):
         def __init__(self, schema):
             super().__init__(schema)
             self.usable = False
 
-    monkeypatch.setattr(trainer.data, "_FastPath", LineByLine)
+    monkeypatch.setattr(trainer.csv_scan, "FastPath", LineByLine)
     slow = scan_csv([str(path)], SCHEMA, max_bad_rows=10_000)
     assert 0 < fast.rows < len(lines) * 3 and fast.bad_rows
     assert (fast.rows, fast.positives, fast.total_lines) == (slow.rows, slow.positives, slow.total_lines)
@@ -311,7 +307,7 @@ def test_a_scan_by_record_checks_and_counts_only_its_own_lines(tmp_path, census_
 
 
 def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, census_slice, monkeypatch):
-    import trainer.data
+    import trainer.csv_scan
 
     data = tmp_path / "adult.data"
     data.write_bytes(census_slice["train"].read_bytes())
@@ -331,7 +327,7 @@ def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, cens
         raise AssertionError("scanned the data again")
 
     with monkeypatch.context() as m:
-        m.setattr(trainer.data, "_scan_files", no_scan)
+        m.setattr(trainer.csv_scan, "_scan_files", no_scan)
         again = scan()
     counts = ("rows", "positives", "total_lines")
     assert [getattr(again, k) for k in counts] == [getattr(first, k) for k in counts]

@@ -17,9 +17,11 @@ from tests.helpers import subprocess_env, summary_section
 from tests.trainer import hostile
 from tests.trainer.helpers import REPO_ROOT
 from tests.trainer.image_helpers import example, write_records
-from trainer import data
+from trainer import csv_rows, csv_scan, data
+from trainer.csv_schema import Column, CsvSchema
 from trainer.data import DataError
-from trainer.tasks.image_classifier import data as image_data
+from trainer.tasks.image_classifier import checks as image_checks
+from trainer.tasks.image_classifier import records as image_records
 from trainer.tasks.recommender import data as ratings_data
 
 SECONDS = 10.0  # a refusal
@@ -69,15 +71,15 @@ def test_hostile_attempt(results, attempt):
 def test_non_data_lines_are_the_validators_blank_and_comment_lines():
     lines = [b"", b" ", b"\t \x0b\x0c", b"|", b"  | x", b"x |", b"|| y", b"| ", b"a,b", b" \r", b"a|"]
     for prefix in ("|", "| ", "#!"):
-        schema = data.CsvSchema(columns=(data.Column("a", "str"), data.Column("y", "str")), label="y",
-                                positive=("1",), negative=("0",), comment_prefix=prefix)
+        schema = CsvSchema(columns=(Column("a", "str"), Column("y", "str")), label="y",
+                           positive=("1",), negative=("0",), comment_prefix=prefix)
         block = b"\n".join(lines + [b"#! z", b"  #!", b"#"]) + b"\n"
         a = np.frombuffer(block, np.uint8)
         ends = np.flatnonzero(a == 10)
         starts = np.concatenate(([0], ends[:-1] + 1))
-        validator = data._Validator(schema)
+        validator = csv_rows.Validator(schema)
         expected = [not validator.is_data(block[s:e]) for s, e in zip(starts, ends, strict=True)]
-        assert data._non_data(a, starts, ends, prefix.encode()).tolist() == expected, prefix
+        assert csv_rows._non_data(a, starts, ends, prefix.encode()).tolist() == expected, prefix
 
 
 def test_a_huge_integer_is_a_bad_row_that_max_bad_rows_skips(tmp_path):
@@ -86,7 +88,7 @@ def test_a_huge_integer_is_a_bad_row_that_max_bad_rows_skips(tmp_path):
     path = tmp_path / "train.csv"
     path.write_bytes((hostile.CENSUS_ROW + b"\n") * 3 + b"0" * 5000 + b"7" + hostile.CENSUS_ROW[2:] + b"\n"
                      + b"-" + b"9" * 5000 + hostile.CENSUS_ROW[2:] + b"\n")
-    scan = data.scan_csv([str(path)], SCHEMA, max_bad_rows=1)
+    scan = csv_scan.scan_csv([str(path)], SCHEMA, max_bad_rows=1)
     # 5000 leading zeros are 7 to decode_csv's strtoll: a good row; 5000 nines are not an int64.
     assert scan.rows == 4 and [b.line for b in scan.bad_rows] == [5]
     assert scan.bad_rows[0].reason.endswith("(5001 bytes) is outside the int64 range")
@@ -110,13 +112,13 @@ def test_a_batch_of_only_comment_lines_never_reaches_the_preprocessing(tmp_path)
 def test_blank_and_comment_lines_are_bounded(tmp_path, monkeypatch):
     from trainer.tasks.census.data import SCHEMA
 
-    monkeypatch.setattr(data, "MAX_NON_DATA_LINES", 5)
+    monkeypatch.setattr(csv_scan, "MAX_NON_DATA_LINES", 5)
     path = tmp_path / "train.csv"
     path.write_bytes(b"|banner\n" + (hostile.CENSUS_ROW + b"\n\n") * 4)
-    assert data.scan_csv([str(path)], SCHEMA).excluded.tolist() == [0, 2, 4, 6, 8]
+    assert csv_scan.scan_csv([str(path)], SCHEMA).excluded.tolist() == [0, 2, 4, 6, 8]
     path.write_bytes(path.read_bytes() + b"\n")
     with pytest.raises(DataError, match=r"train\.csv:10: more than 5 blank or comment lines"):
-        data.scan_csv([str(path)], SCHEMA)
+        csv_scan.scan_csv([str(path)], SCHEMA)
 
 
 def test_a_line_over_the_bound_that_ends_in_a_later_block_is_refused(tmp_path):
@@ -134,10 +136,10 @@ def test_globs_keep_regular_files_and_refuse_fifos_and_too_many(tmp_path, monkey
                                                                      for n in ("a.tfrecord", "b.tfrecord"))
     monkeypatch.setattr(data, "MAX_FILES", 2)
     with pytest.raises(DataError, match=r"^--f: 3 files match .*/\*, more than the 2 allowed .*a\.tfrecord"):
-        image_data.expand_globs([str(tmp_path / "*")], "--f")
+        image_records.expand_globs([str(tmp_path / "*")], "--f")
     monkeypatch.setattr(data, "MAX_FILES", 10)
     os.mkfifo(tmp_path / "c.tfrecord")
-    for expand in (data.expand_files, image_data.expand_globs):
+    for expand in (data.expand_files, image_records.expand_globs):
         with pytest.raises(DataError, match=r"^--f: .*/c\.tfrecord: is a FIFO, not a regular file$"):
             expand([str(tmp_path / "*.tfrecord")], "--f")
 
@@ -151,34 +153,34 @@ def test_a_bomb_and_a_huge_label_are_bad_records_that_max_bad_records_skips(tmp_
     path = write_records(tmp_path / "t.tfrecord", [example(hostile.small_png(i), i % 2) for i in range(4)]
                          + [example(hostile.png_bomb(23000), 0), example(hostile.small_png(5), 2**62),
                             example(hostile.gif_huge_frame(), 1)])
-    scan = image_data.scan_images([str(path)], channels=1, max_bad_records=3)
+    scan = image_checks.scan_images([str(path)], channels=1, max_bad_records=3)
     assert [(b.record, b.reason.split(":")[0]) for b in scan.bad_records] == [
         (4, "undecodable image"), (5, "bad label"), (6, "undecodable image")]
     assert scan.records == 4 and scan.num_classes == 2 and scan.max_size == (28, 28)
     with pytest.raises(DataError, match=r"t\.tfrecord: record 6: undecodable image: 1x1 \(width x height\) "
                                         r"takes 4294836226 pixels to decode"):
-        image_data.scan_images([str(path)], channels=1, max_bad_records=2)
+        image_checks.scan_images([str(path)], channels=1, max_bad_records=2)
 
 
 def test_the_parallel_first_pass_counts_gif_frames(tmp_path, monkeypatch):
     """Past _SMALL_BYTES the first pass runs in tf.data; a GIF's frames are counted from its bytes there
     too."""
-    monkeypatch.setattr(image_data, "_SMALL_BYTES", 0)
+    monkeypatch.setattr(image_checks, "_SMALL_BYTES", 0)
     path = write_records(tmp_path / "t.tfrecord", [example(hostile.small_png(i), i % 2) for i in range(4)]
                          + [example(hostile.gif_huge_frame(), 1)])
-    scan = image_data.scan_images([str(path)], channels=1, max_bad_records=1, decode=False)
+    scan = image_checks.scan_images([str(path)], channels=1, max_bad_records=1, decode=False)
     assert [(b.record, "1x1 (width x height) takes 4294836226 pixels" in b.reason)
             for b in scan.bad_records] == [(4, True)]
 
 
 def test_record_lengths_are_checked_before_tensorflow_reads(tmp_path):
     good = write_records(tmp_path / "good.tfrecord", [example(hostile.small_png(0), 0)])
-    image_data._check_framing(str(good), good.stat().st_size, "")  # a real file passes
+    image_records.check_framing(str(good), good.stat().st_size, "")  # a real file passes
     bad = tmp_path / "bad.tfrecord"
-    bad.write_bytes(good.read_bytes() + hostile.length_header(image_data.MAX_RECORD_BYTES + 1) + b"x")
+    bad.write_bytes(good.read_bytes() + hostile.length_header(image_records.MAX_RECORD_BYTES + 1) + b"x")
     with pytest.raises(DataError, match=r"record 1 is corrupt or truncated \(its length header claims "
                                         r"67108865 bytes, more than the 67108864"):
-        image_data._check_framing(str(bad), bad.stat().st_size, "")
+        image_records.check_framing(str(bad), bad.stat().st_size, "")
 
 
 def test_vocabularies_are_bounded():

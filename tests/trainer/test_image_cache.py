@@ -25,31 +25,35 @@ from tests.trainer.image_helpers import (  # noqa: E402
     write_mnist_like,
     write_records,
 )
+from trainer.tasks.image_classifier import checks as image_checks  # noqa: E402
 from trainer.tasks.image_classifier import data as image_data  # noqa: E402
+from trainer.tasks.image_classifier import decoding as image_decoding  # noqa: E402
+from trainer.tasks.image_classifier import records as image_records  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     path = write_mnist_like(tmp_path_factory.mktemp("digits") / "digits.tfrecord", 300)
-    return image_data.scan_images([str(path)], channels=1)
+    return image_checks.scan_images([str(path)], channels=1)
 
 
 @pytest.fixture(scope="module")
 def flowers():
-    return image_data.scan_images(image_data.expand_globs([str(FLOWERS / "*.tfrecord-*")], "--train-files"))
+    return image_checks.scan_images(image_records.expand_globs([str(FLOWERS / "*.tfrecord-*")],
+                                                               "--train-files"))
 
 
 @pytest.fixture
 def decodes(monkeypatch):
     """A variable counting every image decode that runs (eager or inside tf.data), not those traced."""
     count = tf.Variable(0, dtype=tf.int64, trainable=False)
-    real = image_data.decode
+    real = image_decoding.decode
 
     def counting(encoded, channels):
         with tf.control_dependencies([count.assign_add(1)]):
             return real(tf.identity(encoded), channels)
 
-    monkeypatch.setattr(image_data, "decode", counting)
+    monkeypatch.setattr(image_decoding, "decode", counting)
     return count
 
 
@@ -202,12 +206,13 @@ import json, sys
 import numpy as np
 import tensorflow as tf
 from tests.trainer.image_helpers import example, write_records
+from trainer.tasks.image_classifier import checks as image_checks
 from trainer.tasks.image_classifier import data as image_data
 
 side, n = 256, 1300  # 244 MiB of uint8 pixels, from PNGs of a few hundred bytes
 png = [tf.io.encode_png(np.full((side, side, 3), v, np.uint8)).numpy() for v in range(10)]
 write_records(sys.argv[1], [example(png[i % 10], i % 10) for i in range(n)])
-scan = image_data.scan_images([sys.argv[1]], channels=3)
+scan = image_checks.scan_images([sys.argv[1]], channels=3)
 
 
 def status_bytes(field):

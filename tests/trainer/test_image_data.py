@@ -1,6 +1,6 @@
-"""trainer/tasks/image_classifier/data.py: globs, the validating scan (bad records fail or are skipped within
-the budget), and the pipeline (what it delivers equals what the scan counted; shapes, scaling, batching,
-augmentation)."""
+"""trainer/tasks/image_classifier/ records.py, checks.py and data.py: globs, the validating scan (bad records
+fail or are skipped within the budget), and the pipeline (what it delivers equals what the scan counted;
+shapes, scaling, batching, augmentation)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,16 @@ from tests.trainer.image_helpers import (  # noqa: E402
     write_records,
 )
 from trainer.data import DataError  # noqa: E402
+from trainer.tasks.image_classifier import checks as image_checks  # noqa: E402
 from trainer.tasks.image_classifier import data as image_data  # noqa: E402
+from trainer.tasks.image_classifier import decoding as image_decoding  # noqa: E402
+from trainer.tasks.image_classifier import records as image_records  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def flowers():
-    files = image_data.expand_globs([str(FLOWERS / "*.tfrecord-*")], "--train-files")
-    return image_data.scan_images(files)
+    files = image_records.expand_globs([str(FLOWERS / "*.tfrecord-*")], "--train-files")
+    return image_checks.scan_images(files)
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +43,16 @@ def good_png(value: int = 128, size: int = 8, channels: int = 1) -> bytes:
 
 def scan_one(tmp_path, records, **kwargs):
     path = write_records(tmp_path / "x.tfrecord", records)
-    return image_data.scan_images([str(path)], channels=1, **kwargs)
+    return image_checks.scan_images([str(path)], channels=1, **kwargs)
 
 
 def test_globs_expand_and_no_match_names_the_flag(tmp_path):
     patterns = [str(FLOWERS / "*-test.*"), str(FLOWERS / "*.tfrecord-*")]
-    files = image_data.expand_globs(patterns, "--train-files")
+    files = image_records.expand_globs(patterns, "--train-files")
     assert [f.rsplit("/", 1)[1].split(".")[0] for f in files] == [
         "image_classification_builder-test", "image_classification_builder-validation"]
     with pytest.raises(DataError, match=r"^--eval-files: no files match .*/nothing-\*\.tfrecord$"):
-        image_data.expand_globs([str(tmp_path / "nothing-*.tfrecord")], "--eval-files")
+        image_records.expand_globs([str(tmp_path / "nothing-*.tfrecord")], "--eval-files")
 
 
 def test_flowers_scan_counts_classes_from_the_data(flowers):
@@ -80,7 +83,7 @@ def test_flowers_pipeline_shapes_scale_and_labels(flowers):
 
 
 def test_training_pipeline_shuffles_seeded_and_augments(digits):
-    scan = image_data.scan_images([str(digits)], channels=1)
+    scan = image_checks.scan_images([str(digits)], channels=1)
     assert scan.class_names == tuple(str(i) for i in range(10))
 
     def labels(seed, **kw):
@@ -103,7 +106,7 @@ def test_training_pipeline_shuffles_seeded_and_augments(digits):
 
 
 def test_cached_and_streaming_pipelines_and_in_memory_agree(digits):
-    scan = image_data.scan_images([str(digits)], channels=1)
+    scan = image_checks.scan_images([str(digits)], channels=1)
     images, labels = image_data.read_arrays(scan, 1)
     assert images.shape == (300, 28, 28, 1) and images.dtype == np.uint8
     expected = digit_images(300)
@@ -119,7 +122,7 @@ def test_cached_and_streaming_pipelines_and_in_memory_agree(digits):
 
 
 def test_grayscale_png_converts_to_rgb(digits):
-    scan = image_data.scan_images([str(digits)], channels=3)
+    scan = image_checks.scan_images([str(digits)], channels=3)
     x, _ = next(iter(image_data.image_dataset(scan, image_size=28, channels=3, batch_size=4)))
     assert x.shape == (4, 28, 28, 3)
     np.testing.assert_array_equal(x[..., 0], x[..., 2])
@@ -129,7 +132,7 @@ def test_not_a_tfrecord_file_is_one_line(tmp_path):
     bad = tmp_path / "photo.tfrecord"
     bad.write_bytes((FLOWERS / "dataset_info.json").read_bytes())
     with pytest.raises(DataError) as info:
-        image_data.scan_images([str(bad)])
+        image_checks.scan_images([str(bad)])
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"{bad}: not a TFRecord file, or record 0 is corrupt or truncated")
@@ -142,7 +145,7 @@ def test_truncated_file_names_the_record(tmp_path, cut):
     path.write_bytes(data[: len(data) // 600 * 520 + cut])  # all records have the same size
     with pytest.raises(DataError, match=r"t\.tfrecord: not a TFRecord file, or record 520 is corrupt or "
                                         r"truncated \([^{\n]+\)$"):
-        image_data.scan_images([str(path)], channels=1)
+        image_checks.scan_images([str(path)], channels=1)
 
 
 BAD = [
@@ -182,8 +185,8 @@ def test_bad_records_within_budget_are_skipped_and_left_out_of_the_pipeline(tmp_
     second = write_records(tmp_path / "b.tfrecord", png_records(images[:10], labels[:10]))
     files = [str(first), str(second)]
     with pytest.raises(DataError, match=r"a\.tfrecord: record 30: .*\(more than max_bad_records=2 bad"):
-        image_data.scan_images(files, channels=1, num_classes=10, max_bad_records=2)
-    scan = image_data.scan_images(files, channels=1, num_classes=10, max_bad_records=3)
+        image_checks.scan_images(files, channels=1, num_classes=10, max_bad_records=2)
+    scan = image_checks.scan_images(files, channels=1, num_classes=10, max_bad_records=3)
     assert (scan.records, scan.total_records) == (50, 53)
     assert [(b.file, b.record) for b in scan.bad_records] == [(str(first), i) for i in (5, 17, 30)]
     assert scan.bad_counts() == {"malformed": 1, "label": 1, "undecodable": 1}
@@ -213,7 +216,7 @@ def test_bad_parameters_are_refused(flowers):
     with pytest.raises(ValueError, match="scale must be one of unit, symmetric, raw"):
         image_data.image_dataset(flowers, image_size=8, channels=3, batch_size=8, scale="imagenet")
     with pytest.raises(ValueError, match="channels must be 1 or 3"):
-        image_data.scan_images(flowers.files, channels=4)
+        image_checks.scan_images(flowers.files, channels=4)
     with pytest.raises(DataError, match="read_arrays needs one size"):
         image_data.read_arrays(flowers, 3)
 
@@ -227,8 +230,8 @@ def test_the_parallel_first_pass_finds_what_the_record_by_record_one_does(tmp_pa
     path = str(write_records(tmp_path / "x.tfrecord", records))
     scans = {}
     for small in (1 << 30, 0):
-        monkeypatch.setattr(image_data, "_SMALL_BYTES", small)
-        scans[small] = image_data.scan_images([path], channels=1, num_classes=5, max_bad_records=len(BAD))
+        monkeypatch.setattr(image_checks, "_SMALL_BYTES", small)
+        scans[small] = image_checks.scan_images([path], channels=1, num_classes=5, max_bad_records=len(BAD))
     python, parallel = scans.values()
     assert [str(b) for b in parallel.bad_records] == [str(b) for b in python.bad_records]
     assert [(b.record, b.reason[:20]) for b in python.bad_records] == [
@@ -286,16 +289,16 @@ def three_shards(tmp_path_factory):
 @pytest.fixture
 def mixed_paths(monkeypatch):
     # Worker 0's two files take the parallel path, worker 1's one file the record-by-record one.
-    monkeypatch.setattr(image_data, "_SMALL_BYTES", 100 << 10)
+    monkeypatch.setattr(image_checks, "_SMALL_BYTES", 100 << 10)
 
 
 @pytest.mark.parametrize("files", [3, 1], ids=["by-file", "by-record"])
 def test_two_workers_read_disjoint_shares_that_cover_the_data(three_shards, mixed_paths, files):
     shards = three_shards[:files]
-    whole = image_data.scan_images(shards, channels=1)
+    whole = image_checks.scan_images(shards, channels=1)
 
     def work(shard):
-        scan = image_data.scan_images(shards, channels=1, shard=shard)
+        scan = image_checks.scan_images(shards, channels=1, shard=shard)
         if files == 1:  # the pipeline follows the scan's share: checked once, by file
             return scan, np.zeros(scan.share_records)
         ds = image_data.image_dataset(scan, image_size=28, channels=1, batch_size=64, training=True)
@@ -327,7 +330,7 @@ def test_a_bad_record_in_the_second_workers_share_fails_every_worker_alike(
     records.insert(7, bad)
     second = str(write_records(tmp_path / "s1.tfrecord", records))
     files = [three_shards[0], second, three_shards[2]] if kind != "undecodable" else [second]
-    results = run_two_workers(lambda shard: image_data.scan_images(files, channels=1, shard=shard))
+    results = run_two_workers(lambda shard: image_checks.scan_images(files, channels=1, shard=shard))
     assert all(isinstance(r, DataError) for r in results), results
     assert str(results[0]) == str(results[1])
     assert str(results[0]).startswith(f"{second}: record 7: ")
@@ -338,7 +341,7 @@ def test_a_bad_record_in_the_second_workers_share_fails_every_worker_alike(
     if kind != "undecodable":
         return
     # Within the budget every worker skips it and counts it once.
-    scans = run_two_workers(lambda shard: image_data.scan_images(files, channels=1, shard=shard,
+    scans = run_two_workers(lambda shard: image_checks.scan_images(files, channels=1, shard=shard,
                                                                   max_bad_records=1))
     assert [len(s.bad_records) for s in scans] == [1, 1]
     good = len(records) - 1 + SHARD_RECORDS * (len(files) - 1)
@@ -372,7 +375,7 @@ def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path
     assert first["train"]["skipped"]["undecodable"] == 1 and first["train"]["share"]["cached"]
     with monkeypatch.context() as m:
         for name in ("scan_images", "load_images"):
-            m.setattr(image_data, name, lambda *a, **k: pytest.fail("checked the data again"))
+            m.setattr(image_checks, name, lambda *a, **k: pytest.fail("checked the data again"))
         again, delivered_again = run()
     assert again == first and delivered_again == delivered == 30
     assert "the checks of a run before this one" in caplog.text
@@ -399,7 +402,7 @@ def test_truncated_or_corrupt_jpegs_are_undecodable_in_the_scaled_check(tmp_path
 
     def refused(encoded):  # by the model's own decode
         try:
-            image_data.decode(encoded, 3)
+            image_decoding.decode(encoded, 3)
         except tf.errors.InvalidArgumentError:
             return True
         return False
@@ -416,14 +419,14 @@ def test_truncated_or_corrupt_jpegs_are_undecodable_in_the_scaled_check(tmp_path
     records = [example(p, i % 2) for i, p in enumerate(photos)]
     records[3], records[7] = example(cut, 1), example(flipped, 1)
     path = write_records(tmp_path / "photos.tfrecord", records)
-    assert path.stat().st_size > image_data._SMALL_BYTES  # photos: checked in parallel, one per element
+    assert path.stat().st_size > image_checks._SMALL_BYTES  # photos: checked in parallel, one per element
     if small:
-        monkeypatch.setattr(image_data, "_SMALL_BYTES", path.stat().st_size)
+        monkeypatch.setattr(image_checks, "_SMALL_BYTES", path.stat().st_size)
     with pytest.raises(DataError) as info:
-        image_data.scan_images([str(path)], channels=3)
+        image_checks.scan_images([str(path)], channels=3)
     assert str(info.value) == (f"{path}: record 3: undecodable image: not a 3-channel JPEG/PNG/GIF/BMP image "
                                "that decodes (set max_bad_records to skip bad records)")
-    scan = image_data.scan_images([str(path)], channels=3, max_bad_records=2)
+    scan = image_checks.scan_images([str(path)], channels=3, max_bad_records=2)
     reasons = [(b.record, b.reason) for b in scan.bad_records]
-    assert reasons == [(r, image_data._undecodable(3)) for r in (3, 7)]
+    assert reasons == [(r, image_records.undecodable(3)) for r in (3, 7)]
     assert scan.records == 10

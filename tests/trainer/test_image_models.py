@@ -17,7 +17,9 @@ keras = pytest.importorskip("keras")
 from tests.helpers import subprocess_env  # noqa: E402
 from tests.trainer.helpers import REPO_ROOT  # noqa: E402
 from tests.trainer.image_helpers import FLOWERS, digit_images, png_records, write_records  # noqa: E402
+from trainer.tasks.image_classifier import checks as image_checks  # noqa: E402
 from trainer.tasks.image_classifier import data as image_data  # noqa: E402
+from trainer.tasks.image_classifier import decoding as image_decoding  # noqa: E402
 from trainer.tasks.image_classifier import models as image_models  # noqa: E402
 from trainer.tasks.image_classifier.models import WeightsError  # noqa: E402
 
@@ -50,8 +52,8 @@ def test_cnn_shape_and_pooling():
 
 def test_cnn_learns_synthetic_digits(tmp_path):
     images, labels = digit_images(800, seed=5)
-    scan = image_data.scan_images([str(write_records(tmp_path / "d.tfrecord", png_records(images, labels)))],
-                                  channels=1)
+    scan = image_checks.scan_images(
+        [str(write_records(tmp_path / "d.tfrecord", png_records(images, labels)))], channels=1)
     keras.utils.set_random_seed(0)
     model = image_models.compile_classifier(image_models.build_cnn(28, 1, 10, seed=0), num_classes=10)
     model.fit(image_data.image_dataset(scan, image_size=28, channels=1, batch_size=64, training=True),
@@ -151,7 +153,7 @@ print(json.dumps({"inputs": list(serve.structured_input_signature[1]),
 
 
 def test_exported_serving_signature_takes_raw_bytes(tmp_path):
-    flowers = image_data.scan_images([str(next(FLOWERS.glob("*-test.*")))])
+    flowers = image_checks.scan_images([str(next(FLOWERS.glob("*-test.*")))])
     keras.utils.set_random_seed(0)
     model = image_models.compile_classifier(image_models.build_cnn(40, 3, 5, num_units=32), num_classes=5)
     model.fit(image_data.image_dataset(flowers, image_size=40, channels=3, batch_size=25, training=True),
@@ -171,7 +173,7 @@ def test_exported_serving_signature_takes_raw_bytes(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["inputs"] == ["image_bytes"]
-    images = np.stack([image_data.preprocess_image(b, 40, 3).numpy() for b in jpegs + pngs])
+    images = np.stack([image_decoding.preprocess_image(b, 40, 3).numpy() for b in jpegs + pngs])
     expected = model.predict(images, verbose=0)
     probabilities = np.array(out["probabilities"])
     assert probabilities.shape == (5, 5)

@@ -249,7 +249,7 @@ def test_no_claim_where_it_cannot_work(tmp_path, caplog):
 
 
 def test_the_recommender_waits_for_the_baselines_and_item_item_weights(tmp_path):
-    from trainer.tasks.recommender import kept_baselines, kept_item_item
+    from trainer.tasks.recommender.kept_results import kept_baselines, kept_item_item
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("user,item,rating\n1,2,5\n")
@@ -283,7 +283,7 @@ def test_the_image_classifier_waits_for_the_checks_of_the_same_files(tmp_path, m
     from tests.trainer.image_helpers import digit_images, png_records, write_records
     from trainer.config import resolve_config
     from trainer.tasks import image_classifier
-    from trainer.tasks.image_classifier import data as image_data
+    from trainer.tasks.image_classifier import checks as image_checks
 
     images, labels = digit_images(40, seed=3)  # every digit among the first 30
     records = png_records(images, labels)
@@ -298,7 +298,7 @@ def test_the_image_classifier_waits_for_the_checks_of_the_same_files(tmp_path, m
     (tmp_path / "kept").mkdir()
     with monkeypatch.context() as m, Holder(str(tmp_path / "kept" / computed.name), str(computed)):
         for name in ("scan_images", "load_images"):
-            m.setattr(image_data, name, lambda *a, **k: pytest.fail("checked the data again"))
+            m.setattr(image_checks, name, lambda *a, **k: pytest.fail("checked the data again"))
         again = image_classifier.make_data(cfg, 8, 8, Shard(cache_dir=str(tmp_path / "kept")))
     assert again.keep is None and again.report == data.report
     assert WAITING in caplog.text and "the checks of a run before this one" in caplog.text

@@ -31,7 +31,7 @@ from trainer.serve import (
     predictions,
     read_request,
 )
-from trainer.tasks.image_classifier.data import image_pixels
+from trainer.tasks.image_classifier.decoding import image_pixels
 
 # Signatures shaped like the tasks' (census: named scalars; image: one bytes input; recommender: ids and a
 # count) plus the dtypes and shapes none of them uses yet.

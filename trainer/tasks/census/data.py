@@ -11,16 +11,10 @@ inside the functions: the task package imports this module for its hooks.
 from __future__ import annotations
 
 from trainer import kept
-from trainer.data import (
-    Column,
-    CsvSchema,
-    ScanKeeper,
-    cache_budget,
-    count_batches,
-    expand_files,
-    scan_share,
-    text_dataset,
-)
+from trainer.csv_dataset import count_batches, text_dataset
+from trainer.csv_scan import ScanKeeper, scan_share
+from trainer.csv_schema import Column, CsvSchema
+from trainer.data import cache_budget, expand_files
 from trainer.sharding import UNSHARDED, Shard
 from trainer.tasks.base import TaskData
 

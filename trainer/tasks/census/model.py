@@ -5,7 +5,7 @@ TensorFlow and Keras are imported inside the functions: the task package imports
 
 from __future__ import annotations
 
-from trainer.data import decode_csv_batch
+from trainer.csv_dataset import decode_csv_batch
 from trainer.tasks.base import TaskData
 from trainer.tasks.census.data import BUCKETS, CROSSES, LABELS, NUMERIC, SCHEMA, VOCABULARIES
 

@@ -1,13 +1,14 @@
 """Image classification from TFRecord shards, registered as ``--model image_classifier``.
 
 Input: shards in the flowers schema (``image/encoded`` JPEG or PNG, ``image/class/label``,
-``image/class/text``; see :mod:`trainer.tasks.image_classifier.data`), matched by globs, local or ``gs://``.
-The classes and their names come from the training data (or ``--num-classes``); evaluation uses the training
-data's classes. Every record is checked before training (:mod:`trainer.tasks.image_classifier.data`: records
-and image headers first, then one decode); images that fit ``--cache-limit-mb`` and the machine's memory are
-cached as the first epoch reads them. Under multi-worker training each worker reads, checks and decodes only
-its share of the training and evaluation files (:mod:`trainer.sharding`), and the log's ``data:`` line says
-which share.
+``image/class/text``; see :mod:`trainer.tasks.image_classifier.records`), matched by globs, local or
+``gs://``. The classes and their names come from the training data (or ``--num-classes``); evaluation uses the
+training data's classes. Every record is checked before training
+(:mod:`trainer.tasks.image_classifier.checks`: records and image headers first, then one decode); images that
+fit ``--cache-limit-mb`` and the machine's memory are cached as the first epoch reads them
+(:mod:`trainer.tasks.image_classifier.data`). Under multi-worker training each worker reads, checks and
+decodes only its share of the training and evaluation files (:mod:`trainer.sharding`), and the log's ``data:``
+line says which share.
 
 Models (:mod:`trainer.tasks.image_classifier.models`): ``--backbone cnn``, a small CNN in the shape of
 Google's Keras codelabs (conv blocks, a dense layer of ``--num-units``, ``--dropout``), or a
@@ -82,7 +83,7 @@ class ImageConfig(TaskConfig):
                                   "(default 0)", type=integral, metavar="N")
 
     def validate(self) -> None:
-        from trainer.tasks.image_classifier.data import MAX_CLASSES
+        from trainer.tasks.image_classifier.records import MAX_CLASSES
 
         check(self.image_size == 0 or 8 <= self.image_size <= MAX_IMAGE_SIZE, "image_size",
               f"0 (the data's size) or 8..{MAX_IMAGE_SIZE}", self.image_size)
@@ -124,15 +125,10 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
     from trainer.data import DataError, cache_budget
     from trainer.kept import may_claim
-    from trainer.tasks.image_classifier.data import (
-        expand_globs,
-        image_dataset,
-        keep_scans,
-        kept_scans_path,
-        load_images,
-        load_kept_scans,
-        scan_images,
-    )
+    from trainer.tasks.image_classifier.checks import load_images, scan_images
+    from trainer.tasks.image_classifier.data import image_dataset
+    from trainer.tasks.image_classifier.records import expand_globs
+    from trainer.tasks.image_classifier.scan import keep_scans, kept_scans_path, load_kept_scans
 
     task = cfg.task
     train_files = expand_globs(cfg.train_files, "--train-files")

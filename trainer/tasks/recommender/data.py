@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.data import DataError, read_lines
+from trainer.data import DataError, read_lines, unreadable
 
 # Damping of the bias-only baseline (Koren's lambda): an item or user with few ratings keeps a bias near 0.
 BASELINE_DAMPING = 5.0
@@ -122,13 +122,11 @@ def _read_plain(path: str, columns: RatingColumns, flags: dict[str, str | None],
     """(users, items, ratings, timestamps or None) of a plain file, or None: read it line by line instead."""
     import tensorflow as tf
 
-    from trainer.data import _unreadable
-
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
             data = f.read()
     except tf.errors.OpError as exc:
-        raise _unreadable(path, exc, flag) from None
+        raise unreadable(path, exc, flag) from None
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if b'"' in data or b"\0" in data or data.count(b"\r") != data.count(b"\r\n"):
