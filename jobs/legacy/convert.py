@@ -29,7 +29,7 @@ from jobs.definition.machines import FAMILY_NAMES, family_of
 from jobs.definition.study import ALGORITHMS, StudyError, parse_study
 from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
 from jobs.legacy import tables
-from jobs.legacy.shell import Unknown, Word
+from jobs.legacy.shell_words import Unknown, Word
 from jobs.legacy.source import TRAINING_INPUT, LegacyJob, shell_values
 from trainer.contract import METRIC_FLAG, TRAINER_MODULE
 
