@@ -397,7 +397,7 @@ def legacy_variables(items: Sequence[str], file: str) -> dict[str, str]:
 def legacy_bucket_map(items: Sequence[str], file: str) -> tuple[tuple[str, str], ...]:
     """``convert --map-bucket gs://OLD=OUTPUT`` items as (gs://OLD, infra output) pairs."""
     from common.gcs import GS, is_bucket_name
-    from jobs.legacy.convert import BUCKET_OUTPUTS
+    from jobs.legacy.convert_paths import BUCKET_OUTPUTS
 
     pairs = []
     for item in items:
@@ -472,7 +472,8 @@ def convert_legacy(
     """
     from jobs.definition.trainer_contract import load_trainer_contract
     from jobs.legacy import source
-    from jobs.legacy.convert import Options, convert
+    from jobs.legacy.convert import convert
+    from jobs.legacy.convert_types import Options
     from jobs.legacy.render import render
 
     legacy = source.read(file, dict(variables))

@@ -8,7 +8,7 @@ import textwrap
 
 import yaml
 
-from jobs.legacy.convert import Conversion
+from jobs.legacy.convert_types import Conversion
 from jobs.legacy.source import LegacyJob
 
 WIDTH = 110

@@ -20,6 +20,7 @@ from common import reader
 from jobs.definition.errors import JobError, one_of
 from jobs.definition.loader import Document, load_text, read_text_file
 from jobs.legacy import shell, tables
+from jobs.legacy.shell_words import Part, ShellError, Unknown, Word
 
 ALLOWED_FILE = (
     "a legacy AI Platform config (YAML or JSON TrainingInput/job) or a shell script with its submit command"
@@ -194,7 +195,7 @@ _TRACKS = ("alpha", "beta")
 def _read_script(file: str, text: str, variables: dict[str, str]) -> LegacyJob:
     try:
         script = shell.parse(text, variables)
-    except shell.ShellError as exc:
+    except ShellError as exc:
         raise JobError(file, f"line {exc.line}", exc.problem, exc.allowed) from None
     submits = [c for c in script.commands if _submit_words(c) is not None]
     if not submits:
@@ -215,7 +216,7 @@ def _read_script(file: str, text: str, variables: dict[str, str]) -> LegacyJob:
     return _merge_command(file, _submit_words(submits[0]) or [])
 
 
-def _submit_words(command: shell.Command) -> list[tuple[shell.Word, int]] | None:
+def _submit_words(command: shell.Command) -> list[tuple[Word, int]] | None:
     """The words after `gcloud [track] ai-platform|ml-engine jobs submit training`, each with its line."""
     words = command.words
     head = [w.literal for w in words[:6]]
@@ -227,7 +228,7 @@ def _submit_words(command: shell.Command) -> list[tuple[shell.Word, int]] | None
     return list(zip(words, command.lines, strict=True))[i + 4 :]
 
 
-def shell_values(unknowns: tuple[shell.Unknown, ...] | list[shell.Unknown]) -> str:
+def shell_values(unknowns: tuple[Unknown, ...] | list[Unknown]) -> str:
     """What the user can do about values only the running script knew: set each variable behind them."""
     if not unknowns or any(not u.name for u in unknowns):  # $(...) or $1 in the command itself
         return SHELL_VALUES
@@ -236,7 +237,7 @@ def shell_values(unknowns: tuple[shell.Unknown, ...] | list[shell.Unknown]) -> s
 
 
 def _unknown_error(
-    file: str, line: int, flag: str, unknown: shell.Unknown, needed: list[shell.Unknown]
+    file: str, line: int, flag: str, unknown: Unknown, needed: list[Unknown]
 ) -> JobError:
     others = [u for u in needed if (u.name or u.source) != (unknown.name or unknown.source)]
     also = ", ".join(dict.fromkeys(f"${u.name}" if u.name else u.source for u in others))
@@ -249,13 +250,13 @@ def _unknown_error(
     )
 
 
-def _literal(file: str, line: int, flag: str, word: shell.Word, needed: list[shell.Unknown]) -> str:
+def _literal(file: str, line: int, flag: str, word: Word, needed: list[Unknown]) -> str:
     if word.literal is None:
         raise _unknown_error(file, line, flag, word.unknowns[0], needed)
     return word.literal
 
 
-def _needed(flags: _Flags) -> list[shell.Unknown]:
+def _needed(flags: _Flags) -> list[Unknown]:
     """Everything the conversion needs a value for and only the running script knew, in command order: one
     refusal names them all, so setting them takes one rerun, not one per variable."""
     words = [
@@ -267,7 +268,7 @@ def _needed(flags: _Flags) -> list[shell.Unknown]:
     if "--job-dir" in flags.values:  # only up to its bucket: a per-run folder after it becomes ${job.id}
         words += flags.values["--job-dir"][0].segments()[:3]
     unknowns = [u for word in words for u in word.unknowns]
-    found: dict[str, shell.Unknown] = {}
+    found: dict[str, Unknown] = {}
     for unknown in unknowns:
         found.setdefault(unknown.name or unknown.source, unknown)
     return list(found.values())
@@ -275,12 +276,12 @@ def _needed(flags: _Flags) -> list[shell.Unknown]:
 
 @dataclass
 class _Flags:
-    values: dict[str, tuple[shell.Word, int]] = field(default_factory=dict)  # flag -> (its value, its line)
-    job: tuple[shell.Word, int] | None = None
-    user_args: list[tuple[shell.Word, int]] | None = None
+    values: dict[str, tuple[Word, int]] = field(default_factory=dict)  # flag -> (its value, its line)
+    job: tuple[Word, int] | None = None
+    user_args: list[tuple[Word, int]] | None = None
 
 
-def _parse_flags(file: str, words: list[tuple[shell.Word, int]]) -> _Flags:
+def _parse_flags(file: str, words: list[tuple[Word, int]]) -> _Flags:
     parsed = _Flags()
     i = 0
     while i < len(words):
@@ -300,11 +301,11 @@ def _parse_flags(file: str, words: list[tuple[shell.Word, int]]) -> _Flags:
                 )
             kind = FLAGS[name][0]
             if kind in ("bool", "ignored-bool"):
-                parsed.values[name] = (shell.Word(("true",)), line)
+                parsed.values[name] = (Word(("true",)), line)
                 i += 1
                 continue
             if eq:
-                parsed.values[name] = (shell.Word(tuple(_after_equals(word))), line)
+                parsed.values[name] = (Word(tuple(_after_equals(word))), line)
                 i += 1
             elif i + 1 < len(words):
                 parsed.values[name] = (words[i + 1][0], line)
@@ -327,8 +328,8 @@ def _parse_flags(file: str, words: list[tuple[shell.Word, int]]) -> _Flags:
     return parsed
 
 
-def _after_equals(word: shell.Word) -> list[shell.Part]:
-    out: list[shell.Part] = []
+def _after_equals(word: Word) -> list[Part]:
+    out: list[Part] = []
     seen = False
     for part in word.parts:
         if not seen and isinstance(part, str) and "=" in part:
@@ -340,7 +341,7 @@ def _after_equals(word: shell.Word) -> list[shell.Part]:
     return out
 
 
-def _merge_command(file: str, words: list[tuple[shell.Word, int]]) -> LegacyJob:
+def _merge_command(file: str, words: list[tuple[Word, int]]) -> LegacyJob:
     folder = str(Path(file).resolve().parent)  # `$(dirname "$0")` and the like, filled in once
     flags = _parse_flags(file, [(word.in_folder(folder), line) for word, line in words])
     needed = _needed(flags)

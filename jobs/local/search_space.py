@@ -23,7 +23,7 @@ from typing import Any
 import optuna
 
 from jobs.definition.study import Parameter, Study
-from jobs.definition.validate import format_trial_value
+from jobs.definition.validate_trainer import format_trial_value
 
 SEED = 0
 

@@ -16,7 +16,7 @@ from jobs.definition.body import STUDY_FIELD, image_name, join
 from jobs.definition.errors import FieldError, short
 from jobs.definition.kinds import TUNING_JOB, spec_field
 from jobs.definition.study import Study, StudyError, grid_points, parse_study
-from jobs.definition.validate import ENV_NAME
+from jobs.definition.validate_pools import ENV_NAME
 from trainer.contract import TRAINER_MODULE, WORKER_POOLS
 
 

@@ -1,4 +1,4 @@
-"""The bit of POSIX shell `run_job.py convert` reads submit scripts with (jobs/legacy/shell.py).
+"""The bit of POSIX shell `run_job.py convert` reads submit scripts with (jobs/legacy/shell*.py).
 
 Each row is a script and the words its last command expands to, as `sh` would give them; `?<reason>` marks a
 part only the running script knows (what the converter then refuses to guess), with the variable to set
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.legacy import shell
+from jobs.legacy import shell, shell_words
 
 
 def last_command(text: str, variables: dict[str, str] | None = None) -> list[str]:
@@ -105,7 +105,7 @@ def test_a_given_variable_is_fixed_whatever_the_script_assigns():
     ],
 )
 def test_unterminated_constructs_name_their_line(text, problem):
-    with pytest.raises(shell.ShellError) as error:
+    with pytest.raises(shell_words.ShellError) as error:
         shell.parse("true\n" + text)
     assert error.value.line == 2 and problem in error.value.problem
 
@@ -278,6 +278,6 @@ def test_what_only_looks_like_a_here_document_is_not_one(line):
 )
 def test_a_here_document_that_never_ends_is_refused_with_its_line(text, line, problem):
     # sh would read to the end of the file (bash warns): almost always a misspelt delimiter.
-    with pytest.raises(shell.ShellError) as error:
+    with pytest.raises(shell_words.ShellError) as error:
         shell.parse(text)
     assert (error.value.line, error.value.problem) == (line, problem)
