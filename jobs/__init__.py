@@ -7,10 +7,10 @@ Layers, each importing only those above it in this list (tests/jobs/test_layers.
 - ``definition/``: the definition model, pure and offline: ``kinds`` (the job kinds' table), ``errors``,
   ``loader`` (strict YAML) -> ``overrides`` (--set) -> ``references`` (${infra.*}, ${job.*}) -> ``compile``
   (definition -> request) -> ``validate`` (the aiplatform_v1 schema via ``schema``/``vertex_types``,
-  ``study`` (a StudySpec, typed), ``machines``, ``trainer_contract``, the images and tags of ``image``,
+  ``study`` (a StudySpec, typed), ``machines``, ``trainer_spec``, the images and tags of ``image``,
   the sdist of ``package``); ``body`` is the one reader of a compiled body.
-- ``report/``: a tuning study's report (table, best trial, parameter importance, study.json, study.png) from
-  plain trial data, the one report both runners below write.
+- ``study_report``: a tuning study's report (table, best trial, parameter importance, study.json, study.png)
+  from plain trial data, the one report both runners below write.
 - ``cloud/``: the cloud runner: ``plan`` (steps, executed through the SDK clients of ``client``), the
   trainer image builds of ``builds``, the report of a job on Vertex AI (``report``).
 - ``local/``: the local runner (``local.run.run_local``), Optuna studies with Vertex semantics.

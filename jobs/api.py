@@ -136,7 +136,7 @@ def compile_file(
     from jobs.definition.overrides import Override, apply_overrides
     from jobs.definition.package import code_hash as hash_code
     from jobs.definition.package import sdist_filename
-    from jobs.definition.trainer_contract import load_trainer_contract
+    from jobs.definition.trainer_spec import load_trainer_spec
     from jobs.definition.validate import validate
 
     document = load_file(job_file)
@@ -144,7 +144,7 @@ def compile_file(
     parsed = [Override.parse(text, file) for text in overrides]
     document.data = apply_overrides(document.data, parsed, file, document.shared)
     if image_hash is None:
-        # A registry block serves the model on the trainer image (jobs.definition.registry): it needs the tag.
+        # A registry block serves the model on the trainer image (model_registry.py): it needs the tag.
         needed = "${job.image_tag}" in json.dumps(document.data) or "registry" in document.data
         image_hash = trainer_image_hash(repo_root, needed=needed)
     context = Context(
@@ -161,7 +161,7 @@ def compile_file(
     job = compile_job(document, context)
     validate(
         job,
-        load_trainer_contract,
+        load_trainer_spec,
         trainer_image=str(outputs.get("trainer_image", "")),
         accounts=job_accounts(env, outputs, file),
     )
@@ -470,7 +470,7 @@ def convert_legacy(
     The text is validated and compiled as ``run_job.py OUTPUT --dry-run`` would; its errors name the legacy
     source. ``strict`` refuses what cannot be carried over; ``output`` and ``command`` head the text.
     """
-    from jobs.definition.trainer_contract import load_trainer_contract
+    from jobs.definition.trainer_spec import load_trainer_spec
     from jobs.legacy import source
     from jobs.legacy.convert import convert
     from jobs.legacy.convert_types import Options
@@ -486,7 +486,7 @@ def convert_legacy(
         accounts=job_accounts(env, outputs, file),
         bucket_map=bucket_map,
     )
-    conversion = convert(legacy, load_trainer_contract(), options)
+    conversion = convert(legacy, load_trainer_spec(), options)
     if strict and conversion.lost:
         path, why = conversion.lost[0]
         more = f" (and {len(conversion.lost) - 1} more)" if len(conversion.lost) > 1 else ""

@@ -119,7 +119,7 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
 
 
 def registration_of(registry) -> ScheduledRegistration | None:
-    """A compiled definition's registry block (jobs.definition.registry.RegistrySpec), or None, as the plain
+    """A compiled definition's registry block (model_registry.RegistrySpec), or None, as the plain
     frozen data the platform stack takes (infra/ never imports jobs/)."""
     if registry is None:
         return None

@@ -6,7 +6,7 @@ sizes, learning rate, distribution, reporting); its own flags, metrics and expor
 line is parsed in two phases: ``--model`` first, then the generic flags plus that task's flags, so
 ``python -m trainer.task --model NAME --help`` lists exactly what NAME accepts.
 
-This module and the task specs are the contract the job tooling reads (``jobs.definition.trainer_contract``),
+This module and the task specs are the contract the job tooling reads (``jobs.definition.trainer_spec``),
 so they import only the standard library and the task modules' TensorFlow-free top level: never TensorFlow.
 Configuration is resolved in exactly one place, :func:`resolve_config`: generic defaults, then the task's
 default overrides, then command-line flags (which is how Vertex AI passes a job's args and a tuning trial's

@@ -2,7 +2,7 @@
 
 The trainer reads these variables (``trainer.env``, ``trainer.config``); the job tooling sets them when it
 runs a job on this machine (``jobs.local``) and checks definitions against them (``jobs.definition.validate``,
-``jobs.definition.trainer_contract``). ``trainer/`` never imports ``jobs/``, so the names live here, on the
+``jobs.definition.trainer_spec``). ``trainer/`` never imports ``jobs/``, so the names live here, on the
 trainer's side, as plain data: this module imports nothing, TensorFlow least of all.
 
 Reference: https://cloud.google.com/vertex-ai/docs/training/code-requirements and the distributed-training
@@ -36,7 +36,7 @@ TRIAL_ID = "CLOUD_ML_TRIAL_ID"
 HP_METRIC_FILE = "CLOUD_ML_HP_METRIC_FILE"
 JOB_ID = "CLOUD_ML_JOB_ID"
 # Written by the chief beside the SavedModel in AIP_MODEL_DIR: {"eval": {<metric>: <value>, ...}, ...}. The
-# Model Registry's evaluation gate (jobs.definition.registry) compares versions by its eval metrics.
+# Model Registry's evaluation gate (jobs.definition.model_registry) compares versions by its eval metrics.
 METRICS_FILE = "metrics.json"
 
 # workerPoolSpecs positions, as CLUSTER_SPEC names them, and the TF_CONFIG task type each one plays.

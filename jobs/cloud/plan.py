@@ -29,8 +29,8 @@ from jobs.definition.compile import SUBMISSION_LABEL, CompiledJob
 from jobs.definition.errors import JobError
 from jobs.definition.image import write_context
 from jobs.definition.kinds import runs_study
+from jobs.definition.model_registry import best_trial
 from jobs.definition.package import build_sdist
-from jobs.definition.registry import best_trial
 
 # Seconds between state polls while following; tests set it to 0.
 POLL_SECONDS = 15.0

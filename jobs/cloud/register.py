@@ -1,6 +1,6 @@
 """Registering a finished job's model in the Vertex AI Model Registry: the plan's step after following it.
 
-The rules are jobs.definition.registry's; this module applies them through ``Clients.models`` (the
+The rules are jobs.definition.model_registry's; this module applies them through ``Clients.models`` (the
 ModelService) and ``Clients.storage`` (metrics.json), in this order:
 
 1. only a job that SUCCEEDED registers; a study registers its best SUCCEEDED trial by the study's metric;
@@ -25,7 +25,7 @@ from jobs.cloud import client as cloud
 from jobs.definition.body import is_gs
 from jobs.definition.compile import CompiledJob
 from jobs.definition.kinds import JOB_KINDS, runs_study
-from jobs.definition.registry import (
+from jobs.definition.model_registry import (
     JOB_ID_PLACEHOLDER,
     JOB_LABEL,
     MAX_METRICS_BYTES,

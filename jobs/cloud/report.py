@@ -1,5 +1,5 @@
 """The report of a job on Vertex AI, as REST JSON: a HyperparameterTuningJob's study report, the same one
-``--local`` writes (``jobs/report/study.py``), and a short report of a CustomJob.
+``--local`` writes (``jobs/study_report.py``), and a short report of a CustomJob.
 
 A tuning job's ``trials`` become the report's trials here (:func:`trial_results`): the objective is the
 studySpec metric in each trial's ``finalMeasurement``; an INFEASIBLE trial is FAILED with its
@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from common.reader import file_kind
+from jobs import study_report
 from jobs.cloud.client import TERMINAL_STATES, Storage, console_url, job_id_of
 from jobs.definition.body import final_metric, measured_number
 from jobs.definition.errors import SHORT_NAME, JobError, one_of, short
 from jobs.definition.kinds import runs_study
 from jobs.definition.study import Parameter, StudyError, parse_study
-from jobs.report import study as study_report
-from jobs.report.study import ACTIVE, FAILED, INTERRUPTED, SUCCEEDED, TrialResult
+from jobs.study_report import ACTIVE, FAILED, INTERRUPTED, SUCCEEDED, TrialResult
 from trainer.contract import METRICS_FILE
 
 # Where a report goes unless --report-dir says otherwise: beside what --local keeps under .local/ (gs/, runs/,

@@ -23,14 +23,14 @@ from jobs.definition.errors import JobError, one_of, short
 from jobs.definition.gcloud_flags import JobFlags, apply_flags
 from jobs.definition.kinds import CUSTOM_JOB, JOB_KINDS, KINDS, TUNING_JOB, runs_study, spec_field
 from jobs.definition.loader import Document
-from jobs.definition.references import resolve
-from jobs.definition.registry import (
+from jobs.definition.model_registry import (
     REGISTRY_FIELD,
     TRAINER_SERVING_IMAGE,
     RegistryError,
     RegistrySpec,
     parse_registry,
 )
+from jobs.definition.references import resolve
 
 PYTHON_PACKAGE = "python-package"
 CONTAINER = "container"
@@ -70,7 +70,7 @@ class CompiledJob:
     package_uri: str
     document: Document
     image_hash: str = ""  # this checkout's trainer image hash (Context.image_hash)
-    # The Model Registry block (jobs.definition.registry): what run_job.py and the scheduled workflow register
+    # The Model Registry block (model_registry.py): what run_job.py and the scheduled workflow register
     # after the job succeeds; None when the definition has none.
     registry: RegistrySpec | None = None
     # The body path of a field minus this prefix is its path in the file (gcloud CustomJobSpec files have no

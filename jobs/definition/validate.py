@@ -1,13 +1,13 @@
 """Everything checked before any money is spent: the real message schema, then what the API would only reject
 after submission (or never): machine/accelerator combinations, pool shapes, study parameter ranges, trial
-counts, and the contract with this repo's trainer (its flags and the metrics it reports).
+counts, and what this repo's trainer accepts (its flags and the metrics it reports).
 
-``validate(job, trainer)`` is pure: it reads the compiled job and the trainer's contract and raises a JobError
+``validate(job, trainer)`` is pure: it reads the compiled job and the trainer's spec and raises a JobError
 whose path is the field as written in the definition file.
 
 This module runs the checks in order; they live by area: ``validate_text`` (control characters, gs:// URIs),
 ``validate_job`` (name, labels, KMS key, service account, network, TensorBoard, outputs), ``validate_pools``
-(pool shapes, machines, env, images, replicas) and ``validate_trainer`` (the study and the trainer contract).
+(pool shapes, machines, env, images, replicas) and ``validate_trainer`` (the study and the trainer's spec).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from jobs.definition.compile import CompiledJob
 from jobs.definition.errors import JobError
 from jobs.definition.kinds import runs_study, spec_field
-from jobs.definition.trainer_contract import TrainerContract
+from jobs.definition.trainer_spec import TrainerSpec
 from jobs.definition.validate_job import check_job_spec, check_registered_output, check_top
 from jobs.definition.validate_pools import (
     check_image,
@@ -25,12 +25,12 @@ from jobs.definition.validate_pools import (
     runs_repo_trainer,
 )
 from jobs.definition.validate_text import check_text
-from jobs.definition.validate_trainer import check_registry_metric, check_study, check_trainer_contract
+from jobs.definition.validate_trainer import check_registry_metric, check_study, check_trainer_spec
 
 
 def validate(
     job: CompiledJob,
-    trainer: TrainerContract | Callable[[], TrainerContract] | None = None,
+    trainer: TrainerSpec | Callable[[], TrainerSpec] | None = None,
     trainer_image: str = "",
     *,
     accounts: Collection[str],
@@ -60,7 +60,7 @@ def validate(
     check_replicas_run_the_chiefs_program(job, trainer_pools)
     if trainer_pools and trainer is not None:
         try:
-            contract = trainer if isinstance(trainer, TrainerContract) else trainer()
+            spec = trainer if isinstance(trainer, TrainerSpec) else trainer()
         except Exception as exc:  # noqa: BLE001 - a broken trainer/config.py is bad input, not a crash
             raise JobError(
                 "trainer/config.py",
@@ -68,6 +68,6 @@ def validate(
                 f"cannot read the trainer's flags ({type(exc).__name__}: {exc})",
                 "an importable trainer.config that does not import TensorFlow",
             ) from None
-        check_trainer_contract(job, contract, trainer_pools, study)
+        check_trainer_spec(job, spec, trainer_pools, study)
         if job.registry is not None and study is None:
-            check_registry_metric(job, contract, trainer_pools[0])
+            check_registry_metric(job, spec, trainer_pools[0])

@@ -12,7 +12,7 @@ from jobs.definition.body import is_gs, join, pools
 from jobs.definition.compile import CompiledJob
 from jobs.definition.errors import one_of, short
 from jobs.definition.kinds import spec_field
-from jobs.definition.registry import output_prefix
+from jobs.definition.model_registry import output_prefix
 from jobs.definition.validate_pools import check_env, check_pool
 from trainer.contract import WORKER_POOLS
 

@@ -1,4 +1,4 @@
-"""The study and the contract with this repo's trainer: every pool's args are ones the trainer takes, a
+"""The study and this repo's trainer's spec: every pool's args are ones the trainer takes, a
 study's parameters are flags of the model its trials run with values the flag accepts, and the metric a study
 or the registry compares is one that model reports, pursued in the direction that improves it."""
 
@@ -10,7 +10,7 @@ from jobs.definition.body import STUDY_FIELD, Pool, join
 from jobs.definition.compile import CompiledJob
 from jobs.definition.errors import one_of, short
 from jobs.definition.study import Parameter, Study, StudyError, parse_study
-from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
+from jobs.definition.trainer_spec import TrainerArgsError, TrainerSpec
 from jobs.definition.validate_pools import check_replicas_agree
 from trainer.contract import METRIC_FLAG, TRAINER_MODULE
 
@@ -60,8 +60,8 @@ def _tuned_with_models(
     return found, (base if tuned_model is not None else None)
 
 
-def check_trainer_contract(
-    job: CompiledJob, trainer: TrainerContract, trainer_pools: list[Pool], study: Study | None
+def check_trainer_spec(
+    job: CompiledJob, trainer: TrainerSpec, trainer_pools: list[Pool], study: Study | None
 ) -> None:
     # Every trainer pool runs the model its args select (--model, else the default model); a tuning study's
     # parameters and metric must be that model's, or those of each model value a tuned --model tries.
@@ -99,7 +99,7 @@ def check_trainer_contract(
             _check_metrics(job, study, trainer, args, join(path, args_path), models)
 
 
-def _check_tuned_flag(job: CompiledJob, trainer: TrainerContract, where: str, flag: str, models) -> None:
+def _check_tuned_flag(job: CompiledJob, trainer: TrainerSpec, where: str, flag: str, models) -> None:
     for name in models:
         model = trainer.model(name)
         if model is None:
@@ -115,7 +115,7 @@ def _check_tuned_flag(job: CompiledJob, trainer: TrainerContract, where: str, fl
 
 
 def _check_metrics(
-    job: CompiledJob, study: Study, trainer: TrainerContract, args: list[str], args_path: str, models
+    job: CompiledJob, study: Study, trainer: TrainerSpec, args: list[str], args_path: str, models
 ) -> None:
     """The study's metric must be one the model reports, the one its trials report, and pursued in the
     direction that improves it (MINIMIZE accuracy would search for the worst model)."""
@@ -157,7 +157,7 @@ def _better(goal: str) -> str:
     return "higher" if goal == "MAXIMIZE" else "lower"
 
 
-def check_registry_metric(job: CompiledJob, trainer: TrainerContract, chief: Pool) -> None:
+def check_registry_metric(job: CompiledJob, trainer: TrainerSpec, chief: Pool) -> None:
     """A CustomJob's versions are compared by a metric its model writes to metrics.json, in the direction
     that improves it (MINIMIZE accuracy would move the alias to the worst model)."""
     name = trainer.model_of([str(a) for a in chief.args])
@@ -182,7 +182,7 @@ def check_registry_metric(job: CompiledJob, trainer: TrainerContract, chief: Poo
 
 
 def _check_trial_values(
-    job: CompiledJob, trainer: TrainerContract, args: list[str], parameter: Parameter
+    job: CompiledJob, trainer: TrainerSpec, args: list[str], parameter: Parameter
 ) -> None:
     spec_name, where = parameter.spec_field, parameter.path
     pid = parameter.parameter_id

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.definition.kinds import CUSTOM_JOB, TUNING_JOB, spec_field
-from jobs.definition.trainer_contract import TrainerContract
+from jobs.definition.trainer_spec import TrainerSpec
 from jobs.legacy import tables
 from jobs.legacy.convert_cluster import worker_pools
 from jobs.legacy.convert_fields import check_fields
@@ -43,7 +43,7 @@ from jobs.legacy.source import LegacyJob
 from trainer.contract import METRIC_FLAG
 
 
-def convert(legacy: LegacyJob, contract: TrainerContract, options: Options) -> Conversion:
+def convert(legacy: LegacyJob, contract: TrainerSpec, options: Options) -> Conversion:
     training = legacy.training
     check_fields(legacy, T, training, tables.TRAINING_INPUT_FIELDS)
     tuning = training.get("hyperparameters") is not None

@@ -9,7 +9,7 @@ import re
 from jobs.definition.compile import CONTAINER, PYTHON_PACKAGE
 from jobs.definition.errors import JobError, one_of, short
 from jobs.definition.image import RUNNABLE_PREBUILT, parse_prebuilt
-from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
+from jobs.definition.trainer_spec import TrainerArgsError, TrainerSpec
 from jobs.legacy import tables
 from jobs.legacy.convert_paths import Buckets
 from jobs.legacy.convert_types import Conversion, Options
@@ -38,7 +38,7 @@ def _flag_name(arg: str) -> str:
 
 def trainer_args(
     legacy: LegacyJob,
-    contract: TrainerContract,
+    contract: TrainerSpec,
     options: Options,
     out: Conversion,
     buckets: Buckets,
@@ -92,7 +92,7 @@ def trainer_args(
     return kept, model
 
 
-def check_trainer_args(legacy: LegacyJob, contract: TrainerContract, args: list[str]) -> None:
+def check_trainer_args(legacy: LegacyJob, contract: TrainerSpec, args: list[str]) -> None:
     try:
         contract.check_args(args)
     except TrainerArgsError as exc:

@@ -9,7 +9,7 @@ from typing import Any
 from jobs.definition.body import GOALS, VALUE_SPECS
 from jobs.definition.errors import one_of, short
 from jobs.definition.study import ALGORITHMS, StudyError, parse_study
-from jobs.definition.trainer_contract import TrainerArgsError, TrainerContract
+from jobs.definition.trainer_spec import TrainerArgsError, TrainerSpec
 from jobs.legacy import tables
 from jobs.legacy.convert_fields import check_fields, read_count, read_enum, read_number, read_text
 from jobs.legacy.convert_program import flag_alias
@@ -19,7 +19,7 @@ from jobs.legacy.source import LegacyJob
 
 
 def study_fields(
-    legacy: LegacyJob, contract: TrainerContract, model: str, args: list[str], out: Conversion
+    legacy: LegacyJob, contract: TrainerSpec, model: str, args: list[str], out: Conversion
 ) -> dict[str, Any]:
     path = f"{T}.hyperparameters"
     spec = legacy.training["hyperparameters"]
@@ -116,7 +116,7 @@ def study_fields(
 
 def _parameter(
     legacy: LegacyJob,
-    contract: TrainerContract,
+    contract: TrainerSpec,
     model: str,
     args: list[str],
     path: str,
@@ -228,7 +228,7 @@ def _keras_metric(tag: str) -> str:
     return tables.KERAS_METRIC_NAMES.get(tag, tag)
 
 
-def _integer_flag(contract: TrainerContract, args: list[str], name: str, numbers: list[float]) -> bool:
+def _integer_flag(contract: TrainerSpec, args: list[str], name: str, numbers: list[float]) -> bool:
     """Whether the trainer refuses the values as Vertex AI writes DISCRETE ones but takes them as integers."""
     if not all(v == int(v) for v in numbers):
         return False

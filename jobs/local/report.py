@@ -1,4 +1,4 @@
-"""A local study's Optuna trials as the one study report's trials (``jobs/report/study.py``), which writes
+"""A local study's Optuna trials as the one study report's trials (``jobs/study_report.py``), which writes
 what a finished (or interrupted) local study leaves behind: a table, study.json and study.png."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.definition.study import Study
-from jobs.report.study import FAILED, INTERRUPTED, SUCCEEDED, TrialResult, summarize
+from jobs.study_report import FAILED, INTERRUPTED, SUCCEEDED, TrialResult, summarize
 
 # Exit status of the local runner -> the study's state in study.json.
 STUDY_STATES = {0: SUCCEEDED, 130: INTERRUPTED}

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from jobs import study_report
 from jobs.definition.body import join
 from jobs.definition.kinds import TUNING_JOB, spec_field
 from jobs.definition.study import Study, grid_points
 from jobs.local import capacity, environment, launcher, report, search_space, spec
 from jobs.local.environment import local_job_id, slug
 from jobs.local.spec import LocalRunError, TuningJob
-from jobs.report import study as study_report
 from trainer.contract import HP_METRIC_FILE, JOB_ID, MODEL_DIR, TRIAL_ID
 
 POLL_S = 0.1

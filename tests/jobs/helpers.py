@@ -15,7 +15,7 @@ from jobs.cli.run_job import main
 from jobs.definition.compile import Context, compile_job
 from jobs.definition.gcloud_flags import JobFlags
 from jobs.definition.loader import load_text
-from jobs.definition.trainer_contract import load_trainer_contract
+from jobs.definition.trainer_spec import load_trainer_spec
 from jobs.definition.validate import validate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -214,7 +214,7 @@ def check(text: str, mutations: dict | None = None, **kwargs):
     job = compile_text(text, mutations, **kwargs)
     validate(
         job,
-        load_trainer_contract,
+        load_trainer_spec,
         trainer_image=OUTPUTS["trainer_image"],
         accounts=(OUTPUTS["runtime_service_account"],),
     )

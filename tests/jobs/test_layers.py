@@ -13,11 +13,11 @@ JOBS = Path(__file__).resolve().parents[2] / "jobs"
 # Each layer and the layers it may import (itself included); modules are named by their first folder/file.
 ALLOWED = {
     "definition": {"definition"},
-    "report": {"definition", "report"},
-    "cloud": {"definition", "report", "cloud"},
-    "local": {"definition", "report", "local"},
+    "study_report": {"definition", "study_report"},
+    "cloud": {"definition", "study_report", "cloud"},
+    "local": {"definition", "study_report", "local"},
     "legacy": {"definition", "legacy"},
-    "api": {"definition", "report", "cloud", "local", "legacy", "api"},
+    "api": {"definition", "study_report", "cloud", "local", "legacy", "api"},
     "schedule": {"definition", "api", "schedule"},
     # The command lines go through the library entry point only: what they need of a layer below, api
     # re-exports (jobs.api.REEXPORTED).

@@ -16,7 +16,7 @@ import pytest
 import jobs.cloud.plan
 from jobs.cloud.client import LocalDirStorage
 from jobs.cloud.register import register
-from jobs.definition.registry import metrics_uri
+from jobs.definition.model_registry import metrics_uri
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import JOBS_DIR, TUNING, compile_text, run_cli
 

@@ -120,7 +120,7 @@ def test_a_fixed_name_or_output_directory_is_refused(cfg, override, field):
 
 
 class StandInRegistry:
-    """A compiled definition's `registry` (jobs.definition.registry.RegistrySpec), by its attribute names."""
+    """A compiled definition's `registry` (model_registry.RegistrySpec), by its attribute names."""
 
     model_id = "recommender"
     display_name = "MovieLens recommender"

@@ -11,13 +11,13 @@ from dataclasses import asdict
 
 import pytest
 
+from jobs import study_report
 from jobs.cloud import report as cloud_report
 from jobs.definition.errors import JobError
 from jobs.definition.study import parse_study
 from jobs.local import report as local_report
 from jobs.local import search_space
 from jobs.local.spec import parse_tuning_job
-from jobs.report import study as study_report
 from tests.jobs.local.helpers import tuning_job
 
 NAME = "projects/demo-project/locations/us-central1/hyperparameterTuningJobs/42"

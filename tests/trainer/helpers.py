@@ -93,13 +93,13 @@ def tiny_task_registered():
     """Register the test-only ``tiny`` task beside the real ones, as one registry line would."""
     import pytest
 
-    from jobs.definition.trainer_contract import load_trainer_contract
+    from jobs.definition.trainer_spec import load_trainer_spec
     from trainer import registry
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(registry.TASK_MODULES, TINY_MODEL, TINY_MODULE)
-        load_trainer_contract.cache_clear()  # the job tooling's contract is read once per process
+        load_trainer_spec.cache_clear()  # the job tooling's contract is read once per process
         try:
             yield
         finally:
-            load_trainer_contract.cache_clear()
+            load_trainer_spec.cache_clear()

@@ -132,8 +132,8 @@ def test_contracts_import_no_tensorflow():
     # What the job tooling loads for every registered model (the tiny task too): specs, parsers, contract.
     code = (f"import sys, trainer.config as c, trainer.registry as r; r.TASK_MODULES[{TINY_MODEL!r}] = "
             f"{TINY_MODULE!r}\n"
-            "from jobs.definition.trainer_contract import load_trainer_contract\n"
-            "contract = load_trainer_contract()\n"
+            "from jobs.definition.trainer_spec import load_trainer_spec\n"
+            "contract = load_trainer_spec()\n"
             "for name in r.models(): r.load_task(name); c.build_parser(name)\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras'))"
             "\nassert not heavy, heavy[:5]\n"

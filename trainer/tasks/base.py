@@ -4,7 +4,7 @@ A task module (``trainer/tasks/<name>/__init__.py``, beside the task's own data 
 by one line in :mod:`trainer.registry`) defines
 ``TASK = Task(spec=TaskSpec(...), make_data=..., build_model=..., serving_fn=...)``. Importing the module
 must not import TensorFlow or Keras: the job tooling imports it to read the spec
-(``jobs.definition.trainer_contract``), and ``tests/trainer/test_tasks_registry.py`` checks this for every
+(``jobs.definition.trainer_spec``), and ``tests/trainer/test_tasks_registry.py`` checks this for every
 registered task. Import TensorFlow inside the hook functions, or keep the hooks in a second module and name
 them with :func:`lazy`.
 

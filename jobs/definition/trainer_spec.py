@@ -21,7 +21,7 @@ class TrainerArgsError(ValueError):
 
 
 @dataclass(frozen=True)
-class ModelContract:
+class ModelSpec:
     """One ``--model``: every flag it accepts (generic ones included) and the metrics it reports."""
 
     name: str
@@ -41,13 +41,13 @@ class ModelContract:
 
 
 @dataclass(frozen=True)
-class TrainerContract:
-    models: Mapping[str, ModelContract]
+class TrainerSpec:
+    models: Mapping[str, ModelSpec]
     default_model: str
     parse: Callable[[Sequence[str]], object] | None = None
     model_arg: Callable[[Sequence[str]], str] | None = None  # the --model a command line selects
 
-    def model(self, name: str) -> ModelContract | None:
+    def model(self, name: str) -> ModelSpec | None:
         return self.models.get(name)
 
     def model_of(self, args: Sequence[str]) -> str:
@@ -87,14 +87,14 @@ def _flags(parser) -> frozenset[str]:
 
 
 @lru_cache(maxsize=1)
-def load_trainer_contract() -> TrainerContract:
+def load_trainer_spec() -> TrainerSpec:
     # The trainer keeps trainer.config, the registry and every task module's top level free of TensorFlow.
     from trainer import config, registry
 
     models = {}
     for name in registry.models():
         spec = registry.load_spec(name)
-        models[name] = ModelContract(
+        models[name] = ModelSpec(
             name=name,
             flags=_flags(config.build_parser(name)),
             metric_goals=dict(spec.metric_goals),
@@ -107,6 +107,6 @@ def load_trainer_contract() -> TrainerContract:
         # pass here and fail every trial at start-up, after the job was scheduled and billed.
         return config.resolve_config(list(args))
 
-    return TrainerContract(
+    return TrainerSpec(
         models=models, default_model=registry.DEFAULT_MODEL, parse=parse, model_arg=config.model_of
     )

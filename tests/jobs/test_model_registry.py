@@ -1,4 +1,4 @@
-"""The Model Registry block and the pure rules of registering (jobs.definition.registry), table by table: the
+"""The Model Registry block and the pure rules of registering (model_registry.py), table by table: the
 block's validation (through compile + validate, and through run_job.py for the one-line refusal), the upload
 request against the real UploadModelRequest, label encoding, metrics.json readings, the best trial and the
 evaluation gate."""
@@ -11,7 +11,7 @@ import re
 import pytest
 
 from jobs.definition.errors import JobError
-from jobs.definition.registry import (
+from jobs.definition.model_registry import (
     JOB_LABEL,
     TRIAL_LABEL,
     Reading,
