@@ -37,12 +37,54 @@ def _readme_commands() -> list[str]:
 
 
 def test_top_level_layout():
-    for name in ["infra", "trainer", "jobs", "scripts", "tests", "Pipfile", "Pipfile.lock", "README.md",
-                 "Makefile", "cdktf.json", ".ci/run", ".github/workflows", "package.json",
+    for name in ["infra", "trainer", "serving", "jobs", "scripts", "tests", "Pipfile", "Pipfile.lock",
+                 "README.md", "Makefile", "cdktf.json", ".ci/run", ".github/workflows", "package.json",
                  "package-lock.json", "pyproject.toml"]:
         assert (ROOT / name).exists(), name
-    for layer in ["infra", "trainer", "jobs", "scripts"]:
+    for layer in ["infra", "trainer", "serving", "jobs", "scripts"]:
         assert (ROOT / "tests" / layer).is_dir(), f"tests/ must mirror {layer}/"
+
+
+# Each top-level package and the repository packages it may import (itself included): scripts/ -> jobs/ ->
+# the data contracts of trainer/, serving/ and infra/; serving/ serves trainer's exports with its data
+# contracts and task helpers; trainer/ and infra/ import no other layer.
+LAYERS = {"trainer": {"trainer"}, "infra": {"infra"}, "serving": {"serving", "trainer"},
+          "jobs": {"jobs", "trainer", "infra", "serving"}}
+# What jobs/ may take from serving/: the modules that import neither TensorFlow nor uvicorn at import time
+# (run_job.py serve checks MODEL_DIR and --port with them before its server starts).
+SERVING_LIGHT = {"serving", "serving.cli", "serving.model", "serving.requests"}
+
+
+def _repo_imports(layer: str) -> set[tuple[str, str]]:
+    """(file, module) for every import of a repository package in ``layer``'s files."""
+    import ast
+
+    found, packages = set(), set(LAYERS) | {"scripts"}
+    for path in (ROOT / layer).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            found |= {(str(path.relative_to(ROOT)), n) for n in names if n.split(".")[0] in packages}
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_each_top_level_package_imports_only_the_layers_below_it(layer):
+    imports = _repo_imports(layer)
+    assert {(f, m) for f, m in imports if m.split(".")[0] not in LAYERS[layer]} == set()
+    if layer == "jobs":
+        assert {m for _, m in imports if m.startswith("serving")} <= SERVING_LIGHT
+
+
+def test_the_serving_modules_jobs_imports_are_light():
+    code = ("import sys, serving.cli, serving.model; "
+            "print(sorted(m for m in ('tensorflow', 'numpy', 'uvicorn', 'httptools') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_pipfile_pins_the_stack_without_platform_markers():
