@@ -165,7 +165,12 @@ class App:
         if scope["type"] != "http":  # lifespan is off; websockets are not served
             return
         started = time.perf_counter()
-        response = await self._respond(scope, receive)
+        try:
+            response = await self._respond(scope, receive)
+        except Exception as exc:  # noqa: BLE001 - a fault of this server's: logged; the client gets one line
+            log.exception("%s %s failed", scope["method"], scope["raw_path"][:100].decode("latin-1"))
+            response = error(500, RequestError("request", f"the server failed ({type(exc).__name__}; see its "
+                                               "log)"), close=True)
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(response.body)).encode()),

@@ -36,6 +36,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from serving.limits import (
     BODY_READ_BYTES,
     HEADER_TIMEOUT_S,
+    LAST_CALL_S,
     LINGER_S,
     MAX_CONNECTIONS,
     MAX_HEADER_BYTES,
@@ -88,6 +89,7 @@ class Protocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._lingering = False
         self._refusal: bytes | None = None
+        self._stopping = False
         self._header_bytes = self._header_lines = 0
         transport.max_size = READ_BYTES  # asyncio's selector transport reads this many bytes at most
         if len(self.connections) > self.max_connections:
@@ -150,6 +152,8 @@ class Protocol(HttpToolsProtocol):
         self.transport.max_size = BODY_READ_BYTES
         if self.cycle is not None and not self.cycle.response_complete:
             self.flow.pause_reading()
+            if self._stopping:
+                self.cycle.keep_alive = False  # answered, then closed: the server is stopping
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -225,6 +229,26 @@ class Protocol(HttpToolsProtocol):
     def timeout_keep_alive_handler(self) -> None:
         if not self._lingering:
             super().timeout_keep_alive_handler()
+
+    def shutdown(self) -> None:
+        """The server is stopping: a request in progress is answered with Connection: close (uvicorn's own);
+        an idle connection gets LAST_CALL_S for a request already on its way, then is closed."""
+        self._stopping = True
+        if self._lingering:
+            return
+        if self.cycle is None or self.cycle.response_complete:
+            self._unset_keepalive_if_required()
+            self.loop.call_later(LAST_CALL_S, self._last_call)
+        else:
+            self.cycle.keep_alive = False
+
+    def _last_call(self) -> None:
+        if self.transport.is_closing() or self._lingering:
+            return
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.close()  # nothing came: closed as uvicorn closes an idle connection
+        else:
+            self.cycle.keep_alive = False
 
 
 class Server(uvicorn.Server):

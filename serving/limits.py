@@ -21,3 +21,7 @@ QUEUE_TIMEOUT_S = 10.0  # how long a request waits for admission before 429
 BODY_TIMEOUT_S = 10.0  # from admission to the body's last byte, however slowly it trickles
 RETRY_AFTER_S = 1  # what a 429/503 tells the client
 STOP_GRACE_S = 20  # after SIGTERM, how long requests in flight may take to finish
+# After SIGTERM, how long an idle keep-alive connection may still deliver a request already on its way (it
+# is answered with Connection: close) before it is closed: closing at once failed requests that had crossed
+# the signal on the wire.
+LAST_CALL_S = 0.5

@@ -3,7 +3,7 @@
 measured in the same run on this machine, over HTTP on loopback (127.0.0.1) only.
 
     python scripts/benchmarks/bench_serving.py [--requests 100] [--census|--image|--recommender DIR]
-        [--baseline REF | --no-baseline] [--seconds 5] [--no-load] [--no-latency]
+        [--baseline REF | --no-baseline] [--seconds 5] [--rounds 3] [--no-load] [--no-latency]
 
 Each model is exported by a short ``python -m trainer.task`` run with its default flags (census: one epoch on
 adult.data; image_classifier: one epoch on the shipped flowers shards; recommender: one epoch on MovieLens,
@@ -17,10 +17,13 @@ signatures user 1, item 1, k = 10 as it takes them. Printed per model, signature
 p90 latency of the HTTP round trip, and the median of the same instance through the loaded signature in this
 process (what a server adds is the difference).
 
-Load (census, one-instance requests), each server started afresh for each part:
-- 1, 8 and 64 keep-alive clients for --seconds each: requests/s, p50/p99, the server's peak RSS, and the
-  batch sizes the server reported (its ``x-batch-size`` header: instances in the signature call);
-- a burst of 1000 connections each sending a 1.4 MB body at once (one row padded with JSON whitespace):
+Load (census, one-instance requests):
+- 1, 8 and 64 keep-alive clients for --seconds each, every server up at once and taken in turns for
+  --rounds rounds (the machine's other work falls on both alike): the median of the rounds' requests/s,
+  p50 and p99 (each round's requests/s in brackets), the server's peak RSS, and the batch sizes the server
+  reported (its ``x-batch-size`` header: instances in the signature call);
+- then each server started afresh for each of: a burst of 1000 connections each sending a 1.4 MB body at
+  once (one row padded with JSON whitespace):
   what each got back, and the peak RSS over the idle RSS;
 - 1000 slowloris connections trickling a request's headers a byte a second for 15 s, while one good client
   sends requests one after another: its p50/p99 during the attack, and what the attackers got;
@@ -265,9 +268,10 @@ class Peak:
 
 
 def client(scenario: str, **spec) -> dict:
-    """One run of the load generator (a process of its own); its JSON result."""
+    """One run of the load generator (a process of its own, the scenario on its stdin); its JSON result."""
     out = subprocess.run(
-        [sys.executable, str(LOAD), json.dumps({"scenario": scenario, **spec})],
+        [sys.executable, str(LOAD)],
+        input=json.dumps({"scenario": scenario, **spec}),
         capture_output=True,
         text=True,
         timeout=600,
@@ -295,26 +299,66 @@ def batch_summary(batches: dict[str, int]) -> str:
     return f"mean {mean:.1f}, max {max(map(int, batches))}"
 
 
-def load_figures(tree: Tree, model_dir: str, root: Path, seconds: float) -> dict:
+def level_figures(trees: list[Tree], model_dir: str, root: Path, seconds: float, rounds: int) -> dict:
+    """Keep-alive load at each of CLIENTS with every server up at once, taken in turns (``rounds`` rounds of
+    ``seconds`` each): on a shared machine, what the others do then falls on every server alike. Per server
+    and level: the median of the rounds' requests/s, p50 and p99, the peak RSS, the batches seen."""
     body = census_body()
-    figures: dict = {"levels": {}}
-    served = Served(tree, model_dir, root / f"{tree.module}-levels.log")
+    served = {tree.name: Served(tree, model_dir, root / f"{tree.module}-levels.log") for tree in trees}
+    figures = {name: {"idle_rss": server.rss(), "levels": {}} for name, server in served.items()}
     try:
-        figures["idle_rss"] = served.rss()
         for clients in CLIENTS:
-            load = os.getloadavg()[0]
-            with Peak(served) as peak:
-                result = client(
-                    "keepalive",
-                    port=served.port,
-                    route="/predict",
-                    body=body,
-                    clients=clients,
-                    seconds=seconds,
-                )
-            figures["levels"][clients] = {**result, "peak_rss": peak.peak, "load": load}
+            runs: dict[str, list] = {name: [] for name in served}
+            for _ in range(rounds):
+                for name, server in served.items():
+                    load = os.getloadavg()[0]
+                    with Peak(server) as peak:
+                        result = client(
+                            "keepalive",
+                            port=server.port,
+                            route="/predict",
+                            body=body,
+                            clients=clients,
+                            seconds=seconds,
+                        )
+                    runs[name].append({**result, "peak_rss": peak.peak, "load": load})
+            for name, results in runs.items():
+                figures[name]["levels"][clients] = _median_level(results)
     finally:
-        served.stop()
+        for server in served.values():
+            server.stop()
+    return figures
+
+
+def _median_level(results: list[dict]) -> dict:
+    def median(key):
+        return statistics.median(r[key] or 0 for r in results)
+
+    batches: dict[str, int] = {}
+    statuses: dict[str, int] = {}
+    for r in results:
+        for size, count in r["batches"].items():
+            batches[size] = batches.get(size, 0) + count
+        for status, count in r["statuses"].items():
+            statuses[status] = statuses.get(status, 0) + count
+    return {
+        "rps": median("rps"),
+        "p50_ms": median("p50_ms"),
+        "p99_ms": median("p99_ms"),
+        "rounds": [(r["rps"], r["p50_ms"], r["p99_ms"]) for r in results],
+        "peak_rss": max(r["peak_rss"] for r in results),
+        "load": median("load"),
+        "batches": batches,
+        "statuses": statuses,
+        "error_count": sum(r["error_count"] for r in results),
+        "client_cpu": max(r["client_cpu_s"] / r["wall_s"] for r in results),
+    }
+
+
+def attack_figures(tree: Tree, model_dir: str, root: Path) -> dict:
+    """The burst, slowloris and SIGTERM parts, each on a server of its own."""
+    body = census_body()
+    figures = {}
     served = Served(tree, model_dir, root / f"{tree.module}-burst.log")
     try:
         idle = served.rss()
@@ -370,11 +414,12 @@ def print_load(results: dict[str, dict]) -> None:
                 if level["error_count"] or set(level["statuses"]) - {"200"}
                 else ""
             )
+            rounds = " ".join(f"{rps:.0f}" for rps, _, _ in level["rounds"])
             print(
                 f"  {name:22s} {clients:7d} {level['rps']:8.0f} {level['p50_ms'] or 0:8.2f} "
                 f"{level['p99_ms'] or 0:8.2f} {mb(level['peak_rss']):>8s} "
                 f"{batch_summary(level['batches']):>18s} "
-                f"{level['client_cpu_s'] / level['wall_s']:9.0%} {level['load']:5.2f}{errors}",
+                f"{level['client_cpu']:9.0%} {level['load']:5.2f}  [{rounds}]{errors}",
                 flush=True,
             )
     names = list(results)
@@ -446,6 +491,9 @@ def main(argv=None) -> int:
         metavar="REF",
         help="the commit whose server is measured beside this checkout's (default %(default)s)",
     )
+    p.add_argument(
+        "--rounds", type=int, default=3, help="load rounds per level and server (default %(default)s)"
+    )
     p.add_argument("--no-baseline", action="store_true", help="measure this checkout's server only")
     p.add_argument("--no-load", action="store_true", help="skip the load, burst, slowloris and SIGTERM parts")
     p.add_argument("--no-latency", action="store_true", help="skip the per-model latency part")
@@ -487,7 +535,9 @@ def main(argv=None) -> int:
                             flush=True,
                         )
         if not args.no_load:
-            results = {tree.name: load_figures(tree, exports["census"], root, args.seconds) for tree in trees}
+            results = level_figures(trees, exports["census"], root, args.seconds, args.rounds)
+            for tree in trees:
+                results[tree.name].update(attack_figures(tree, exports["census"], root))
             print_load(results)
     return 0
 

@@ -3,7 +3,7 @@ server and the client are two processes on two cores): asyncio over raw sockets,
 bytes, each response read by its Content-Length, so that one client process keeps 64 connections busy at
 several thousand requests a second. Every scenario is bounded in connections, requests and seconds.
 
-    python scripts/benchmarks/serving_load.py '{"scenario": "keepalive", "port": 8080, ...}'
+    echo '{"scenario": "keepalive", "port": 8080, ...}' | python scripts/benchmarks/serving_load.py
 
 prints one line of JSON: the scenario's figures, and the client's own CPU seconds (``client_cpu_s``): with
 the wall time it shows whether the client, not the server, was the limit.
@@ -235,7 +235,7 @@ async def shutdown(port: int, route: str, body: str, clients: int, pid: int, sec
 
 
 def main() -> None:
-    spec = json.loads(sys.argv[1])
+    spec = json.loads(sys.stdin.read())
     scenario = spec.pop("scenario")
     result = asyncio.run(
         {"keepalive": keepalive, "burst": burst, "slowloris": slowloris, "shutdown": shutdown}[scenario](

@@ -278,9 +278,10 @@ def test_client_faults_are_logged_at_a_bounded_rate(server):
 
 def test_sigterm_closes_the_listener_finishes_what_is_in_flight_and_exits_0(toy, tmp_path):
     with serving(command(toy), log_dir=tmp_path) as running:
-        idle = socket.create_connection(("127.0.0.1", running.port), timeout=10)
-        idle.sendall(_post(ROW))
-        assert read_response(idle)[0] == 200  # a keep-alive connection, idle now
+        idle, crossing = (socket.create_connection(("127.0.0.1", running.port), timeout=10) for _ in range(2))
+        for sock in (idle, crossing):  # keep-alive connections, idle after one request
+            sock.sendall(_post(ROW))
+            assert read_response(sock)[0] == 200
         busy = socket.create_connection(("127.0.0.1", running.port), timeout=10)
         request = _post(ROW)
         busy.sendall(request[:-3])  # in flight: admitted, its body not yet complete
@@ -293,15 +294,20 @@ def test_sigterm_closes_the_listener_finishes_what_is_in_flight_and_exits_0(toy,
             except ConnectionRefusedError:
                 break
             assert time.monotonic() - start < 1, "still accepting connections 1 s after SIGTERM"
-            time.sleep(0.05)
-        assert idle.recv(100) == b""  # the idle keep-alive connection was closed
+            time.sleep(0.02)
+        # The listener is closed: a request already on its way on a keep-alive connection (one sent as the
+        # signal arrived) is still answered, with Connection: close.
+        crossing.sendall(_post(ROW))
+        status, head, _ = read_response(crossing)
+        assert status == 200 and b"connection: close" in head.lower()
+        assert idle.recv(100) == b"" and time.monotonic() - start < 2  # the idle connection is closed
         busy.sendall(request[-3:])
         status, head, body = read_response(busy)
         assert status == 200 and b"connection: close" in head.lower()
         assert parse_one_line(body)["predictions"][0]["double"] == 3.0
         assert running.proc.wait(timeout=30) == 0 and time.monotonic() - start < 20  # STOP_GRACE_S
-        idle.close()
-        busy.close()
+        for sock in (idle, crossing, busy):
+            sock.close()
 
 
 def test_sigterm_while_the_model_loads_stops_it(toy, tmp_path):
