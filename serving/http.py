@@ -152,6 +152,7 @@ class Protocol(HttpToolsProtocol):
         self.transport.max_size = BODY_READ_BYTES
         if self.cycle is not None and not self.cycle.response_complete:
             self.flow.pause_reading()
+            self.cycle.transport = _LingerOnClose(self.transport, self)
             if self._stopping:
                 self.cycle.keep_alive = False  # answered, then closed: the server is stopping
 
@@ -210,17 +211,23 @@ class Protocol(HttpToolsProtocol):
 
     def _refuse(self, response: bytes) -> None:
         """Write ``response``, shut the write side, drain for up to LINGER_S, close."""
-        self._disarm()
-        self._unset_keepalive_if_required()
-        self._lingering = True
         if self.cycle is not None:
             self.cycle.disconnected = True  # an application still running for it writes nothing more
             self.cycle.message_event.set()
+        if not self.transport.is_closing():
+            self.transport.write(response)
+        self._linger()
+
+    def _linger(self) -> None:
+        """Shut the write side (what was written goes first), drop what the client still sends for up to
+        LINGER_S, close."""
+        self._disarm()
+        self._unset_keepalive_if_required()
+        self._lingering = True
         self.connections.discard(self)  # no longer a connection the server waits for or counts
         transport = self.transport
         if transport.is_closing():
             return
-        transport.write(response)
         transport.resume_reading()
         with contextlib.suppress(OSError, RuntimeError, NotImplementedError):
             transport.write_eof()
@@ -249,6 +256,24 @@ class Protocol(HttpToolsProtocol):
             self.transport.close()  # nothing came: closed as uvicorn closes an idle connection
         else:
             self.cycle.keep_alive = False
+
+
+class _LingerOnClose:
+    """The transport as a request's response cycle sees it: closing it (after an answer with Connection:
+    close) while the request's body is still coming lingers instead (a 413 for a body sent anyway)."""
+
+    def __init__(self, transport, protocol: Protocol):
+        self._transport, self._protocol = transport, protocol
+
+    def close(self) -> None:
+        cycle = self._protocol.cycle
+        if cycle is not None and cycle.more_body and not self._transport.is_closing():
+            self._protocol._linger()
+        else:
+            self._transport.close()
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
 
 
 class Server(uvicorn.Server):
