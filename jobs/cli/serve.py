@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TextIO
@@ -90,7 +91,9 @@ def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
             for child in children:
                 child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
-    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
+    # Signal handlers can only be set from the main thread (a caller on another thread keeps its own).
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED} if main_thread else {}
     try:
         proc = subprocess.Popen(command, cwd=repo_root, env=env, start_new_session=True,
                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
