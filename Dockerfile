@@ -4,15 +4,16 @@
 #   docker run --rm IMAGE --model wide_deep --train-files gs://... --eval-files gs://... --job-dir gs://...
 #
 # The cpu image is also the serving image of the models it exports: a Model Registry entry's containerSpec
-# runs it with command ["python", "-m", "trainer.serve"] (which replaces the ENTRYPOINT), port 8080, routes
-# /predict and /health, and Vertex AI passes the model as AIP_STORAGE_URI (see trainer/serve.py). Serving
-# needs nothing the trainer does not (the standard library, NumPy and TensorFlow, whose gs:// support is
-# built in), so there is no separate stage; the same TensorFlow and Keras that exported a model load it.
+# runs it with command ["python", "-m", "serving"] (which replaces the ENTRYPOINT), port 8080, routes
+# /predict and /health, and Vertex AI passes the model as AIP_STORAGE_URI (see serving/__init__.py). The
+# server is uvicorn (with httptools) on the trainer's NumPy and TensorFlow, whose gs:// support is built in;
+# only the cpu target copies serving/ and pins uvicorn, and the same TensorFlow and Keras that exported a
+# model load it.
 # Vertex AI's prebuilt prediction images end at TF 2.15, are no longer updated and serve only the
 # serving_default signature (not the recommender's top_k and similar_items).
 #
 #   docker run --rm -p 8080:8080 -e AIP_STORAGE_URI=gs://BUCKET/.../model \
-#       --entrypoint python IMAGE -m trainer.serve
+#       --entrypoint python IMAGE -m serving
 #
 # Every Python package is pinned with its hashes in docker/requirements-<target>.txt, generated from
 # Pipfile.lock by scripts/image_requirements.py, so the image trains on the stack that local runs use. Pip
@@ -60,6 +61,7 @@ RUN pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation -
     && pip check \
     && rm /tmp/requirements-cpu.txt
 COPY trainer/ /app/trainer/
+COPY serving/ /app/serving/
 USER 10001:10001
 
 

@@ -14,7 +14,8 @@ the image (CPython 3.11 on Linux x86_64). Never a dev or tooling package: only w
 
   requirements-build.txt  setuptools, installed first: cloudml-hypertune is an sdist, built without build
                           isolation so that no unpinned setuptools is downloaded while building.
-  requirements-cpu.txt    tensorflow and its closure, versions and hashes exactly as in Pipfile.lock.
+  requirements-cpu.txt    tensorflow and its closure, versions and hashes exactly as in Pipfile.lock, plus
+                          the prediction server's uvicorn and httptools (the cpu image serves models).
   requirements-gpu.txt    the same plus tensorflow's `and-cuda` extra (the nvidia-* CUDA wheels).
   requirements-tpu.txt    tensorflow-tpu (the newest on PyPI) and the libtpu its metadata requires; every
                           other pin as in Pipfile.lock wherever tensorflow-tpu's requirements allow it.
@@ -98,6 +99,10 @@ _TAG_RANK = {tag: rank for rank, tag in enumerate(TARGET_TAGS)}
 # Modules the trainer imports directly whose distributions are not [project] dependencies (TensorFlow is
 # deliberately left out of pyproject.toml: Vertex's prebuilt containers supply it).
 TRAINER_IMPORTS = ("tensorflow", "keras", "numpy")
+# What the prediction server (serving/, `python -m serving`) imports beside the trainer's: the cpu image
+# only, the one a Model Registry entry runs.
+SERVING_IMPORTS = ("uvicorn", "httptools")
+SERVING_FILES = ("cpu",)
 # file stem -> (what replaces the `tensorflow` root, one line on what the file is)
 FILES = {
     "build": (None, "the Dockerfile's first install: setuptools, to build the cloudml-hypertune sdist"),
@@ -443,8 +448,9 @@ def generate(root: Path, *, online: bool, upgrade: bool = False) -> dict[str, st
         if tensorflow is None:
             pins = resolve([Requirement(n) for n in BUILD_ROOTS], sources, "the Dockerfile (sdist builds)")
         else:
+            roots = trainer + [Requirement(n) for n in SERVING_IMPORTS] * (stem in SERVING_FILES)
             pins = resolve([Requirement(tensorflow) if canonicalize_name(r.name) == "tensorflow" else r
-                            for r in trainer], sources)
+                            for r in roots], sources)
         outputs[f"{OUT_DIR}/requirements-{stem}.txt"] = render(stem, pins)
     outputs[CACHE] = render_cache(sources.used)
     return outputs

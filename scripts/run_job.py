@@ -43,7 +43,7 @@ job submitted with --no-wait, or finishes a registration that failed; a retry ne
 Verbs, given first: `convert` turns a legacy AI Platform Training config or submit script into a definition;
 `report RESOURCE_NAME` writes the report of any earlier job (a study's, or a CustomJob's state, times, model
 folder and metrics); `serve MODEL_DIR` serves an exported SavedModel on http://127.0.0.1:8080 exactly as its
-Model Registry entry serves it on Vertex AI (`python -m trainer.serve` with the AIP_* variables). See
+Model Registry entry serves it on Vertex AI (`python -m serving` with the AIP_* variables). See
 `run_job.py <verb> --help` and jobs/README.md. A job file named like a verb is given as a path:
 `run_job.py ./report`.
 """

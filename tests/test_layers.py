@@ -1,10 +1,12 @@
-"""The top-level packages' layers: scripts/ -> jobs/ -> infra/ and trainer/'s contracts -> common/. Each
-imports only the packages its row names (at module level or inside functions); jobs/'s own layers are
+"""The top-level packages' layers: scripts/ -> jobs/ -> infra/, serving/ and trainer/'s contracts -> common/.
+Each imports only the packages its row names (at module level or inside functions); jobs/'s own layers are
 tests/jobs/test_layers.py's."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,21 +19,26 @@ ALLOWED = {
     # The trainer ships alone (its sdist and image): nothing of the rest of the repo.
     "trainer": {"trainer", "tensorflow"},
     "infra": {"common", "infra"},
-    "jobs": {"common", "infra", "trainer", "jobs"},
-    "scripts": {"common", "infra", "trainer", "jobs", "scripts", "tensorflow"},
+    # The prediction server serves the trainer's exports with its data contracts and task helpers.
+    "serving": {"serving", "trainer", "tensorflow"},
+    "jobs": {"common", "infra", "trainer", "serving", "jobs"},
+    "scripts": {"common", "infra", "trainer", "serving", "jobs", "scripts", "tensorflow"},
 }
+# What jobs/ may take from serving/: the modules that import neither TensorFlow nor uvicorn when imported
+# (run_job.py serve checks MODEL_DIR and --port with them before its server starts).
+SERVING_LIGHT = {"serving", "serving.cli", "serving.model", "serving.requests"}
 WATCHED = set(ALLOWED) | {"tensorflow", "tests"}
 
 
-def imported_tops(path: Path) -> set[str]:
-    """The watched top-level packages ``path`` imports (relative imports stay inside its own package)."""
+def imported(path: Path) -> set[str]:
+    """The modules of watched top-level packages ``path`` imports (relative imports stay in its package)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(a.name.split(".")[0] for a in node.names)
+            found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split(".")[0])
-    return found & WATCHED
+            found.add(node.module)
+    return {name for name in found if name.split(".")[0] in WATCHED}
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -39,6 +46,16 @@ def test_each_package_imports_only_the_layers_below_it(package):
     crossings = {
         f"{path.relative_to(ROOT)}: {top}"
         for path in sorted((ROOT / package).rglob("*.py"))
-        for top in imported_tops(path) - ALLOWED[package]
+        for top in {name.split(".")[0] for name in imported(path)} - ALLOWED[package]
     }
     assert crossings == set()
+
+
+def test_jobs_takes_only_the_light_serving_modules():
+    taken = {name for path in (ROOT / "jobs").rglob("*.py") for name in imported(path)
+             if name.split(".")[0] == "serving"}
+    assert taken <= SERVING_LIGHT
+    code = ("import sys, " + ", ".join(sorted(SERVING_LIGHT)) + "; "
+            "print(sorted(m for m in ('tensorflow', 'numpy', 'uvicorn', 'httptools') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -59,11 +59,11 @@ def _program(cmd: str) -> str:
 
 
 def test_top_level_layout():
-    for name in ["common", "infra", "trainer", "jobs", "scripts", "tests", "Pipfile", "Pipfile.lock",
-                 "README.md", "Makefile", "cdktf.json", ".ci/run", ".github/workflows", "package.json",
-                 "package-lock.json", "pyproject.toml"]:
+    for name in ["common", "infra", "trainer", "serving", "jobs", "scripts", "tests", "Pipfile",
+                 "Pipfile.lock", "README.md", "Makefile", "cdktf.json", ".ci/run", ".github/workflows",
+                 "package.json", "package-lock.json", "pyproject.toml"]:
         assert (ROOT / name).exists(), name
-    for layer in ["common", "infra", "trainer", "jobs", "scripts"]:
+    for layer in ["common", "infra", "trainer", "serving", "jobs", "scripts"]:
         assert (ROOT / "tests" / layer).is_dir(), f"tests/ must mirror {layer}/"
 
 

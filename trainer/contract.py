@@ -59,11 +59,11 @@ MAX_CPU_REPLICAS = 16  # the most GPUs one Vertex AI machine has (a2-megagpu-16g
 REPLICA_VARIABLES: tuple[str, ...] = (*OUTPUT_DIRS.values(), CLUSTER_SPEC, TF_CONFIG, TRIAL_ID,
                                       HP_METRIC_FILE, CPU_FALLBACK_ENV, CPU_REPLICAS_ENV)
 
-# Serving: the Model Registry entry's container runs `python -m trainer.serve` on the trainer's cpu image, and
+# Serving: the Model Registry entry's container runs `python -m serving` on the trainer's cpu image, and
 # Vertex AI tells it where the model is and what to listen on through these variables (custom-container
 # requirements for prediction: https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements).
 # `run_job.py serve MODEL_DIR` sets the same ones on this machine.
-SERVE_MODULE = "trainer.serve"
+SERVE_MODULE = "serving"
 HTTP_PORT = "AIP_HTTP_PORT"  # the Model's containerSpec.ports[0].containerPort
 HEALTH_ROUTE = "AIP_HEALTH_ROUTE"  # containerSpec.healthRoute: GET, 200 only once the model can predict
 PREDICT_ROUTE = "AIP_PREDICT_ROUTE"  # containerSpec.predictRoute: POST {"instances": [...], "parameters"}

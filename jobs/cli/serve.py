@@ -1,29 +1,40 @@
 """`run_job.py serve MODEL_DIR`: serve an exported SavedModel on this machine as its Model Registry entry
-serves it on Vertex AI: ``python -m trainer.serve`` on this checkout's trainer and the lock's TensorFlow,
+serves it on Vertex AI: ``python -m serving`` on this checkout's server and the lock's TensorFlow,
 with the variables Vertex AI sets in the container (AIP_STORAGE_URI, AIP_HTTP_PORT, AIP_HEALTH_ROUTE,
-AIP_PREDICT_ROUTE). The server runs in the foreground; Ctrl-C stops it. See trainer/serve.py for the
-requests it takes.
+AIP_PREDICT_ROUTE). The server runs in the foreground; Ctrl-C stops it. See serving/ for the requests it
+takes.
 
     python scripts/run_job.py serve /tmp/census-run/model [--port 8080] [--host 127.0.0.1]
 
-Imports no TensorFlow: the server is a child process, and MODEL_DIR is checked before it starts.
+Imports no TensorFlow: the server is a child process, and MODEL_DIR is checked before it starts. The child
+runs in a session of its own and every stop signal this process gets (SIGINT, SIGTERM, SIGHUP) is passed on
+to it once, so it stops gracefully exactly once whoever is signalled (a terminal's Ctrl-C, a supervisor's
+SIGTERM to this process alone); on Linux it is also told to stop if this process dies without a word
+(SIGKILL). Either way no server is left answering on the port.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TextIO
 
 from jobs.api import SHORT_NAME, one_line, short
 from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser
+from serving.cli import port
+from serving.model import model_dir_problem
 from trainer import contract
-from trainer.serve import model_dir_problem, port
 
-STOP_WAIT_S = 30  # after Ctrl-C, how long the server may take to finish the requests in flight
+STOP_WAIT_S = 30  # after a stop signal, how long the server may take to finish the requests in flight
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,13 +85,44 @@ def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
         flush=True,
     )
     command = [sys.executable, "-m", contract.SERVE_MODULE, "--host", args.host]
-    proc = subprocess.Popen(command, cwd=repo_root, env=env)
+    stopping: list[int] = []
+    children: list[subprocess.Popen] = []
+
+    def forward(signum, _frame) -> None:
+        if not stopping:  # the first stop signal reaches the server; a second one changes nothing
+            stopping.append(signum)
+            for child in children:
+                child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
+
+    # Signal handlers can only be set from the main thread (a caller on another thread keeps its own).
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED} if main_thread else {}
     try:
-        return proc.wait()
-    except KeyboardInterrupt:  # the server got the same SIGINT (one process group) and is stopping
-        try:
-            return proc.wait(timeout=STOP_WAIT_S)
-        except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
-            return EXIT_INTERRUPTED
+        proc = subprocess.Popen(command, cwd=repo_root, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        children.append(proc)
+        if stopping:  # signalled while it was starting
+            proc.send_signal(signal.SIGTERM)
+        deadline = None
+        while True:
+            try:
+                return proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                if stopping and deadline is None:
+                    deadline = time.monotonic() + STOP_WAIT_S
+                if deadline is not None and time.monotonic() > deadline:
+                    return _kill(proc)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _kill(proc: subprocess.Popen) -> int:
+    proc.kill()
+    proc.wait()
+    return EXIT_INTERRUPTED
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when run_job.py dies, however it dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -5,7 +5,7 @@
       aliases: [production]                           # moved only by the evaluation gate
       labels: {team: ml}
       metric: {metricId: recall_at_k, goal: MAXIMIZE} # a tuning job's default: its studySpec metric
-      serving: trainer                                # the cpu trainer image running python -m trainer.serve
+      serving: trainer                                # the cpu trainer image running python -m serving
 
 ``compile_job`` parses it into ``CompiledJob.registry`` (a RegistrySpec); ``jobs.cloud.register`` executes it
 after the job ends and the scheduled workflow (infra/) reads the same spec. Everything here is pure and
@@ -50,7 +50,7 @@ LABEL_RULE = "lowercase letters, digits, _ and -, at most 63"
 # The serving container `serving: trainer` names: the trainer image's cpu variant running the repo's server.
 SERVING_TRAINER = "trainer"
 TRAINER_SERVING_IMAGE = "${infra.trainer_image}:cpu-${job.image_tag}"
-# The server and its defaults are the trainer's contract (trainer.serve listens where these say).
+# The server and its defaults are the trainer's contract (serving listens where these say).
 SERVER_COMMAND = ("python", "-m", SERVE_MODULE)
 SERVING_PORT = int(SERVING_DEFAULTS[HTTP_PORT])
 PREDICT_ROUTE = SERVING_DEFAULTS[PREDICT_ROUTE_VAR]
@@ -230,7 +230,7 @@ def _labels(value: Any, metric: str) -> dict[str, str]:
 def _serving(value: Any) -> str:
     path = join(REGISTRY_FIELD, "serving")
     allowed = (
-        f"{SERVING_TRAINER} (the trainer image's cpu variant running python -m trainer.serve, on the "
+        f"{SERVING_TRAINER} (the trainer image's cpu variant running python -m serving, on the "
         "TensorFlow and Keras the model was trained with)"
     )
     if value == SERVING_TRAINER:

@@ -65,5 +65,5 @@ def scenario_registration(planned):
         labels=(("team", "scenario-ml"),), metric="recall_at_10", goal="MAXIMIZE",
         container_spec=json.dumps({
             "imageUri": f"{planned['trainer_image']}:cpu-abc",
-            "command": ["python", "-m", "trainer.serve"], "ports": [{"containerPort": 8080}],
+            "command": ["python", "-m", "serving"], "ports": [{"containerPort": 8080}],
             "predictRoute": "/predict", "healthRoute": "/health"}, sort_keys=True))

@@ -40,7 +40,7 @@ BLOCK = {"model": "census", "aliases": ["production"], "metric": AUC}
 PARENT = "projects/demo-project/locations/us-central1"
 SERVING = {
     "imageUri": f"{OUTPUTS['trainer_image']}:cpu-{IMAGE_HASH}",
-    "command": ["python", "-m", "trainer.serve"],
+    "command": ["python", "-m", "serving"],
     "ports": [{"containerPort": 8080}],
     "predictRoute": "/predict",
     "healthRoute": "/health",

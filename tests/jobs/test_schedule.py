@@ -130,7 +130,7 @@ class StandInRegistry:
     goal = "MAXIMIZE"
     container_spec = {
         "imageUri": "r/trainer:cpu-abc",
-        "command": ["python", "-m", "trainer.serve"],
+        "command": ["python", "-m", "serving"],
         "ports": [{"containerPort": 8080}],
         "predictRoute": "/predict",
         "healthRoute": "/health",
@@ -155,5 +155,5 @@ def test_a_definitions_registry_block_becomes_the_runs_registration(cfg, monkeyp
         model_id="recommender", display_name="recommender", aliases=("production",),
         labels=(("app", "movielens"),), metric="recall_at_k", goal="MAXIMIZE",
         container_spec=daily.registration.container_spec)
-    assert spec["command"] == ["python", "-m", "trainer.serve"] and ":cpu-" in spec["imageUri"]
+    assert spec["command"] == ["python", "-m", "serving"] and ":cpu-" in spec["imageUri"]
     assert daily.job_file == "jobs/recommender.yaml"

@@ -1,15 +1,26 @@
-"""`run_job.py serve MODEL_DIR`: a verb of its own, light (no TensorFlow until the server starts), and bad
-input is one line with exit status 2 before any server starts. Serving a real export through it is tested
-with the census export in tests/trainer/test_task.py (the verb is how those tests start their server)."""
+"""`run_job.py serve MODEL_DIR`: a verb of its own, light (no TensorFlow until the server starts), bad input
+is one line with exit status 2 before any server starts, and the server it starts stops with it. Serving a
+real export through it is tested with the census export in tests/trainer/test_task.py (the verb is how those
+tests start their server)."""
 
 from __future__ import annotations
 
 import os
+import re
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from tests.jobs.helpers import CUSTOM
 from tests.scripts.test_run_job import heavy_modules, probe
+from tests.serving.helpers import alive, export_toy, serving
+from tests.trainer.helpers import REPO_ROOT
+
+RUN_JOB = REPO_ROOT / "scripts" / "run_job.py"
 
 
 def test_help_is_light(script_env):
@@ -55,3 +66,34 @@ def test_a_job_file_named_like_the_verb_is_given_as_a_path(cli, tmp_path, monkey
     rc, out, err = cli(["./serve", "--dry-run"])
     assert rc == 0, err
     assert '"workerPoolSpecs"' in out
+
+
+# --- the server it starts never outlives it --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return export_toy(tmp_path_factory.mktemp("toy") / "model")
+
+
+def _server_pid(log: Path) -> int:
+    """The server's own process id: uvicorn's first line names it."""
+    return int(re.search(r"Started server process \[(\d+)\]", log.read_text())[1])
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_to_run_job_alone_stops_its_server(toy, tmp_path, sent):
+    """A supervisor signals run_job.py, not its process group: SIGTERM is passed on (a graceful stop, exit 0);
+    after a SIGKILL, which cannot be passed on, the kernel tells the server (PR_SET_PDEATHSIG)."""
+    command = [sys.executable, str(RUN_JOB), "serve", str(toy), "--port", "0"]
+    with serving(command, log_dir=tmp_path, clean_stop=sent == signal.SIGTERM) as server:
+        child = _server_pid(server.log)
+        assert alive(child) and child != server.proc.pid
+        server.proc.send_signal(sent)
+        assert server.proc.wait(timeout=60) == (0 if sent == signal.SIGTERM else -signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while alive(child):
+            assert time.monotonic() < deadline, f"the server {child} outlived run_job.py"
+            time.sleep(0.1)
+        with pytest.raises(OSError):  # nothing answers on the port any more
+            socket.create_connection(("127.0.0.1", server.port), timeout=2).close()

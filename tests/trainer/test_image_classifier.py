@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import subprocess_env
+from tests.serving.helpers import serving
 from tests.trainer.helpers import REPO_ROOT, error_lines, run_cases, run_trainer
 from tests.trainer.image_helpers import (
     FLOWERS_EVAL,
@@ -21,7 +22,6 @@ from tests.trainer.image_helpers import (
     png_header,
     serve_records,
 )
-from tests.trainer.serving import serving
 
 MNIST_EVAL = str(REPO_ROOT / "data" / "mnist" / "mnist-eval.tfrecord-*")
 
@@ -119,11 +119,11 @@ VERTEX_ROUTES = {"AIP_HEALTH_ROUTE": "/v1/endpoints/123/deployedModels/456",
 
 @pytest.fixture(scope="module")
 def image_server(flowers_run, tmp_path_factory):
-    """The export served as Vertex AI starts the container: `python -m trainer.serve` with no flags, all it
+    """The export served as Vertex AI starts the container: `python -m serving` with no flags, all it
     needs from AIP_* variables; leaving it sends SIGTERM, which must stop it cleanly."""
     uri = (flowers_run / "model").as_uri() + "/"
     env = subprocess_env(AIP_STORAGE_URI=uri, AIP_HTTP_PORT="0", **VERTEX_ROUTES)
-    with serving([sys.executable, "-m", "trainer.serve"], env=env, log_dir=tmp_path_factory.mktemp("serve"),
+    with serving([sys.executable, "-m", "serving"], env=env, log_dir=tmp_path_factory.mktemp("serve"),
                  health_route=VERTEX_ROUTES["AIP_HEALTH_ROUTE"],
                  predict_route=VERTEX_ROUTES["AIP_PREDICT_ROUTE"]) as server:
         yield server

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from tests.helpers import subprocess_env
+from tests.serving.helpers import serving
 from tests.trainer.helpers import REPO_ROOT, error_lines, run_cases, run_trainer
-from tests.trainer.serving import serving
 
 RATINGS = str(REPO_ROOT / "data" / "movielens" / "ratings.csv")
 with open(RATINGS, encoding="utf-8") as _file:
@@ -143,7 +143,7 @@ def test_the_export_holds_the_lists_and_item_factors_once_and_nothing_per_rating
 
 @pytest.fixture(scope="module")
 def recommender_server(movielens_run, tmp_path_factory):
-    command = [sys.executable, "-m", "trainer.serve", "--model-dir", str(movielens_run / "model"), "--host",
+    command = [sys.executable, "-m", "serving", "--model-dir", str(movielens_run / "model"), "--host",
                "127.0.0.1", "--port", "0"]
     with serving(command, log_dir=tmp_path_factory.mktemp("serve")) as server:
         yield server

@@ -6,14 +6,12 @@ import functools
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
+from tests.serving.helpers import serving
 from tests.trainer.helpers import (
     REPO_ROOT,
     error_lines,
@@ -22,7 +20,6 @@ from tests.trainer.helpers import (
     subprocess_env,
     trainer_args,
 )
-from tests.trainer.serving import serving
 
 pytestmark = [pytest.mark.training, pytest.mark.timeout(240)]
 
@@ -266,7 +263,7 @@ def test_bad_tf_config(tmp_path, census_slice):
                                                                  "TF_CONFIG: not valid JSON")
 
 
-# --- the JSON export served over HTTP (trainer/serve.py), started with `run_job.py serve` as a user does ----
+# --- the JSON export served over HTTP (serving/), started with `run_job.py serve` as a user does ---------
 
 RUN_JOB = REPO_ROOT / "scripts" / "run_job.py"
 
@@ -310,62 +307,3 @@ def test_the_served_export_predicts_as_the_saved_model_does(census_server, predi
     alone = census_server.predictions(instances[:1])[0]
     assert alone["probability"] == pytest.approx(served[0]["probability"], abs=1e-6)
 
-
-def _post(body: bytes, *headers: str, route: str = "/predict", length: bool = True) -> bytes:
-    lines = [f"POST {route} HTTP/1.1", "Host: x", *headers, *([f"Content-Length: {len(body)}"] * length)]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-
-
-INSTANCE = {"age": 39, "workclass": "State-gov", "fnlwgt": 77516, "education": "Bachelors",
-            "education_num": 13, "marital_status": "Never-married", "occupation": "Adm-clerical",
-            "relationship": "Not-in-family", "race": "White", "gender": "Male", "capital_gain": 2174,
-            "capital_loss": 0, "hours_per_week": 40, "native_country": "United-States"}
-ROW = json.dumps({"instances": [INSTANCE]}).encode()
-HOSTILE_REQUESTS = [
-    # id, the raw request, the status and the field its one-line JSON error names
-    ("not-json", _post(b"{instances"), 400, "body"),
-    ("a-string-age", _post(json.dumps({"instances": [{**INSTANCE, "age": "39"}]}).encode()), 400,
-     "instances[0].age"),
-    ("unknown-signature", _post(json.dumps({"instances": [INSTANCE], "parameters": {"signature": "top_k"}})
-                                .encode()), 400, "parameters.signature"),
-    ("too-many-instances", _post(json.dumps({"instances": [INSTANCE] * 1001}).encode()), 400, "instances"),
-    ("declares-2-MB", _post(b"", "Content-Length: 2000000", length=False), 400, "body"),  # refused unread
-    ("no-length", _post(ROW, length=False), 400, "Content-Length"),
-    ("chunked", _post(b"0\r\n\r\n", "Transfer-Encoding: chunked", length=False), 400, "Transfer-Encoding"),
-    ("gzip", _post(ROW, "Content-Encoding: gzip"), 400, "Content-Encoding"),
-    ("garbage", b"\x16\x03\x01 TLS hello?\r\n\r\n", 400, "request"),
-    ("101-headers", _post(ROW, *[f"X-{i}: {i}" for i in range(101)]), 431, "request"),
-    ("unknown-route", _post(ROW, route="/v1/models/census:predict"), 404, "path"),
-    ("post-health", _post(b"", route="/health"), 405, "method"),
-    ("get-predict", b"GET /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405, "method"),
-    ("delete", b"DELETE /predict HTTP/1.1\r\nHost: x\r\n\r\n", 501, "request"),
-]
-
-
-@pytest.mark.parametrize("raw, status, field", [c[1:] for c in HOSTILE_REQUESTS],
-                         ids=[c[0] for c in HOSTILE_REQUESTS])
-def test_hostile_requests_are_one_line_json_errors(census_server, raw, status, field):
-    got, body = census_server.raw(raw)  # raw() asserts the body is one line of JSON, no traceback
-    assert (got, body["field"]) == (status, field), body
-    assert census_server.raw(_post(ROW))[0] == 200  # and the server goes on serving
-
-
-def test_stalled_clients_hold_up_no_one(census_server):
-    from trainer.serve import MAX_CONCURRENT
-
-    stalled = [socket.create_connection(("127.0.0.1", census_server.port)) for _ in range(MAX_CONCURRENT + 1)]
-    try:
-        for sock in stalled:
-            sock.sendall(_post(ROW)[:-20])  # 20 bytes of the body never come
-        answers = []
-        threads = [threading.Thread(target=lambda: answers.append(census_server.raw(_post(ROW))[0]))
-                   for _ in range(12)]  # more than MAX_CONCURRENT at once, besides the stalled ones
-        deadline = time.monotonic() + 10  # well within IDLE_TIMEOUT_S, when the stalled clients are dropped
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        assert answers == [200] * 12
-    finally:
-        for sock in stalled:
-            sock.close()

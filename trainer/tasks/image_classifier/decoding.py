@@ -70,7 +70,7 @@ def header_size(encoded: bytes) -> tuple[int, int]:
         height = int.from_bytes(data[22:26], "little", signed=True)
         return abs(height), int.from_bytes(data[18:22], "little", signed=True)
     if encoded.startswith(JPEG):
-        import tensorflow as tf  # for JPEGs only: trainer.serve checks every string a request sends
+        import tensorflow as tf  # for JPEGs only: serving checks every string a request sends
 
         try:
             height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy().tolist()
@@ -90,7 +90,7 @@ def decode_pixels(encoded: bytes, height: int, width: int) -> int:
 
 def image_pixels(encoded: bytes) -> int:
     """Pixels ``tf.io.decode_image`` would allocate for ``encoded``, read from its header without decoding
-    (0 for bytes that are no JPEG/PNG/GIF/BMP image): what the prediction server (trainer.serve) holds a
+    (0 for bytes that are no JPEG/PNG/GIF/BMP image): what the prediction server (serving/) holds a
     request's images to, as the scan holds a record to MAX_IMAGE_PIXELS."""
     return decode_pixels(encoded, *header_size(encoded))
 

@@ -1,24 +1,18 @@
-"""trainer/serve.py without a model: how a request body becomes the signature's batched inputs and outputs
-become predictions (every dtype and shape a signature can declare, and each way a request can be wrong), and
-the command line's bad input (one line, exit 2, before TensorFlow is imported). The server itself, over
-HTTP with each task's exported model, is tested beside each export: test_task.py (census, and the hostile
-requests), test_image_classifier.py and test_recommender.py."""
+"""serving/requests.py: how a request body becomes the signature's batched inputs and outputs become
+predictions (every dtype and shape a signature can declare, and each way a request can be wrong). The server
+over HTTP is tested in test_app.py (a toy export: the hostile requests, batching, limits, SIGTERM) and beside
+each task's export: tests/trainer/test_task.py (census, through run_job.py serve), test_image_classifier.py
+and test_recommender.py."""
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.helpers import subprocess_env
-from tests.trainer.image_helpers import png_header
-from trainer.serve import (
+from serving.requests import (
     MAX_INSTANCES,
     MAX_REQUEST_PIXELS,
     TINY_PNG,
@@ -26,11 +20,11 @@ from trainer.serve import (
     RequestError,
     Signature,
     example_instance,
-    model_dir_problem,
     parse_body,
     predictions,
     read_request,
 )
+from tests.trainer.image_helpers import png_header
 from trainer.tasks.image_classifier.decoding import image_pixels
 
 # Signatures shaped like the tasks' (census: named scalars; image: one bytes input; recommender: ids and a
@@ -177,68 +171,11 @@ def test_the_example_instance_is_a_valid_request(name):
         assert columns["image_bytes"].tolist() == [TINY_PNG]  # an image input warms up on a real image
 
 
-def test_model_dir_problems(tmp_path):
-    (tmp_path / "file").write_text("x")
-    os.mkfifo(tmp_path / "fifo")
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "pb-dir" / "saved_model.pb").mkdir(parents=True)
-    (tmp_path / "pb-fifo").mkdir()
-    os.mkfifo(tmp_path / "pb-fifo" / "saved_model.pb")
-    (tmp_path / "ok").mkdir()
-    (tmp_path / "ok" / "saved_model.pb").write_bytes(b"")
-    assert model_dir_problem(str(tmp_path / "missing")) == f"{tmp_path}/missing: no such file or directory"
-    for name in ("file", "fifo"):
-        assert model_dir_problem(str(tmp_path / name)).endswith(": not a directory (a SavedModel is a folder "
-                                                                "with saved_model.pb)")
-    assert model_dir_problem(str(tmp_path / "empty")).endswith(": no SavedModel here (no saved_model.pb)")
-    for name in ("pb-dir", "pb-fifo"):
-        problem = model_dir_problem(str(tmp_path / name))
-        assert problem.endswith(": no SavedModel here (saved_model.pb is not a file)")
-    assert model_dir_problem(str(tmp_path / "ok")) is None
-
-
-def _taken_port():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    return sock
-
-
-@pytest.mark.parametrize("case", ["no-model", "missing", "fifo", "no-saved-model", "bad-port", "port-taken",
-                                  "bad-route"])
-def test_command_line_bad_input_is_one_line_exit_2(case, tmp_path):
-    env = subprocess_env()
-    args = ["--host", "127.0.0.1", "--port", "0", "--model-dir", str(tmp_path)]
-    taken = None
-    if case == "no-model":
-        args = args[:4]
-        expected = "trainer.serve: error: no model: give --model-dir DIR or set AIP_STORAGE_URI"
-    elif case == "missing":
-        args[-1] += "/nothing"
-        expected = f"trainer.serve: error: {tmp_path}/nothing: no such file or directory"
-    elif case == "fifo":
-        os.mkfifo(tmp_path / "model")
-        args[-1] += "/model"
-        expected = f"trainer.serve: error: {tmp_path}/model: not a directory"
-    elif case == "no-saved-model":
-        expected = f"trainer.serve: error: {tmp_path}: no SavedModel here (no saved_model.pb)"
-    elif case == "bad-port":
-        args, env = args[:2] + args[4:], subprocess_env(AIP_HTTP_PORT="80808")  # Vertex AI's variable
-        expected = "trainer.serve: error: argument --port: invalid port value: '80808'"
-    else:
-        (tmp_path / "saved_model.pb").write_bytes(b"")
-        if case == "port-taken":
-            taken = _taken_port()
-            args[3] = str(taken.getsockname()[1])
-            expected = f"trainer.serve: error: cannot listen on 127.0.0.1:{args[3]}: Address already in use"
-        else:
-            env = subprocess_env(AIP_PREDICT_ROUTE="predict")
-            expected = "trainer.serve: error: AIP_PREDICT_ROUTE='predict': not an HTTP path"
-    try:
-        out = subprocess.run([sys.executable, "-m", "trainer.serve", *args], env=env, capture_output=True,
-                             text=True, timeout=30)
-    finally:
-        if taken:
-            taken.close()
-    assert out.returncode == 2 and out.stdout == ""
-    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith(expected), out.stderr
+@pytest.mark.parametrize("depth", range(900, 1010, 2))
+def test_a_value_nested_as_deep_as_json_allows_is_a_refusal_not_a_crash(depth):
+    """Around json's own recursion limit (978-980 deep took the old server's error path down): whatever the
+    depth, one line naming a field."""
+    body = b'{"instances": [{"user": ' + b"[" * depth + b"1" + b"]" * depth + b', "item": "2"}]}'
+    with pytest.raises(RequestError) as refused:
+        read_request(parse_body(body), SIGNATURES)
+    assert refused.value.field in ("body", "instances[0].user") and "\n" not in str(refused.value)
