@@ -230,7 +230,7 @@ def _check_pixels(columns: dict, signature: Signature) -> None:
     for spec in signature.inputs:
         if spec.dtype != "string":
             continue
-        from trainer.tasks.image_classifier.decoding import image_pixels
+        from trainer.models.image_classifier.decoding import image_pixels
 
         for value in columns[spec.name].reshape(-1):
             total += image_pixels(value)

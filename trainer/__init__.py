@@ -7,6 +7,6 @@ The top level is what every ``--model`` shares: the entry point (``task``), the 
 (``train``), flags (``config``), the runtime contract with the job tooling (``contract``, ``env``), sharding,
 callbacks, export, version shims (``compat``), the shared file readers (``data``), the CSV readers
 (``csv_schema``, ``csv_rows``, ``csv_scan``, ``csv_dataset``) and the cache of pre-training work (``kept``).
-Each model's own code is a package under ``trainer/tasks/``, registered in :mod:`trainer.registry` against the
-interface of :mod:`trainer.tasks.base`.
+Each model's own code is a package under ``trainer/models/``, registered in :mod:`trainer.models` against the
+interface of :mod:`trainer.models.base`.
 """

@@ -2,7 +2,7 @@
 
 Every task (``--model``) shares the generic settings of :class:`TrainerConfig` (data, outputs, epochs, batch
 sizes, learning rate, distribution, reporting); its own flags, metrics and export formats come from its
-:class:`trainer.tasks.base.TaskSpec`, and its resolved settings sit in ``TrainerConfig.task``. The command
+:class:`trainer.models.base.TaskSpec`, and its resolved settings sit in ``TrainerConfig.task``. The command
 line is parsed in two phases: ``--model`` first, then the generic flags plus that task's flags, so
 ``python -m trainer.task --model NAME --help`` lists exactly what NAME accepts.
 
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainer.contract import METRIC_FLAG, TRAINER_MODULE
-from trainer.registry import DEFAULT_MODEL, load_spec, models
-from trainer.tasks.base import ConfigError, TaskConfig, TaskSpec, check, task_flags
+from trainer.models import DEFAULT_MODEL, load_spec, models
+from trainer.models.base import ConfigError, TaskConfig, TaskSpec, check, task_flags
 
 DISTRIBUTIONS: tuple[str, ...] = ("auto", "default", "mirrored", "multi_worker", "tpu")
 VERBOSITIES: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")

@@ -6,7 +6,7 @@ Locally (outputs under <job-dir>/model, /checkpoints and /logs)::
         --train-files data/census/adult.data --eval-files data/census/adult.test \\
         --job-dir /tmp/census-run --export-format JSON
 
-``--model`` picks the task (see :mod:`trainer.registry`); ``python -m trainer.task --model NAME --help`` lists
+``--model`` picks the task (see :mod:`trainer.models`); ``python -m trainer.task --model NAME --help`` lists
 the generic flags plus NAME's own.
 
 On Vertex AI the same command runs unchanged: outputs go to AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and

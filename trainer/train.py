@@ -62,7 +62,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     )
     from trainer.compat import fix_distributed_symbolic_build, fix_multi_worker_metric_reduction
     from trainer.export import export_saved_model, write_json, write_text
-    from trainer.registry import load_task
+    from trainer.models import load_task
     from trainer.sharding import shard_for
 
     keras.utils.set_random_seed(cfg.seed)

@@ -89,11 +89,12 @@ def _flags(parser) -> frozenset[str]:
 @lru_cache(maxsize=1)
 def load_trainer_spec() -> TrainerSpec:
     # The trainer keeps trainer.config, the registry and every task module's top level free of TensorFlow.
-    from trainer import config, registry
+    from trainer import config
+    from trainer import models as tasks
 
     models = {}
-    for name in registry.models():
-        spec = registry.load_spec(name)
+    for name in tasks.models():
+        spec = tasks.load_spec(name)
         models[name] = ModelSpec(
             name=name,
             flags=_flags(config.build_parser(name)),
@@ -108,5 +109,5 @@ def load_trainer_spec() -> TrainerSpec:
         return config.resolve_config(list(args))
 
     return TrainerSpec(
-        models=models, default_model=registry.DEFAULT_MODEL, parse=parse, model_arg=config.model_of
+        models=models, default_model=tasks.DEFAULT_MODEL, parse=parse, model_arg=config.model_of
     )

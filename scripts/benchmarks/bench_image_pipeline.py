@@ -5,9 +5,9 @@
     python scripts/benchmarks/bench_image_pipeline.py --scale [--mnist 1 10 100] [--flowers 2000 20000]
         [--workers 1 2] [--repo DIR] [--steps 100] [--keep DIR]
 
-Default mode: trains trainer.tasks.image_classifier.models.build_cnn for a fixed number of steps on MNIST-like
+Default mode: trains image_classifier.model.build_cnn for a fixed number of steps on MNIST-like
 data (data/mnist/*.tfrecord if present, else a synthetic 10,000-record PNG shard in a temporary directory),
-once through trainer.tasks.image_classifier.data.image_dataset (scan, decode, cache, shuffle, batch) and once
+once through trainer.models.image_classifier.data.image_dataset (scan, decode, cache, shuffle, batch) and once
 through array_dataset (the same images decoded into memory first, untimed), in ABBA pairs, and prints
 examples/s (wall-clock and per CPU-second, medians of ``--repeats``) and the median ratio of the pairs.
 Target: TFRecord >= 0.9x in-memory. Timing includes the first pass over the files (decoding before the cache
@@ -97,9 +97,9 @@ def fit_seconds(model, ds, steps: int) -> tuple[float, float]:
 def bench(args) -> int:
     import keras
 
-    from trainer.tasks.image_classifier import checks as image_checks
-    from trainer.tasks.image_classifier import data as image_data
-    from trainer.tasks.image_classifier import models as image_models
+    from trainer.models.image_classifier import checks as image_checks
+    from trainer.models.image_classifier import data as image_data
+    from trainer.models.image_classifier import model as image_models
 
     with tempfile.TemporaryDirectory(prefix="bench-image-") as tmp:
         files = sorted(glob.glob(str(REPO / "data" / "mnist" / "*.tfrecord*")))
@@ -156,9 +156,9 @@ def bench(args) -> int:
 def mnist_accuracy(args) -> int:
     import keras
 
-    from trainer.tasks.image_classifier import checks as image_checks
-    from trainer.tasks.image_classifier import data as image_data
-    from trainer.tasks.image_classifier import models as image_models
+    from trainer.models.image_classifier import checks as image_checks
+    from trainer.models.image_classifier import data as image_data
+    from trainer.models.image_classifier import model as image_models
 
     images, labels = read_idx()
     results = []

@@ -99,7 +99,7 @@ RECOMMENDER_VALUES = {"user": "1", "item": "1", "k": 10}
 def requests_of(model: str, port: int) -> dict[str, dict]:
     """{signature: one instance} the benchmark sends to ``model`` (served on ``port``)."""
     if model == "census":
-        from trainer.tasks.census.data import SCHEMA
+        from trainer.models.census.data import SCHEMA
 
         line = next(line for line in (CENSUS / "adult.test").read_text().splitlines()[1:] if line.strip())
         row = [field.strip() for field in line.split(",")]

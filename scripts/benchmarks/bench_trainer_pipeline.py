@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     import tensorflow as tf
 
     from trainer.config import resolve_config
-    from trainer.registry import load_task
+    from trainer.models import load_task
 
     base = ["--train-files", *args.train_files, "--eval-files", args.train_files[0]]
     cfg = resolve_config(base + (["--num-epochs", str(args.epochs)] if args.epochs else []))

@@ -240,7 +240,7 @@ def make_repo(root: Path, dockerignore: str | None = None) -> Path:
         "trainer/__init__.py": "",
         "trainer/task.py": "print('train')\n",
         "trainer/__pycache__/task.cpython-311.pyc": "bytecode",
-        "trainer/tasks/census.py": "TASK = 1\n",
+        "trainer/models/census.py": "TASK = 1\n",
         "data/census/adult.data": "39, State-gov\n",
         "tests/test_x.py": "",
         ".venv/lib/site.py": "",

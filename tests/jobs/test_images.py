@@ -57,8 +57,8 @@ def test_the_context_is_what_the_allowlist_lets_through(tmp_path):
         "Dockerfile",
         "docker/requirements-cpu.txt",
         "trainer/__init__.py",
+        "trainer/models/census.py",
         "trainer/task.py",
-        "trainer/tasks/census.py",
     ]
 
 

@@ -253,7 +253,7 @@ def test_valid_variants(base, mutations):
 
 @pytest.fixture
 def tiny_task():
-    """A second registered model beside wide_deep: the test-only task of tests/trainer/test_tasks_registry.py
+    """A second registered model beside wide_deep: the test-only task of tests/trainer/test_models_registry.py
     (flag --tiny-units, metrics mae and loss, both MINIMIZE)."""
     from tests.trainer.helpers import tiny_task_registered
 

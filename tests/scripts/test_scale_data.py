@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.jobs.helpers import REPO_ROOT
-from trainer.tasks.census.data import PLAUSIBLE
+from trainer.models.census.data import PLAUSIBLE
 
 CENSUS_NUMERIC = {0: "age", 2: "fnlwgt", 4: "education_num", 10: "capital_gain", 11: "capital_loss",
                   12: "hours_per_week"}

@@ -25,7 +25,7 @@ from serving.requests import (
     read_request,
 )
 from tests.trainer.image_helpers import png_header
-from trainer.tasks.image_classifier.decoding import image_pixels
+from trainer.models.image_classifier.decoding import image_pixels
 
 # Signatures shaped like the tasks' (census: named scalars; image: one bytes input; recommender: ids and a
 # count) plus the dtypes and shapes none of them uses yet.

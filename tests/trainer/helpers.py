@@ -83,9 +83,9 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("trainer.task: error:")]
 
 
-# A test-only task (tests/trainer/test_tasks_registry.py) registered for the duration of a `with` block.
+# A test-only task (tests/trainer/test_models_registry.py) registered for the duration of a `with` block.
 TINY_MODEL = "tiny"
-TINY_MODULE = "tests.trainer.test_tasks_registry"
+TINY_MODULE = "tests.trainer.test_models_registry"
 
 
 @contextlib.contextmanager
@@ -94,10 +94,10 @@ def tiny_task_registered():
     import pytest
 
     from jobs.definition.trainer_spec import load_trainer_spec
-    from trainer import registry
+    from trainer import models as tasks
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(registry.TASK_MODULES, TINY_MODEL, TINY_MODULE)
+        mp.setitem(tasks.TASK_MODULES, TINY_MODEL, TINY_MODULE)
         load_trainer_spec.cache_clear()  # the job tooling's contract is read once per process
         try:
             yield

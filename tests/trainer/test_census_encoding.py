@@ -8,7 +8,7 @@ import pytest
 
 from tests.trainer.helpers import CENSUS
 from trainer.csv_scan import QUANTILE_SAMPLE, ScanResult, scan_csv
-from trainer.tasks.census.data import NUMERIC, SCHEMA, numeric_edges, piecewise_linear
+from trainer.models.census.data import NUMERIC, SCHEMA, numeric_edges, piecewise_linear
 
 tf = pytest.importorskip("tensorflow")
 
@@ -81,7 +81,7 @@ def test_the_task_fits_its_encoding_on_the_training_files_and_exports_it(census_
     """make_data's edges are the training scan's, whatever the eval files hold, and the preprocessor that
     the export keeps in front of the model carries them (serving sees raw inputs)."""
     from trainer.config import resolve_config
-    from trainer.tasks.census.data import make_data
+    from trainer.models.census.data import make_data
 
     def data_with(eval_file):
         cfg = resolve_config(["--model", "wide_deep", "--train-files", str(census_slice["train"]),

@@ -12,15 +12,15 @@ import pytest
 from tests.trainer.helpers import REPO_ROOT, subprocess_env
 from trainer import config as C
 from trainer.callbacks import keras_log_key
-from trainer.registry import TASK_MODULES, load_spec, load_task, models
-from trainer.tasks.base import task_flags
-from trainer.tasks.census import CensusConfig
+from trainer.models import TASK_MODULES, load_spec, load_task, models
+from trainer.models.base import task_flags
+from trainer.models.census import CensusConfig
 
 BASE = ["--train-files", "a.csv", "--eval-files", "b.csv"]
 
 
 def test_config_imports_without_tensorflow():
-    code = ("import sys, trainer.config as c, trainer.task, trainer.env, trainer.registry as r; "
+    code = ("import sys, trainer.config as c, trainer.task, trainer.env, trainer.models as r; "
             "c.build_parser(); "
             "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'TF imported'; "
             "print(r.models())")

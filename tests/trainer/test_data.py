@@ -11,7 +11,7 @@ from trainer.csv_dataset import count_batches, text_dataset
 from trainer.csv_scan import ScanKeeper, scan_csv
 from trainer.csv_schema import Column, CsvSchema
 from trainer.data import DataError, expand_files
-from trainer.tasks.census.data import PLAUSIBLE, SCHEMA
+from trainer.models.census.data import PLAUSIBLE, SCHEMA
 
 tf = pytest.importorskip("tensorflow")
 

@@ -16,7 +16,7 @@ class _Archive:
 
 def test_only_the_layers_owning_lookup_tables_are_tracked():
     from trainer.export import track_lookup_tables
-    from trainer.tasks.census import data as census
+    from trainer.models.census import data as census
 
     preprocessor = census._preprocessor_class()({name: (1.0, 4.0) for name in census.NUMERIC}, name="p")
     archive = _Archive()

@@ -20,9 +20,9 @@ from tests.trainer.image_helpers import example, write_records
 from trainer import csv_rows, csv_scan, data
 from trainer.csv_schema import Column, CsvSchema
 from trainer.data import DataError
-from trainer.tasks.image_classifier import checks as image_checks
-from trainer.tasks.image_classifier import records as image_records
-from trainer.tasks.recommender import data as ratings_data
+from trainer.models.image_classifier import checks as image_checks
+from trainer.models.image_classifier import records as image_records
+from trainer.models.recommender import data as ratings_data
 
 SECONDS = 10.0  # a refusal
 # An attempt that is handled by training (eight 2048x2048 JPEGs): a whole run, model build and export
@@ -83,7 +83,7 @@ def test_non_data_lines_are_the_validators_blank_and_comment_lines():
 
 
 def test_a_huge_integer_is_a_bad_row_that_max_bad_rows_skips(tmp_path):
-    from trainer.tasks.census.data import SCHEMA
+    from trainer.models.census.data import SCHEMA
 
     path = tmp_path / "train.csv"
     path.write_bytes((hostile.CENSUS_ROW + b"\n") * 3 + b"0" * 5000 + b"7" + hostile.CENSUS_ROW[2:] + b"\n"
@@ -98,7 +98,7 @@ def test_a_batch_of_only_comment_lines_never_reaches_the_preprocessing(tmp_path)
     """Issue 30 said such a batch reached HashedCrossing empty; text_dataset drops it before decoding (a
     census training split with lines 100..399 comments: batches 2 and 3 of 100 lines hold no data)."""
     from trainer.config import resolve_config
-    from trainer.tasks.census import TASK
+    from trainer.models.census import TASK
 
     hostile.p_census(tmp_path, [(hostile.CENSUS_ROW + b"\n", 100), (b"| a comment\n", 300),
                                 (hostile.CENSUS_ROW[:-5] + b">50K\n", 100)])
@@ -110,7 +110,7 @@ def test_a_batch_of_only_comment_lines_never_reaches_the_preprocessing(tmp_path)
 
 
 def test_blank_and_comment_lines_are_bounded(tmp_path, monkeypatch):
-    from trainer.tasks.census.data import SCHEMA
+    from trainer.models.census.data import SCHEMA
 
     monkeypatch.setattr(csv_scan, "MAX_NON_DATA_LINES", 5)
     path = tmp_path / "train.csv"

@@ -645,5 +645,5 @@ def test_context_is_what_the_dockerfile_copies_and_keeps_out_the_rest():
                     assert matches, f"COPY {src}: not in the build context"
                     copied.update(matches)
     assert set(files) == copied
-    assert "trainer/task.py" in files and "trainer/tasks/census/__init__.py" in files
+    assert "trainer/task.py" in files and "trainer/models/census/__init__.py" in files
     assert sum((ROOT / f).stat().st_size for f in files) < 1 << 20 and len(files) < 100

@@ -1,4 +1,4 @@
-"""trainer/tasks/image_classifier/data.py: the in-memory cache filled by the first pass over the share (no
+"""trainer/models/image_classifier/data.py: the in-memory cache filled by the first pass over the share (no
 decode for the cache before the first step): it holds each record decoded and prepared to the model's size
 (checked against an oracle built here, record by record, from the files), later passes decode nothing, a
 pass cut short or a run resumed at a later epoch still fills it, and it is held once."""
@@ -25,10 +25,10 @@ from tests.trainer.image_helpers import (  # noqa: E402
     write_mnist_like,
     write_records,
 )
-from trainer.tasks.image_classifier import checks as image_checks  # noqa: E402
-from trainer.tasks.image_classifier import data as image_data  # noqa: E402
-from trainer.tasks.image_classifier import decoding as image_decoding  # noqa: E402
-from trainer.tasks.image_classifier import records as image_records  # noqa: E402
+from trainer.models.image_classifier import checks as image_checks  # noqa: E402
+from trainer.models.image_classifier import data as image_data  # noqa: E402
+from trainer.models.image_classifier import decoding as image_decoding  # noqa: E402
+from trainer.models.image_classifier import records as image_records  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +173,8 @@ def test_a_run_decodes_each_record_once_before_its_first_step_and_a_reused_check
     """A study's first trial decodes each record once to check it (none for the cache); a later trial that
     reuses its kept checks decodes nothing before training reads the first batch."""
     from trainer.config import resolve_config
+    from trainer.models import image_classifier
     from trainer.sharding import Shard
-    from trainer.tasks import image_classifier
 
     images, labels = digit_images(40, seed=3)
     records = png_records(images, labels)
@@ -206,8 +206,8 @@ import json, sys
 import numpy as np
 import tensorflow as tf
 from tests.trainer.image_helpers import example, write_records
-from trainer.tasks.image_classifier import checks as image_checks
-from trainer.tasks.image_classifier import data as image_data
+from trainer.models.image_classifier import checks as image_checks
+from trainer.models.image_classifier import data as image_data
 
 side, n = 256, 1300  # 244 MiB of uint8 pixels, from PNGs of a few hundred bytes
 png = [tf.io.encode_png(np.full((side, side, 3), v, np.uint8)).numpy() for v in range(10)]

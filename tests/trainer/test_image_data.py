@@ -1,4 +1,4 @@
-"""trainer/tasks/image_classifier/ records.py, checks.py and data.py: globs, the validating scan (bad records
+"""trainer/models/image_classifier/ records.py, checks.py and data.py: globs, the validating scan (bad records
 fail or are skipped within the budget), and the pipeline (what it delivers equals what the scan counted;
 shapes, scaling, batching, augmentation)."""
 
@@ -19,10 +19,10 @@ from tests.trainer.image_helpers import (  # noqa: E402
     write_records,
 )
 from trainer.data import DataError  # noqa: E402
-from trainer.tasks.image_classifier import checks as image_checks  # noqa: E402
-from trainer.tasks.image_classifier import data as image_data  # noqa: E402
-from trainer.tasks.image_classifier import decoding as image_decoding  # noqa: E402
-from trainer.tasks.image_classifier import records as image_records  # noqa: E402
+from trainer.models.image_classifier import checks as image_checks  # noqa: E402
+from trainer.models.image_classifier import data as image_data  # noqa: E402
+from trainer.models.image_classifier import decoding as image_decoding  # noqa: E402
+from trainer.models.image_classifier import records as image_records  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -353,8 +353,8 @@ def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path
     reports the same records, classes and skipped record, and still fills its cache. Changed data, or a
     damaged kept file, is checked again."""
     from trainer.config import resolve_config
+    from trainer.models import image_classifier
     from trainer.sharding import Shard
-    from trainer.tasks import image_classifier
 
     images, labels = digit_images(40, seed=3)
     records = png_records(images, labels)

@@ -1,4 +1,4 @@
-"""trainer/tasks/image_classifier/models.py: the CNN, keras.applications backbones with user-supplied
+"""trainer/models/image_classifier/model.py: the CNN, keras.applications backbones with user-supplied
 weights, compile settings and the raw-bytes serving signature (exported, reloaded in a fresh interpreter).
 MirroredStrategy over two logical CPUs runs through the generic loop in test_image_classifier.py."""
 
@@ -17,11 +17,11 @@ keras = pytest.importorskip("keras")
 from tests.helpers import subprocess_env  # noqa: E402
 from tests.trainer.helpers import REPO_ROOT  # noqa: E402
 from tests.trainer.image_helpers import FLOWERS, digit_images, png_records, write_records  # noqa: E402
-from trainer.tasks.image_classifier import checks as image_checks  # noqa: E402
-from trainer.tasks.image_classifier import data as image_data  # noqa: E402
-from trainer.tasks.image_classifier import decoding as image_decoding  # noqa: E402
-from trainer.tasks.image_classifier import models as image_models  # noqa: E402
-from trainer.tasks.image_classifier.models import WeightsError  # noqa: E402
+from trainer.models.image_classifier import checks as image_checks  # noqa: E402
+from trainer.models.image_classifier import data as image_data  # noqa: E402
+from trainer.models.image_classifier import decoding as image_decoding  # noqa: E402
+from trainer.models.image_classifier import model as image_models  # noqa: E402
+from trainer.models.image_classifier.model import WeightsError  # noqa: E402
 
 
 @pytest.fixture(scope="module")

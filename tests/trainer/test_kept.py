@@ -249,7 +249,7 @@ def test_no_claim_where_it_cannot_work(tmp_path, caplog):
 
 
 def test_the_recommender_waits_for_the_baselines_and_item_item_weights(tmp_path):
-    from trainer.tasks.recommender.kept_results import kept_baselines, kept_item_item
+    from trainer.models.recommender.kept_results import kept_baselines, kept_item_item
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("user,item,rating\n1,2,5\n")
@@ -282,8 +282,8 @@ def test_the_recommender_waits_for_the_baselines_and_item_item_weights(tmp_path)
 def test_the_image_classifier_waits_for_the_checks_of_the_same_files(tmp_path, monkeypatch, caplog):
     from tests.trainer.image_helpers import digit_images, png_records, write_records
     from trainer.config import resolve_config
-    from trainer.tasks import image_classifier
-    from trainer.tasks.image_classifier import checks as image_checks
+    from trainer.models import image_classifier
+    from trainer.models.image_classifier import checks as image_checks
 
     images, labels = digit_images(40, seed=3)  # every digit among the first 30
     records = png_records(images, labels)

@@ -1,4 +1,4 @@
-"""trainer/tasks/recommender/data.py: reading header-named rating columns, one-line errors naming file, line
+"""trainer/models/recommender/data.py: reading header-named rating columns, one-line errors naming file, line
 and flag, the deterministic splits, vocabulary indexing and the baselines."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from tests.trainer.helpers import REPO_ROOT
 from trainer.data import DataError
-from trainer.tasks.recommender import data as rd
+from trainer.models.recommender import data as rd
 
 MOVIELENS = rd.RatingColumns("userId", "movieId", "rating", "timestamp")
 
@@ -164,7 +164,7 @@ def test_eval_users_hold_unseen_positives_and_baselines_rank_them():
                       np.array([5, 4, 5, 2, 5, 4, 5], np.float32), None)
     scored = rd.Indexed(np.array([1, 1, 1, 2, 2, 0, 1], np.int32), np.array([2, 3, 0, 3, 1, 2, 3], np.int32),
                         held.ratings)
-    from trainer.tasks.recommender.model import rated_by_user
+    from trainer.models.recommender.model import rated_by_user
 
     rated = rated_by_user(train.users, train.items, 2)
     users = rd.eval_users(train, held, scored, rated, 4.0, limit=10, seed=0)

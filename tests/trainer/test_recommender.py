@@ -90,7 +90,7 @@ def scored(movielens_run) -> dict:
 def test_the_export_lists_unseen_items_and_similar_items(movielens_run, scored):
     import numpy as np
 
-    from trainer.tasks.recommender import data as rd
+    from trainer.models.recommender import data as rd
 
     got = scored
     assert got["signatures"] == ["serving_default", "similar_items", "top_k"]
@@ -291,7 +291,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, bad_input_runs):
 
 
 def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
-    from trainer.tasks.recommender.kept_results import kept_baselines
+    from trainer.models.recommender.kept_results import kept_baselines
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("userId,movieId,rating\n1,10,4\n")
@@ -323,7 +323,7 @@ def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
 
 
 def test_top_k_lists_too_large_to_export_are_refused_before_training(tmp_path, monkeypatch):
-    import trainer.tasks.recommender.hooks as recommender
+    import trainer.models.recommender.hooks as recommender
     from trainer.config import resolve_config
     from trainer.data import DataError
 
@@ -343,9 +343,9 @@ def test_the_item_item_part_is_eases_weights_scaled_and_neither_checkpointed_nor
     import numpy as np
     import tensorflow as tf
 
-    import trainer.tasks.recommender as recommender
+    import trainer.models.recommender as recommender
     from trainer.config import resolve_config
-    from trainer.tasks.recommender import data as rd
+    from trainer.models.recommender import data as rd
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text(RATINGS_HEAD)
@@ -391,7 +391,7 @@ def test_the_item_item_part_is_eases_weights_scaled_and_neither_checkpointed_nor
 def test_the_item_item_weights_are_kept_for_later_trials_and_checked_when_read(tmp_path, caplog):
     import numpy as np
 
-    from trainer.tasks.recommender.kept_results import kept_item_item
+    from trainer.models.recommender.kept_results import kept_item_item
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("userId,movieId,rating\n1,10,4\n")

@@ -35,7 +35,7 @@ def test_no_pipeline_keras_iterates_starts_the_autotuning_thread(name, steps, ce
     task gives the loop, training and evaluation, repeated for --steps-per-epoch or not, must leave
     autotuning off, with the task's own sharding."""
     from trainer.config import resolve_config
-    from trainer.registry import load_task
+    from trainer.models import load_task
     from trainer.sharding import UNSHARDED
 
     flags = task_flags(name, census_slice, tmp_path) + (["--steps-per-epoch", str(steps)] if steps else [])

@@ -279,7 +279,7 @@ def census_server(json_run, tmp_path_factory):
 
 def census_instances(path) -> tuple[list[dict], list[str]]:
     """The raw rows of an adult.* file (as score_saved_model.py reads them) as JSON instances, and labels."""
-    from trainer.tasks.census.data import SCHEMA
+    from trainer.models.census.data import SCHEMA
 
     lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("|")]
     rows = [[field.strip() for field in line.split(",")] for line in lines]

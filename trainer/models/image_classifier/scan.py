@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainer import kept
-from trainer.tasks.image_classifier.records import (
+from trainer.models.image_classifier.records import (
     BAD_LABEL,
     ENCODED,
     KEY_BITS,

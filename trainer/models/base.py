@@ -1,10 +1,10 @@
 """The task interface: what a registered ``--model`` declares and provides to the generic training loop.
 
-A task module (``trainer/tasks/<name>/__init__.py``, beside the task's own data and model modules, registered
-by one line in :mod:`trainer.registry`) defines
+A task module (``trainer/models/<name>/__init__.py``, beside the task's own data and model modules, registered
+by one line in :mod:`trainer.models`) defines
 ``TASK = Task(spec=TaskSpec(...), make_data=..., build_model=..., serving_fn=...)``. Importing the module
 must not import TensorFlow or Keras: the job tooling imports it to read the spec
-(``jobs.definition.trainer_spec``), and ``tests/trainer/test_tasks_registry.py`` checks this for every
+(``jobs.definition.trainer_spec``), and ``tests/trainer/test_models_registry.py`` checks this for every
 registered task. Import TensorFlow inside the hook functions, or keep the hooks in a second module and name
 them with :func:`lazy`.
 
@@ -12,7 +12,7 @@ The spec (plain data, read without TensorFlow)
 ----------------------------------------------
 ``TaskSpec(name, description, config, metrics, export_formats, defaults={}, flag_help={})``:
 
-- ``name``: the ``--model`` value; must equal its key in ``trainer.registry.TASK_MODULES``.
+- ``name``: the ``--model`` value; must equal its key in ``trainer.models.TASK_MODULES``.
 - ``config``: a frozen dataclass subclassing :class:`TaskConfig`. Each field, declared with :func:`option`,
   is one flag of this task: ``--field-name`` plus the ``--field_name`` alias Vertex AI tuning trials use::
 
@@ -73,8 +73,8 @@ The hooks (import TensorFlow inside them)
 ``make_data`` may also fill ``TaskData.state`` with values the other hooks need (vocabularies, statistics)
 and ``TaskData.report["baselines"]`` with reference figures measured on the same evaluation data.
 
-Adding a model: write its package ``trainer/tasks/<name>/`` (the task in ``__init__.py``, its data and model
-modules beside it) and add ``"<name>": "trainer.tasks.<name>"`` to ``TASK_MODULES``.
+Adding a model: write its package ``trainer/models/<name>/`` (the task in ``__init__.py``, its data and model
+modules beside it) and add ``"<name>": "trainer.models.<name>"`` to ``TASK_MODULES``.
 Nothing else changes: ``python -m trainer.task --model <name> --help`` lists its flags, and job definitions
 that name ``--model <name>`` are validated against its flags, metrics and goals.
 """
@@ -159,7 +159,7 @@ def task_flags(config: type[TaskConfig]) -> dict[str, dict[str, Any]]:
     for f in dataclasses.fields(config):
         meta = dict(f.metadata.get("trainer_flag") or {})
         if not meta:
-            raise TypeError(f"{config.__name__}.{f.name} is not declared with trainer.tasks.base.option()")
+            raise TypeError(f"{config.__name__}.{f.name} is not declared with trainer.models.base.option()")
         kind = meta.pop("type") or type(f.default)
         kwargs = {k: v for k, v in meta.items() if v is not None}
         if kind is bool:

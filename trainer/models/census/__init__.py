@@ -8,8 +8,8 @@ layers of ``max(2, int(first_layer_size * scale_factor**i))`` units. The two log
 sigmoid. The encoding is what brings the model level with gradient boosting on the UCI split
 (``scripts/benchmarks/bench_census_gbdt.py``): accuracy 0.8616 -> 0.8697, AUC 0.9189 -> 0.9274.
 
-This module is the task (its flags, spec and hooks); :mod:`trainer.tasks.census.data` holds the schema, the
-feature definitions, the preprocessing layer and the pipelines, :mod:`trainer.tasks.census.model` the network
+This module is the task (its flags, spec and hooks); :mod:`trainer.models.census.data` holds the schema, the
+feature definitions, the preprocessing layer and the pipelines, :mod:`trainer.models.census.model` the network
 and its serving functions.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer.tasks.base import (
+from trainer.models.base import (
     MAXIMIZE,
     MINIMIZE,
     Task,
@@ -27,8 +27,8 @@ from trainer.tasks.base import (
     integral,
     option,
 )
-from trainer.tasks.census.data import make_data
-from trainer.tasks.census.model import build_model, serving_fn
+from trainer.models.census.data import make_data
+from trainer.models.census.model import build_model, serving_fn
 
 MAX_NUMERIC_BINS = 256
 

@@ -1,7 +1,7 @@
-"""The recommender's hooks (:class:`trainer.tasks.base.Task`): :func:`make_data` reads, splits and checks the
-ratings (:mod:`trainer.tasks.recommender.data`), deals this worker its share and computes or reads what a
-study keeps (:mod:`trainer.tasks.recommender.kept_results`); :func:`build_model`, :func:`serving_fn` and
-:func:`more_signatures` build the model and its signatures (:mod:`trainer.tasks.recommender.model`).
+"""The recommender's hooks (:class:`trainer.models.base.Task`): :func:`make_data` reads, splits and checks the
+ratings (:mod:`trainer.models.recommender.data`), deals this worker its share and computes or reads what a
+study keeps (:mod:`trainer.models.recommender.kept_results`); :func:`build_model`, :func:`serving_fn` and
+:func:`more_signatures` build the model and its signatures (:mod:`trainer.models.recommender.model`).
 
 TensorFlow is imported inside the hooks: the task package imports this module for them.
 """
@@ -15,10 +15,10 @@ import numpy as np
 
 from trainer.data import DataError, expand_files, name_files
 from trainer.kept import may_claim
+from trainer.models.base import TaskData
+from trainer.models.recommender import data as rd
+from trainer.models.recommender.kept_results import kept_baselines, kept_item_item
 from trainer.sharding import PREFETCH_BATCHES, UNSHARDED, Shard, dataset_options, empty_share
-from trainer.tasks.base import TaskData
-from trainer.tasks.recommender import data as rd
-from trainer.tasks.recommender.kept_results import kept_baselines, kept_item_item
 
 log = logging.getLogger("trainer")
 
@@ -32,7 +32,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
     import tensorflow as tf
 
-    from trainer.tasks.recommender.model import IdLookup, rated_by_user
+    from trainer.models.recommender.model import IdLookup, rated_by_user
 
     task = cfg.task
     columns = rd.RatingColumns(task.user_column, task.item_column, task.rating_column, task.timestamp_column)
@@ -192,7 +192,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
 
 def build_model(cfg, data: TaskData):
-    from trainer.tasks.recommender.model import RankingMF, compile_recommender
+    from trainer.models.recommender.model import RankingMF, compile_recommender
 
     state = data.state
     model = RankingMF(state["num_users"], len(state["items"]), cfg.task.embedding_dim, cfg.task.l2,
@@ -203,7 +203,7 @@ def build_model(cfg, data: TaskData):
 
 
 def serving_fn(model, data: TaskData, export_format: str):
-    from trainer.tasks.recommender.model import top_k_function
+    from trainer.models.recommender.model import top_k_function
 
     if export_format != "JSON":
         raise ValueError(f"unsupported export format {export_format!r}")
@@ -212,7 +212,7 @@ def serving_fn(model, data: TaskData, export_format: str):
 
 
 def more_signatures(model, data: TaskData):
-    from trainer.tasks.recommender.model import similar_items_function, top_k_function
+    from trainer.models.recommender.model import similar_items_function, top_k_function
 
     tables = _tables(model, data)
     return {"top_k": top_k_function(data.preprocessor, tables),
@@ -221,8 +221,8 @@ def more_signatures(model, data: TaskData):
 
 def _tables(model, data: TaskData) -> dict:
     """Each user's recommendations and their probabilities, and the item ids, computed once and shared by
-    every signature (trainer.tasks.recommender.model.serving_tables)."""
-    from trainer.tasks.recommender.model import recommendations, serving_tables
+    every signature (trainer.models.recommender.model.serving_tables)."""
+    from trainer.models.recommender.model import recommendations, serving_tables
 
     state = data.state
     if "tables" not in state:

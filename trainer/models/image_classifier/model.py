@@ -5,7 +5,7 @@ encoded image bytes.
 Backbones never download anything (``weights=None``): pretrained weights come from a user-supplied file
 (``base_weights``, local or gs://), e.g. Keras's ``*_no_top.h5`` ImageNet files or a ``.weights.h5`` saved
 from the same backbone. Inputs reach every model in the pipeline's ``scale``
-(trainer.tasks.image_classifier.decoding); a backbone's own input scaling is a layer inside the model, so
+(trainer.models.image_classifier.decoding); a backbone's own input scaling is a layer inside the model, so
 serving feeds the same pixels as training.
 """
 
@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 
 from trainer.data import op_reason
-from trainer.tasks.image_classifier.decoding import SCALES, preprocess_image
+from trainer.models.image_classifier.decoding import SCALES, preprocess_image
 
 BACKBONES = ("mobilenet_v2", "resnet50")
 # ImageNet BGR channel means (0..255 pixels) of the caffe-style preprocessing ResNet50 was trained with.
@@ -214,7 +214,7 @@ def serving_function(model: keras.Model, image_size: int, channels: int, class_n
     - ``classes``: string [N, num_classes], the class names in the same order (Vertex AI's convention);
     - ``class_id``: int64 [N], the most probable class; ``label``: string [N], its name.
 
-    Each image is decoded, resized and scaled by trainer.tasks.image_classifier.decoding.preprocess_image, as
+    Each image is decoded, resized and scaled by trainer.models.image_classifier.decoding.preprocess_image, as
     in evaluation.
     """
     names = tf.constant(list(class_names), tf.string)

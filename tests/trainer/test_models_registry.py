@@ -1,4 +1,4 @@
-"""The task interface (trainer/tasks/base.py) proved with a test-only task, ``tiny``, registered for a test.
+"""The task interface (trainer/models/base.py) proved with a test-only task, ``tiny``, registered for a test.
 
 ``tiny`` has its own flags, metric (``mae``, MINIMIZE), export format and default overrides, and hooks that
 really train (a two-feature regression), so the tests below show what the next task gets from one module plus
@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.trainer.helpers import REPO_ROOT, TINY_MODEL, TINY_MODULE, subprocess_env, tiny_task_registered
-from trainer.sharding import UNSHARDED, Shard
-from trainer.tasks.base import (
+from trainer.models.base import (
     MINIMIZE,
     ConfigError,
     Task,
@@ -28,6 +27,7 @@ from trainer.tasks.base import (
     lazy,
     option,
 )
+from trainer.sharding import UNSHARDED, Shard
 
 
 @dataclass(frozen=True)
@@ -112,11 +112,12 @@ def tiny():
 
 
 def test_every_registered_spec_is_consistent(tiny):
-    from trainer import config, registry
+    from trainer import config
+    from trainer import models as tasks
 
     generic = set(config.GENERIC_FIELDS)
-    for name in registry.models():
-        spec = registry.load_spec(name)
+    for name in tasks.models():
+        spec = tasks.load_spec(name)
         assert spec.name == name
         defaults = config.generic_defaults(name)  # raises on a flag clash or a bad override
         cfg = config.default_config(name, train_files=("a",), eval_files=("b",))
@@ -130,7 +131,7 @@ def test_every_registered_spec_is_consistent(tiny):
 
 def test_contracts_import_no_tensorflow():
     # What the job tooling loads for every registered model (the tiny task too): specs, parsers, contract.
-    code = (f"import sys, trainer.config as c, trainer.registry as r; r.TASK_MODULES[{TINY_MODEL!r}] = "
+    code = (f"import sys, trainer.config as c, trainer.models as r; r.TASK_MODULES[{TINY_MODEL!r}] = "
             f"{TINY_MODULE!r}\n"
             "from jobs.definition.trainer_spec import load_trainer_spec\n"
             "contract = load_trainer_spec()\n"
@@ -269,7 +270,7 @@ def test_the_generic_loop_trains_and_exports_the_task(tmp_path):
     metrics_file = tmp_path / "hypertune" / "output.metrics"
     args = ["--model", TINY_MODEL, "--train-files", str(tmp_path / "train.csv"), "--eval-files",
             str(tmp_path / "eval.csv"), "--job-dir", str(tmp_path / "job"), "--tiny-units", "8"]
-    code = (f"import sys; from trainer import registry; registry.TASK_MODULES[{TINY_MODEL!r}] = "
+    code = (f"import sys; from trainer import registry; tasks.TASK_MODULES[{TINY_MODEL!r}] = "
             f"{TINY_MODULE!r}\nfrom trainer.task import main; sys.exit(main({args!r}))")
     env = subprocess_env(CLOUD_ML_HP_METRIC_FILE=str(metrics_file), CLOUD_ML_TRIAL_ID="1")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,

@@ -6,8 +6,8 @@ TensorFlow and Keras are imported inside the functions: the task package imports
 from __future__ import annotations
 
 from trainer.csv_dataset import decode_csv_batch
-from trainer.tasks.base import TaskData
-from trainer.tasks.census.data import BUCKETS, CROSSES, LABELS, NUMERIC, SCHEMA, VOCABULARIES
+from trainer.models.base import TaskData
+from trainer.models.census.data import BUCKETS, CROSSES, LABELS, NUMERIC, SCHEMA, VOCABULARIES
 
 
 def _id_inputs() -> dict[str, int]:

@@ -8,7 +8,7 @@ IDs are strings; the vocabularies come from the training ratings and travel insi
 ``--eval-files``, ``--eval-fraction`` of ``--train-files`` is held out, at random by ``--seed`` or, with
 ``--split time``, the latest ratings: the same flags always evaluate on the same ratings.
 
-Model (:mod:`trainer.tasks.recommender.model`): every training rating is an interaction; a user's score of an
+Model (:mod:`trainer.models.recommender.model`): every training rating is an interaction; a user's score of an
 item is ``p_u . q_i + b_i``, trained to rank the rated item above ``--negatives`` items sampled from the
 catalogue (softmax cross-entropy), with ``--l2`` on the factors a rating touches. A step updates only the
 rows it touched, so its cost does not grow with the catalogue. For a catalogue of at most
@@ -35,11 +35,11 @@ all-gather) and trains on its own 1/workers share of the training ratings (logge
     python -m trainer.task --model recommender --train-files data/movielens/ratings.csv \\
         --job-dir /tmp/recommender
 
-This module is the task (its flags and spec); :mod:`trainer.tasks.recommender.hooks` holds its data, model
-and export hooks, :mod:`trainer.tasks.recommender.data` the ratings (reading, split, vocabularies,
-baselines), :mod:`trainer.tasks.recommender.model` the model and its serving functions, and
-:mod:`trainer.tasks.recommender.kept_results` what a study keeps. It imports no TensorFlow at import time: the
-job tooling reads its spec.
+This module is the task (its flags and spec); :mod:`trainer.models.recommender.hooks` holds its data, model
+and export hooks, :mod:`trainer.models.recommender.data` the ratings (reading, split, vocabularies,
+baselines), :mod:`trainer.models.recommender.model` the model and its serving functions, and
+:mod:`trainer.models.recommender.kept_results` what a study keeps. It imports no TensorFlow at import time:
+the job tooling reads its spec.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainer.tasks.base import (
+from trainer.models.base import (
     MAXIMIZE,
     MINIMIZE,
     Task,
@@ -57,7 +57,13 @@ from trainer.tasks.base import (
     integral,
     option,
 )
-from trainer.tasks.recommender.hooks import DEFAULT_TOP_K, build_model, make_data, more_signatures, serving_fn
+from trainer.models.recommender.hooks import (
+    DEFAULT_TOP_K,
+    build_model,
+    make_data,
+    more_signatures,
+    serving_fn,
+)
 
 SPLITS = ("random", "time")
 

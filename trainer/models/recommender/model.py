@@ -278,7 +278,7 @@ def _ranks(lengths: np.ndarray) -> np.ndarray:
 
 
 class IdLookup(keras.layers.Layer):
-    """Raw ids -> vocabulary indices, as the training data was indexed (trainer.tasks.recommender.data.index):
+    """Raw ids -> vocabulary indices, as the training data was indexed (recommender.data.index):
     the export's preprocessor, so serving takes the ids themselves."""
 
     def __init__(self, user_vocab: Sequence[str], item_vocab: Sequence[str], **kwargs):

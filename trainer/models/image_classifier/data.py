@@ -1,5 +1,5 @@
 """Image classification pipelines: batches of preprocessed images and labels from this worker's share of a
-checked split (:func:`image_dataset`; see :mod:`trainer.tasks.image_classifier.checks`), cached in memory as
+checked split (:func:`image_dataset`; see :mod:`trainer.models.image_classifier.checks`), cached in memory as
 the first pass reads them when they fit, plus an in-memory variant with the same preprocessing
 (:func:`read_arrays`, :func:`array_dataset`).
 """
@@ -11,10 +11,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from trainer.data import DataError, cache_budget
+from trainer.models.image_classifier import decoding
+from trainer.models.image_classifier.records import READ_BATCH, plain
+from trainer.models.image_classifier.scan import ImageScan, encoded_batches, encoded_records
 from trainer.sharding import PREFETCH_BATCHES, dataset_options
-from trainer.tasks.image_classifier import decoding
-from trainer.tasks.image_classifier.records import READ_BATCH, plain
-from trainer.tasks.image_classifier.scan import ImageScan, encoded_batches, encoded_records
 
 AUGMENTATIONS = ("flip", "crop")
 _FILL_BYTES = 4 << 20  # decoded bytes a batch of the cache's filling pass holds at most (see _filling_cache)

@@ -15,8 +15,8 @@ from trainer.csv_dataset import count_batches, text_dataset
 from trainer.csv_scan import ScanKeeper, scan_share
 from trainer.csv_schema import Column, CsvSchema
 from trainer.data import cache_budget, expand_files
+from trainer.models.base import TaskData
 from trainer.sharding import UNSHARDED, Shard
-from trainer.tasks.base import TaskData
 
 # Plausible raw values per numeric column (inclusive): a row outside them is refused like a malformed row
 # (--max-bad-rows). Generous on purpose: they stop corrupt values (an age of -9e18 would train silently and

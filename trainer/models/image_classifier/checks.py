@@ -4,15 +4,15 @@ they found with ``Shard.exchange``):
 
 1. :func:`scan_images` parses every record a read batch at a time in parallel tf.data (no Python per
    record): the features, the label (range, one text per label), and the image's format and size from its
-   header (:mod:`trainer.tasks.image_classifier.decoding`), which fixes the image size and what a cache would
+   header (:mod:`trainer.models.image_classifier.decoding`), which fixes the image size and what a cache would
    hold before anything is decoded. A file whose batch fails to parse is re-read record by record in Python
-   to name the exact record and reason (:mod:`trainer.tasks.image_classifier.records`).
+   to name the exact record and reason (:mod:`trainer.models.image_classifier.records`).
 2. :func:`load_images` decodes every record once to check it (a JPEG at 1/8 scale, with the same verdict:
-   see :func:`trainer.tasks.image_classifier.decoding.decoded_height`) and keeps no pixels. When the
+   see :func:`trainer.models.image_classifier.decoding.decoded_height`) and keeps no pixels. When the
    preprocessed images fit the cache budget, the training pipeline's first pass over the share decodes them
-   as it trains and fills the cache (:mod:`trainer.tasks.image_classifier.data`): nothing is decoded for the
+   as it trains and fills the cache (:mod:`trainer.models.image_classifier.data`): nothing is decoded for the
    cache before the first step, in a run that checks the data or one that reuses kept checks
-   (:func:`trainer.tasks.image_classifier.scan.load_kept_scans`).
+   (:func:`trainer.models.image_classifier.scan.load_kept_scans`).
    ``scan_images(decode=True)`` runs both passes.
 
 A bad record is a one-line :class:`~trainer.data.DataError` naming the file and record, or is skipped and
@@ -30,8 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from trainer.data import DataError, name_files, op_reason
-from trainer.sharding import UNSHARDED, Shard, untuned
-from trainer.tasks.image_classifier.decoding import (
+from trainer.models.image_classifier.decoding import (
     GIF,
     MAX_IMAGE_PIXELS,
     decode_pixels,
@@ -39,7 +38,7 @@ from trainer.tasks.image_classifier.decoding import (
     header_size,
     header_sizes,
 )
-from trainer.tasks.image_classifier.records import (
+from trainer.models.image_classifier.records import (
     BAD_LABEL,
     ENCODED,
     KEY_BITS,
@@ -56,7 +55,8 @@ from trainer.tasks.image_classifier.records import (
     read_records,
     undecodable,
 )
-from trainer.tasks.image_classifier.scan import ImageScan, encoded_batches
+from trainer.models.image_classifier.scan import ImageScan, encoded_batches
+from trainer.sharding import UNSHARDED, Shard, untuned
 
 _CHECK_BATCH = 1024  # records the two checking passes read, parse and check together (~15% less CPU than 256)
 # A share of at most this many bytes is checked record by record in Python: building and starting the
@@ -368,7 +368,7 @@ def load_images(scan: ImageScan, *, channels: int, shard: Shard = UNSHARDED,
                 max_bad_records: int = 0) -> ImageScan:
     """Second pass: decode every good record of this worker's share once, in parallel, to check that it
     decodes (no pixels are kept; the cache is filled by training's first pass, see
-    :func:`trainer.tasks.image_classifier.data.image_dataset`); the final scan.
+    :func:`trainer.models.image_classifier.data.image_dataset`); the final scan.
 
     Undecodable records and the first pass's text conflicts count against ``max_bad_records`` together with
     the first pass's bad records (over all workers); the one-line DataError names the first beyond it in

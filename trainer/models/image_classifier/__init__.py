@@ -1,16 +1,16 @@
 """Image classification from TFRecord shards, registered as ``--model image_classifier``.
 
 Input: shards in the flowers schema (``image/encoded`` JPEG or PNG, ``image/class/label``,
-``image/class/text``; see :mod:`trainer.tasks.image_classifier.records`), matched by globs, local or
+``image/class/text``; see :mod:`trainer.models.image_classifier.records`), matched by globs, local or
 ``gs://``. The classes and their names come from the training data (or ``--num-classes``); evaluation uses the
 training data's classes. Every record is checked before training
-(:mod:`trainer.tasks.image_classifier.checks`: records and image headers first, then one decode); images that
+(:mod:`trainer.models.image_classifier.checks`: records and image headers first, then one decode); images that
 fit ``--cache-limit-mb`` and the machine's memory are cached as the first epoch reads them
-(:mod:`trainer.tasks.image_classifier.data`). Under multi-worker training each worker reads, checks and
+(:mod:`trainer.models.image_classifier.data`). Under multi-worker training each worker reads, checks and
 decodes only its share of the training and evaluation files (:mod:`trainer.sharding`), and the log's ``data:``
 line says which share.
 
-Models (:mod:`trainer.tasks.image_classifier.models`): ``--backbone cnn``, a small CNN in the shape of
+Models (:mod:`trainer.models.image_classifier.model`): ``--backbone cnn``, a small CNN in the shape of
 Google's Keras codelabs (conv blocks, a dense layer of ``--num-units``, ``--dropout``), or a
 keras.applications backbone (``mobilenet_v2``, ``resnet50``) with a new head, initialised from
 ``--base-weights`` (a local or gs:// weights file; nothing is ever downloaded) and trained head-only unless
@@ -31,8 +31,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from trainer.sharding import UNSHARDED, Shard
-from trainer.tasks.base import (
+from trainer.models.base import (
     MAXIMIZE,
     MINIMIZE,
     Task,
@@ -43,6 +42,7 @@ from trainer.tasks.base import (
     integral,
     option,
 )
+from trainer.sharding import UNSHARDED, Shard
 
 log = logging.getLogger("trainer")
 
@@ -83,7 +83,7 @@ class ImageConfig(TaskConfig):
                                   "(default 0)", type=integral, metavar="N")
 
     def validate(self) -> None:
-        from trainer.tasks.image_classifier.records import MAX_CLASSES
+        from trainer.models.image_classifier.records import MAX_CLASSES
 
         check(self.image_size == 0 or 8 <= self.image_size <= MAX_IMAGE_SIZE, "image_size",
               f"0 (the data's size) or 8..{MAX_IMAGE_SIZE}", self.image_size)
@@ -125,10 +125,10 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
     from trainer.data import DataError, cache_budget
     from trainer.kept import may_claim
-    from trainer.tasks.image_classifier.checks import load_images, scan_images
-    from trainer.tasks.image_classifier.data import image_dataset
-    from trainer.tasks.image_classifier.records import expand_globs
-    from trainer.tasks.image_classifier.scan import keep_scans, kept_scans_path, load_kept_scans
+    from trainer.models.image_classifier.checks import load_images, scan_images
+    from trainer.models.image_classifier.data import image_dataset
+    from trainer.models.image_classifier.records import expand_globs
+    from trainer.models.image_classifier.scan import keep_scans, kept_scans_path, load_kept_scans
 
     task = cfg.task
     train_files = expand_globs(cfg.train_files, "--train-files")
@@ -223,7 +223,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
 def build_model(cfg, data: TaskData):
     from trainer.data import DataError
-    from trainer.tasks.image_classifier.models import (
+    from trainer.models.image_classifier.model import (
         WeightsError,
         build_backbone_model,
         build_cnn,
@@ -250,7 +250,7 @@ def build_model(cfg, data: TaskData):
 
 
 def serving_fn(model, data: TaskData, export_format: str):
-    from trainer.tasks.image_classifier.models import serving_function
+    from trainer.models.image_classifier.model import serving_function
 
     if export_format != "IMAGE_BYTES":
         raise ValueError(f"unsupported export format {export_format!r}")

@@ -1,9 +1,11 @@
-"""Registered tasks (``--model`` names) and where they live.
+"""The models ``--model`` names, a package each, and where they live.
 
-A task module defines ``TASK``, a :class:`trainer.tasks.base.Task`: its spec (flags, metrics and their goals,
-export formats, default overrides) plus the data, model and export hooks. Importing it must not import
+``trainer/models/<package>/__init__.py`` defines ``TASK``, a :class:`trainer.models.base.Task`: its
+spec (flags, metrics and their goals, export formats, default overrides) plus the data, model and export
+hooks. Importing it must not import
 TensorFlow (TensorFlow is imported inside the hooks), so the job tooling reads every task's spec cheaply.
-Adding a model means writing its package under ``trainer/tasks/`` and adding one line here.
+Adding a model means writing its package under ``trainer/models/`` (its ``data`` and ``model`` modules hold
+its input pipelines and networks) and adding one line here.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import importlib
 
 # name -> module that defines TASK
 TASK_MODULES: dict[str, str] = {
-    "wide_deep": "trainer.tasks.census",
-    "image_classifier": "trainer.tasks.image_classifier",
-    "recommender": "trainer.tasks.recommender",
+    "wide_deep": "trainer.models.census",
+    "image_classifier": "trainer.models.image_classifier",
+    "recommender": "trainer.models.recommender",
 }
 # --model when a command line names none (the census task, as before tasks had their own flags).
 DEFAULT_MODEL = "wide_deep"
@@ -38,5 +40,5 @@ def load_task(name: str):
 
 
 def load_spec(name: str):
-    """The :class:`trainer.tasks.base.TaskSpec` of the registered task ``name``."""
+    """The :class:`trainer.models.base.TaskSpec` of the registered task ``name``."""
     return load_task(name).spec
