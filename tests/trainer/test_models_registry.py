@@ -270,7 +270,7 @@ def test_the_generic_loop_trains_and_exports_the_task(tmp_path):
     metrics_file = tmp_path / "hypertune" / "output.metrics"
     args = ["--model", TINY_MODEL, "--train-files", str(tmp_path / "train.csv"), "--eval-files",
             str(tmp_path / "eval.csv"), "--job-dir", str(tmp_path / "job"), "--tiny-units", "8"]
-    code = (f"import sys; from trainer import registry; tasks.TASK_MODULES[{TINY_MODEL!r}] = "
+    code = (f"import sys; from trainer import models; models.TASK_MODULES[{TINY_MODEL!r}] = "
             f"{TINY_MODULE!r}\nfrom trainer.task import main; sys.exit(main({args!r}))")
     env = subprocess_env(CLOUD_ML_HP_METRIC_FILE=str(metrics_file), CLOUD_ML_TRIAL_ID="1")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
