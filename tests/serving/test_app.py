@@ -7,6 +7,7 @@ figures (requests/s, latency, memory under bursts) are bench_serving.py's, not t
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import signal
@@ -22,6 +23,7 @@ from serving.requests import MAX_BODY_BYTES
 from tests.helpers import subprocess_env
 from tests.serving.helpers import export_toy, parse_one_line, read_response, serving
 from tests.trainer.helpers import REPO_ROOT
+from tests.trainer.image_helpers import webp_header
 
 HEADER_TIMEOUT_S = BODY_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 40
@@ -71,6 +73,10 @@ def _post(
 ROW = json.dumps({"instances": [{"x": 1.5, "name": "a"}]}).encode()
 
 
+def _named(encoded: bytes) -> bytes:
+    return json.dumps({"instances": [{"x": 1, "name": {"b64": base64.b64encode(encoded).decode()}}]}).encode()
+
+
 def _nested(depth: int) -> bytes:
     return b'{"instances": [{"x": ' + b"[" * depth + b"1" + b"]" * depth + b', "name": "a"}]}'
 
@@ -117,6 +123,9 @@ HOSTILE_REQUESTS = [
     ("length-5000-digits", _post(ROW, "Content-Length: " + "9" * 5000, length=False), 400, "request"),
     *[(f"nested-{depth}-deep", _post(_nested(depth)), 400, "body") for depth in (975, 978, 979, 980, 1000)],
     ("too-long-for-a-read", _post(b" " * (MAX_BODY_BYTES + 1)), 413, "body"),
+    # TensorFlow decodes WebP: 50 bytes declaring 8000 x 8000 (~256 MB decoded), or declaring no size.
+    ("webp-8000x8000", _post(_named(webp_header(8000, 8000))), 400, "name"),
+    ("webp-without-a-size", _post(_named(webp_header(8, 8, b"ALPH"))), 400, "name"),
 ]
 
 
