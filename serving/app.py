@@ -254,6 +254,14 @@ class App:
             )
         if body is None:  # the client left: nobody to answer
             return Response(499, b"", close=True)
+        if len(body) != length:  # the protocol ended the body early: never parse part of one as the whole
+            return error(
+                400,
+                RequestError(
+                    "body", f"{len(body)} bytes received", f"the {length} bytes of its Content-Length"
+                ),
+                close=True,
+            )
         try:
             if length <= INLINE_PARSE_BYTES:
                 signature, columns, n = _parse(body, signatures)

@@ -270,6 +270,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         http=protocol,
         loop="asyncio",
         lifespan="off",
+        # No websockets: with them, a POST with Upgrade: websocket was handed to a websocket handshake that
+        # never answered and held its connection for ever.
+        ws="none",
         log_config=None,
         access_log=False,
         server_header=False,

@@ -30,7 +30,9 @@ import logging
 import signal
 import threading
 
+import httptools
 import uvicorn
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from serving.limits import (
@@ -91,6 +93,7 @@ class Protocol(HttpToolsProtocol):
         self._refusal: bytes | None = None
         self._stopping = False
         self._header_bytes = self._header_lines = 0
+        self._upgrade_body: int | None = None  # body bytes still due after an Upgrade header (see below)
         transport.max_size = READ_BYTES  # asyncio's selector transport reads this many bytes at most
         if len(self.connections) > self.max_connections:
             self._refuse(
@@ -115,7 +118,47 @@ class Protocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return  # dropped: the answer is written, the connection is closing
-        super().data_received(data)
+        if self._upgrade_body is not None:
+            self._body_after_upgrade(data)
+            return
+        # uvicorn's own, but for an Upgrade header (see _ignore_upgrade).
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+        except httptools.HttpParserUpgrade as upgrade:
+            self._ignore_upgrade(data[upgrade.args[0]:])
+
+    def _ignore_upgrade(self, rest: bytes) -> None:
+        """A request with an Upgrade header (curl --http2 sends Upgrade: h2c; websockets are not served) is
+        answered as if it had none, as RFC 9110 lets a server do. httptools ends the message at its headers
+        and leaves the body in ``rest``: it is handed to the request here, and the connection closed after
+        the answer (the parser reads no further request on it)."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            self.transport.close()
+            return
+        cycle.keep_alive = False
+        length = next((value for name, value in self.headers if name == b"content-length"), b"0")
+        self._upgrade_body = int(length) if length.isdigit() else 0  # the parser has checked its digits
+        if self._upgrade_body:
+            cycle.more_body = True
+            self._body_after_upgrade(rest)
+
+    def _body_after_upgrade(self, data: bytes) -> None:
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not self._upgrade_body:
+            return  # answered already, or bytes past the body: dropped
+        chunk = data[:self._upgrade_body]
+        self._upgrade_body -= len(chunk)
+        cycle.body += chunk
+        if len(cycle.body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        if not self._upgrade_body:
+            cycle.more_body = False
+        cycle.message_event.set()
 
     def eof_received(self) -> bool | None:
         if self._lingering:

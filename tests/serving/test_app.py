@@ -145,6 +145,26 @@ def test_an_http_2_request_line_is_answered(server):
     assert status == 200 and body["predictions"] == [{"batch": 1, "double": 3.0, "name": "a"}]
 
 
+@pytest.mark.parametrize("upgrade", [
+    ("Connection: Upgrade", "Upgrade: websocket"),
+    # what curl --http2 sends over http://
+    ("Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA"),
+], ids=["websocket", "h2c"])
+def test_a_request_with_an_upgrade_header_is_answered_as_without_it_then_closed(server, upgrade):
+    """Websockets are not served: the upgrade is ignored (RFC 9110 lets a server), the body is read as any
+    body (httptools stops at the headers of such a request), and the connection closed after the answer."""
+    health = b"GET /health HTTP/1.1\r\nHost: x\r\n" + "\r\n".join(upgrade).encode() + b"\r\n\r\n"
+    for request, want in ((_post(ROW, *upgrade), "predictions"), (health, "status")):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(request + _post(ROW))  # a request after it is not read
+            status, head, body = read_response(sock)
+            assert status == 200 and want in parse_one_line(body), body
+            assert b"connection: close" in head.lower()
+            assert sock.recv(65536) == b""  # closed, not held (a timeout fails the test)
+    if upgrade[1] == "Upgrade: websocket":
+        assert server.raw(_post(ROW, *upgrade))[1]["predictions"][0]["name"] == "a"
+
+
 def test_concurrent_one_instance_requests_are_batched_each_response_its_own(server):
     answers, errors = {}, []
 
