@@ -165,8 +165,16 @@ class App:
         if scope["type"] != "http":  # lifespan is off; websockets are not served
             return
         started = time.perf_counter()
+        body_read = False
+
+        async def receive_body():
+            nonlocal body_read
+            message = await receive()
+            body_read = body_read or (message["type"] == "http.request" and not message.get("more_body"))
+            return message
+
         try:
-            response = await self._respond(scope, receive)
+            response = await self._respond(scope, receive_body)
         except Exception as exc:  # noqa: BLE001 - a fault of this server's: logged; the client gets one line
             log.exception("%s %s failed", scope["method"], scope["raw_path"][:100].decode("latin-1"))
             response = error(500, RequestError("request", f"the server failed ({type(exc).__name__}; see its "
@@ -176,6 +184,11 @@ class App:
             (b"content-length", str(len(response.body)).encode()),
             *response.headers,
         ]
+        if not body_read and _declares_body(scope["headers"]):
+            # Answered before its body was read (a 404, 405, 429, 503...): kept alive, the connection would
+            # be held for ever by a body trickled a byte at a time (each byte restarts the idle timer).
+            # Closed instead, after draining what comes for LINGER_S (serving.http).
+            response.close = True
         if response.close:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
@@ -317,6 +330,13 @@ async def _read_body(receive, length: int) -> bytes | None:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _declares_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        name == b"transfer-encoding" or (name == b"content-length" and value.strip(b"0 ") != b"")
+        for name, value in headers
+    )
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int:

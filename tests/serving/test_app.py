@@ -8,6 +8,7 @@ figures (requests/s, latency, memory under bursts) are bench_serving.py's, not t
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import signal
@@ -163,6 +164,30 @@ def test_a_request_with_an_upgrade_header_is_answered_as_without_it_then_closed(
             assert sock.recv(65536) == b""  # closed, not held (a timeout fails the test)
     if upgrade[1] == "Upgrade: websocket":
         assert server.raw(_post(ROW, *upgrade))[1]["predictions"][0]["name"] == "a"
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n",
+    b"POST /nothing HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n",
+    b"GET /predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10000000\r\n",
+], ids=["health", "404", "405-chunked"])
+def test_an_answer_that_leaves_a_body_unread_closes_however_the_body_trickles(server, head):
+    """Kept alive, each trickled byte restarted the idle timer: the connection was held for ever."""
+    from serving.limits import LINGER_S
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=1) as sock:
+        sock.sendall(head)
+        status, got, _ = read_response(sock)
+        assert status in (200, 404, 405) and b"connection: close" in got.lower()
+        start = time.monotonic()
+        with pytest.raises(OSError):  # a reset, or EOF: the send after it fails
+            while time.monotonic() - start < LINGER_S + 5:
+                sock.sendall(b" ")
+                time.sleep(0.1)
+                with contextlib.suppress(TimeoutError):
+                    if sock.recv(100) == b"":
+                        raise ConnectionAbortedError("closed")
+        assert time.monotonic() - start < LINGER_S + 5
 
 
 def test_concurrent_one_instance_requests_are_batched_each_response_its_own(server):
