@@ -28,7 +28,14 @@ from typing import Any
 
 import serving
 from serving.batching import DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_BATCH_SIZE
-from serving.limits import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, STOP_GRACE_S
+from serving.limits import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    SEND_TIMEOUT_S,
+    STOP_GRACE_S,
+)
 from serving.model import EXIT_FAILED, EXIT_USAGE, ServeError, model_dir_problem, remote
 from trainer.contract import (
     HEALTH_ROUTE,
@@ -137,6 +144,13 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         type=_bounded(float, 0.1, 3600, "seconds"),
         default=BODY_TIMEOUT_S,
         help="seconds from a request's admission to its body's last byte; 408 after (default %(default)s)",
+    )
+    p.add_argument(
+        "--send-timeout",
+        type=_bounded(float, 0.1, 3600, "seconds"),
+        default=SEND_TIMEOUT_S,
+        help="seconds a response's write may stall (the client reads nothing) before the connection is "
+        "aborted (default %(default)s)",
     )
     return p
 
@@ -252,6 +266,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         {
             "max_connections": min(args.max_connections or limit, limit),
             "header_timeout_s": args.header_timeout,
+            "send_timeout_s": args.send_timeout,
         },
     )
     predicting = ThreadPoolExecutor(max_workers=8, thread_name_prefix="predict")

@@ -16,6 +16,8 @@ open is added here by subclassing its protocol:
 - Until the application reads the body (after admission: serving.app), the connection is not read at all:
   the body waits in the kernel's socket buffer, not in this process, and reads are READ_BYTES while headers
   are awaited, so that a thousand waiting connections hold a few MB, not a thousand bodies.
+- A response whose write stalls (the client reads nothing) for SEND_TIMEOUT_S is aborted, connection and
+  all: a reader that never read held its connection and its response for ever (and a stop for its grace).
 - A refusal made here is written, the write side shut, and whatever the client still sends is read and
   dropped for up to LINGER_S before the socket is closed: closing with unread data would send a reset that
   can destroy the answer before the client reads it.
@@ -45,6 +47,7 @@ from serving.limits import (
     MAX_HEADERS,
     READ_BYTES,
     RETRY_AFTER_S,
+    SEND_TIMEOUT_S,
 )
 
 log = logging.getLogger("serving")
@@ -85,10 +88,12 @@ class Protocol(HttpToolsProtocol):
 
     max_connections = MAX_CONNECTIONS
     header_timeout_s = HEADER_TIMEOUT_S
+    send_timeout_s = SEND_TIMEOUT_S
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
         self._lingering = False
         self._refusal: bytes | None = None
         self._stopping = False
@@ -110,6 +115,7 @@ class Protocol(HttpToolsProtocol):
 
     def connection_lost(self, exc) -> None:
         self._disarm()
+        self._send_resumed()
         if self._lingering:
             self.connections.discard(self)
             return
@@ -164,6 +170,34 @@ class Protocol(HttpToolsProtocol):
         if self._lingering:
             self.transport.close()
         return None
+
+    # --- writes: the transport's flow control ------------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_deadline is None:
+            self._send_deadline = self.loop.call_later(self.send_timeout_s, self._send_late)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._send_resumed()
+
+    def _send_resumed(self) -> None:
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _send_late(self) -> None:
+        self._send_deadline = None
+        # Aborted even when closing: a close waits for the buffered response to be read, which never comes.
+        logging.getLogger("serving.clients").info(
+            "%s: the response not read for %g s: connection aborted",
+            self.client[0] if self.client else "?",
+            self.send_timeout_s,
+        )
+        # Nothing can be said to a client that reads nothing; connection_lost releases the response's send
+        # (uvicorn's flow control), which returns quietly as for any client that left.
+        self.transport.abort()
 
     # --- the parser's callbacks -----------------------------------------------------------------------------
 

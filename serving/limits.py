@@ -19,6 +19,9 @@ BODY_BUDGET_BYTES = 32_000_000
 MAX_QUEUE = 512  # requests waiting for admission; 429 beyond
 QUEUE_TIMEOUT_S = 10.0  # how long a request waits for admission before 429
 BODY_TIMEOUT_S = 10.0  # from admission to the body's last byte, however slowly it trickles
+# How long a response's write may stall (the client reads nothing, so the socket's buffers stay full) before
+# the connection is aborted: a reader that never reads held its connection, and the response, for ever.
+SEND_TIMEOUT_S = 10.0
 RETRY_AFTER_S = 1  # what a 429/503 tells the client
 STOP_GRACE_S = 20  # after SIGTERM, how long requests in flight may take to finish
 # After SIGTERM, how long an idle keep-alive connection may still deliver a request already on its way (it

@@ -26,7 +26,7 @@ from tests.serving.helpers import export_toy, parse_one_line, read_response, ser
 from tests.trainer.helpers import REPO_ROOT
 from tests.trainer.image_helpers import webp_header
 
-HEADER_TIMEOUT_S = BODY_TIMEOUT_S = 2.0
+HEADER_TIMEOUT_S = BODY_TIMEOUT_S = SEND_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 40
 
 
@@ -59,6 +59,8 @@ def server(toy, tmp_path_factory):
         str(BODY_TIMEOUT_S),
         "--max-connections",
         str(MAX_CONNECTIONS),
+        "--send-timeout",
+        str(SEND_TIMEOUT_S),
     )
     with serving(command(toy, *flags), log_dir=tmp_path_factory.mktemp("serve")) as running:
         yield running
@@ -363,6 +365,56 @@ def test_sigterm_closes_the_listener_finishes_what_is_in_flight_and_exits_0(toy,
         assert running.proc.wait(timeout=30) == 0 and time.monotonic() - start < 20  # STOP_GRACE_S
         for sock in (idle, crossing, busy):
             sock.close()
+
+
+# ~1.4 MB responses, pipelined: more than loopback's socket buffers hold for a client that reads nothing.
+BIG = _post(json.dumps({"instances": [{"x": 1, "name": "a" * 1400}] * 1000}).encode())
+
+
+def _slow_reader(port: int, requests: int = 6) -> socket.socket:
+    """A connection that sends ``requests`` large requests (pipelined, from a thread: the send blocks once
+    the server stops reading) and reads nothing."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+
+    def send():
+        with contextlib.suppress(OSError):
+            sock.sendall(BIG * requests)
+
+    threading.Thread(target=send, daemon=True).start()
+    return sock
+
+
+def test_a_reader_that_reads_nothing_is_aborted_at_the_send_deadline(server):
+    sock = _slow_reader(server.port)
+    try:
+        time.sleep(SEND_TIMEOUT_S + 3)
+        sock.settimeout(5)
+        got = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(1 << 20):
+                got += chunk
+        assert len(got) < 6 * 1_400_000  # cut off, not all six responses held until read
+    finally:
+        sock.close()
+    assert "the response not read for 2 s: connection aborted" in server.log.read_text()
+    assert server.raw(_post(ROW))[0] == 200
+
+
+def test_sigterm_with_a_reader_that_reads_nothing_exits_0_by_the_send_deadline(toy, tmp_path):
+    with serving(command(toy, "--send-timeout", "3"), log_dir=tmp_path) as running:
+        sock = _slow_reader(running.port)
+        try:
+            time.sleep(1)
+            start = time.monotonic()
+            running.proc.send_signal(signal.SIGTERM)
+            assert running.proc.wait(timeout=30) == 0
+            assert time.monotonic() - start < 3 + 4  # the send deadline, not STOP_GRACE_S (20 s)
+        finally:
+            sock.close()
+    log = running.log.read_text()
+    assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
 
 
 def test_sigterm_while_the_model_loads_stops_it(toy, tmp_path):
