@@ -3,10 +3,11 @@
 GET on the health route: 503 ``{"status": "loading"}`` until the model is loaded and warmed up, then 200
 with each signature's inputs and outputs. POST on the predict route: a body of at most MAX_BODY_BYTES
 (413 beyond, refused unread), admitted first come, first served (:class:`Admission`), read within
-BODY_TIMEOUT_S of its admission (408 after), parsed (serving.requests; 400 for anything wrong in it) and
-predicted through its signature's batcher (serving.batching). Every answer is one line of JSON; a refusal
-is ``{"error": "FIELD: problem; allowed: ...", "field": FIELD}``, with Retry-After where the client should
-come back (429 the queue is full, 503 loading or stopping).
+BODY_TIMEOUT_S of its admission and at MIN_BODY_RATE after BODY_GRACE_S (408 after), parsed
+(serving.requests; 400 for anything wrong in it) and predicted through its signature's batcher
+(serving.batching). Every answer is one line of JSON; a refusal is ``{"error": "FIELD: problem; allowed:
+...", "field": FIELD}``, with Retry-After where the client should come back (429 the queue is full, 503
+loading or stopping).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Any
 from serving.batching import DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_BATCH_SIZE, Batcher
 from serving.limits import (
     BODY_BUDGET_BYTES,
+    BODY_GRACE_S,
     BODY_TIMEOUT_S,
     MAX_HEADERS,
     MAX_IN_FLIGHT,
     MAX_QUEUE,
+    MIN_BODY_RATE,
     QUEUE_TIMEOUT_S,
     RETRY_AFTER_S,
 )
@@ -253,11 +256,30 @@ class App:
             self.admission.leave(length)
 
     async def _admitted(self, receive, length: int, signatures: dict[str, Signature]) -> Response:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        got = [0]
+
+        def deadline() -> float:  # the whole body within body_timeout_s, at MIN_BODY_RATE after the grace
+            return start + min(self.body_timeout_s, BODY_GRACE_S + got[0] / MIN_BODY_RATE)
+
         try:
-            async with asyncio.timeout(self.body_timeout_s):  # a timer, not a task per request (wait_for)
-                body = await _read_body(receive, length)
+            async with asyncio.timeout_at(deadline()) as timer:  # a timer, not a task per request (wait_for)
+
+                def received(size: int) -> None:
+                    got[0] = size
+                    timer.reschedule(deadline())
+
+                body = await _read_body(receive, length, received)
         except TimeoutError:
             wait = f"{self.body_timeout_s:g} s"
+            if loop.time() - start < self.body_timeout_s:  # fell behind the rate: the budget goes back now
+                problem = f"{got[0]} of {length} bytes in {loop.time() - start:.1f} s"
+                allowed = (
+                    f"at least {MIN_BODY_RATE} bytes/s after the first {BODY_GRACE_S:g} s, the whole body "
+                    f"within {wait}"
+                )
+                return error(408, RequestError("body", problem, allowed), close=True)
             return error(
                 408,
                 RequestError(
@@ -317,7 +339,7 @@ def _parse(body: bytes, signatures: dict[str, Signature]):
         raise RequestError("body", "JSON nested too deeply", "instances of the signature's shapes") from None
 
 
-async def _read_body(receive, length: int) -> bytes | None:
+async def _read_body(receive, length: int, received=None) -> bytes | None:
     chunks, got = [], 0
     while True:
         message = await receive()
@@ -325,6 +347,8 @@ async def _read_body(receive, length: int) -> bytes | None:
             return None
         chunk = message.get("body", b"")
         got += len(chunk)
+        if received is not None:
+            received(got)
         if got > length:  # the protocol frames by Content-Length: never, but never unbounded either
             return None
         chunks.append(chunk)

@@ -254,6 +254,21 @@ def test_headers_trickled_a_byte_at_a_time_get_408_at_the_deadline(server):
 
 
 def test_a_body_trickled_past_the_deadline_gets_408(server):
+    """A body that keeps up the minimum rate but not the whole-body deadline: 408 at the deadline."""
+    body = b" " * 300_000  # at ~100 KB/s (twice MIN_BODY_RATE): 3 s, over BODY_TIMEOUT_S
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(_post(ROW)[: -len(ROW)].replace(str(len(ROW)).encode(), str(len(body)).encode()))
+        start = time.monotonic()
+        _, reply = _trickle_on(sock, body, 0.1, 10_000)
+    head, _, answer = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ") and parse_one_line(answer)["error"].startswith(
+        "body: not received within 2 s"), answer
+    assert BODY_TIMEOUT_S <= time.monotonic() - start < BODY_TIMEOUT_S + 1.5
+
+
+def test_a_body_below_the_minimum_rate_gets_408_after_the_grace(server):
+    from serving.limits import BODY_GRACE_S
+
     request = _post(ROW)
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(request[: -len(ROW)])  # the headers at once: admitted, then its body trickles
@@ -261,41 +276,55 @@ def test_a_body_trickled_past_the_deadline_gets_408(server):
         _, reply = _trickle_on(sock, ROW, 0.1)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 ") and parse_one_line(body)["field"] == "body"
-    assert BODY_TIMEOUT_S <= time.monotonic() - start < BODY_TIMEOUT_S + 1.5
+    assert "bytes/s after the first" in parse_one_line(body)["error"]
+    assert BODY_GRACE_S <= time.monotonic() - start < BODY_GRACE_S + 1  # not BODY_TIMEOUT_S
 
 
-def _trickle_on(sock: socket.socket, data: bytes, every: float) -> tuple[float, bytes]:
+def _trickle_on(sock: socket.socket, data: bytes, every: float, size: int = 1) -> tuple[float, bytes]:
     sock.settimeout(every)
-    for byte in data[:-1]:  # never the last byte: the body stays incomplete
-        sock.sendall(bytes([byte]))
+    for at in range(0, len(data) - 1, size):  # never the last byte: the body stays incomplete
+        sock.sendall(data[at:min(at + size, len(data) - 1)])
         try:
             reply = sock.recv(65536)
             if reply:
                 sock.settimeout(10)
-                return 0.0, reply + (b"" if reply.endswith(b"\n") else sock.recv(65536))
+                while not re.search(rb"\r\n\r\n.*\n", reply, re.S) and (more := sock.recv(65536)):
+                    reply += more  # the head and its one-line body may come apart
+                return 0.0, reply
         except TimeoutError:
             continue
     raise AssertionError("no answer while the body trickled")
 
 
-def test_stalled_clients_hold_up_no_one(server):
-    stalled = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(9)]
-    try:
-        for sock in stalled:
-            sock.sendall(_post(ROW)[:-5])  # 5 bytes of the body never come
-        answers = []
-        threads = [
-            threading.Thread(target=lambda: answers.append(server.raw(_post(ROW))[0])) for _ in range(12)
-        ]
-        deadline = time.monotonic() + 10
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        assert answers == [200] * 12
-    finally:
-        for sock in stalled:
-            sock.close()
+def test_stalled_clients_hold_up_no_one(toy, tmp_path):
+    """Bodies declared large and never sent are admitted and hold the body budget: after the grace they are
+    refused (408), not held for the whole body deadline (10 s here) while small requests wait behind them."""
+    from serving.limits import BODY_BUDGET_BYTES, BODY_GRACE_S
+
+    with serving(command(toy), log_dir=tmp_path) as running:
+        count = BODY_BUDGET_BYTES // MAX_BODY_BYTES + 3  # more than the budget holds at once
+        stalled = [socket.create_connection(("127.0.0.1", running.port), timeout=30) for _ in range(count)]
+        try:
+            for sock in stalled:
+                sock.sendall(_post(b"", f"Content-Length: {MAX_BODY_BYTES}", length=False))
+            time.sleep(0.3)
+            answers = []
+            threads = [
+                threading.Thread(target=lambda: answers.append(running.raw(_post(ROW))[0])) for _ in range(12)
+            ]
+            start = time.monotonic()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=max(0.0, start + 10 - time.monotonic()))
+            assert answers == [200] * 12
+            assert time.monotonic() - start < BODY_GRACE_S + 3  # the default BODY_TIMEOUT_S is 10 s
+            for sock in stalled:
+                status, _, body = read_response(sock)
+                assert status == 408 and "bytes/s" in parse_one_line(body)["error"]
+        finally:
+            for sock in stalled:
+                sock.close()
 
 
 def test_connections_over_the_cap_get_503_with_retry_after_at_once(server):
