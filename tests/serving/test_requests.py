@@ -191,3 +191,19 @@ def test_a_value_nested_as_deep_as_json_allows_is_a_refusal_not_a_crash(depth):
     with pytest.raises(RequestError) as refused:
         read_request(parse_body(body), SIGNATURES)
     assert refused.value.field in ("body", "instances[0].user") and "\n" not in str(refused.value)
+
+
+def test_jpeg_sizes_are_read_without_a_tensorflow_call(monkeypatch):
+    """Strings that start like a JPEG are checked on the event loop (small bodies): a pure-Python read of the
+    start-of-frame, not an eager op each (thousands of them blocked every other request)."""
+    tf = pytest.importorskip("tensorflow")
+    photo = tf.io.encode_jpeg(np.zeros((30, 20, 3), np.uint8)).numpy()
+
+    def no_op(*args, **kwargs):
+        raise AssertionError("a TensorFlow call to size a JPEG")
+
+    monkeypatch.setattr(tf.io, "extract_jpeg_shape", no_op)
+    assert image_pixels(photo) == 600
+    assert request([{"b64": base64.b64encode(photo).decode()}] * 3, "image")[2] == 3
+    with pytest.raises(RequestError, match="image_bytes: an image whose header gives no size"):
+        request([{"b64": "/9j/"}] * 1000, "image")  # FF D8 FF: a JPEG's magic and nothing more
