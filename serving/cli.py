@@ -199,7 +199,9 @@ def connection_limit() -> int:
 
 class RateLimit(logging.Filter):
     """At most ``burst`` records at once and ``per_s`` a second after that; the next record let through
-    says how many were dropped (a thousand clients that drop their connections are not a thousand lines)."""
+    says how many were dropped (a thousand clients that drop their connections are not a thousand lines).
+    ERROR and above, and uvicorn's start-up and shutdown lines (its server module's), always pass: they are
+    the server's own, not clients', and are never lost in a burst of client faults."""
 
     def __init__(self, burst: int, per_s: float):
         super().__init__()
@@ -208,6 +210,8 @@ class RateLimit(logging.Filter):
         self.lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR or (record.name == "uvicorn.error" and record.module == "server"):
+            return True
         with self.lock:
             now = time.monotonic()
             self.tokens = min(self.burst, self.tokens + (now - self.last) * self.per_s)
