@@ -19,12 +19,12 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import serving
 from serving.batching import DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_BATCH_SIZE
@@ -239,6 +239,20 @@ def _configure_logging() -> None:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    # A stop signal from the very start is kept and acted on once the server exists: uvicorn's handler comes
+    # later, and until then SIGTERM killed the process (exit 143, not 0). Only the main thread may set them.
+    early: list[int] = []
+    main_thread = threading.current_thread() is threading.main_thread()
+    stops = (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, lambda sig, _: early.append(sig)) for s in stops} if main_thread else {}
+    try:
+        return _main(argv, env, early)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _main(argv: Sequence[str] | None, env: Mapping[str, str] | None, early: list[int]) -> int:
     env = os.environ if env is None else env
     prog = f"{SERVE_MODULE}: error: "
     args = build_parser(env).parse_args(argv)
@@ -301,16 +315,21 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         backlog=BACKLOG,
     )
     server = Server(config)
-    for signum in (signal.SIGTERM, signal.SIGINT):  # until uvicorn installs the same: a stop during start-up
-        signal.signal(signum, server.handle_exit)
-    outcome: dict[str, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):  # until uvicorn installs the same: a stop at start-up
+            signal.signal(signum, server.handle_exit)
+    if early:
+        server.handle_exit(early[0], None)
+    # The gs:// copy's folder is made here, not in the loading thread: a load cut short (its deadline, a stop)
+    # leaves the thread behind, and the folder must still be removed below.
+    copy = tempfile.mkdtemp(prefix="serving-") if remote(source) else None
 
     def load(loop: asyncio.AbstractEventLoop) -> None:
         start = time.perf_counter()
         try:
             from serving.model import example_request, load_model
 
-            signatures, outcome["copy"] = load_model(source)
+            signatures, _ = load_model(source, copy)
         except ServeError as exc:
             print(prog + str(exc), file=sys.stderr, flush=True)
             loop.call_soon_threadsafe(server.stop, exc.status)
@@ -358,8 +377,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         asyncio.run(run())
     finally:
         sock.close()
-        if outcome.get("copy"):
-            shutil.rmtree(outcome["copy"], ignore_errors=True)
+        if copy:
+            shutil.rmtree(copy, ignore_errors=True)
     if server.status == 0:
         log.info("stopped")
     return server.status

@@ -466,6 +466,20 @@ def test_sigterm_while_the_model_loads_stops_it(toy, tmp_path):
             proc.wait()
 
 
+def test_sigterm_before_the_server_exists_stops_it_with_exit_0(toy):
+    """A stop signal during the start-up checks (before uvicorn's handler, or the server, exists) is kept and
+    acted on: exit 0, not killed by the signal (-15)."""
+    code = (
+        "import os, signal, sys; import serving.cli as cli; listen = cli._listen\n"
+        "def signalled(*args):\n    os.kill(os.getpid(), signal.SIGTERM)\n    return listen(*args)\n"
+        "cli._listen = signalled\nsys.exit(cli.main(sys.argv[1:]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *command(toy)[3:]], cwd=REPO_ROOT,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SIGTERM: stopping" in proc.stderr and "serving: stopped" in proc.stderr
+
+
 def test_a_load_past_its_deadline_is_one_line_and_exit_1(toy):
     start = time.monotonic()
     out = subprocess.run(
