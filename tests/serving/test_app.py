@@ -192,6 +192,43 @@ def test_an_answer_that_leaves_a_body_unread_closes_however_the_body_trickles(se
         assert time.monotonic() - start < LINGER_S + 5
 
 
+def test_pipelined_requests_are_answered_in_order(server):
+    health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    other = json.dumps({"instances": [{"x": 2, "name": "b"}]}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(_post(ROW) + health + _post(other, "Connection: close"))
+        reply = b""
+        while chunk := sock.recv(65536):  # until the close the last request asked for
+            reply += chunk
+    answers = []
+    while reply:
+        head, _, rest = reply.partition(b"\r\n\r\n")
+        length = int(re.search(rb"content-length: (\d+)", head, re.I)[1])
+        answers.append((int(head.split()[1]), parse_one_line(rest[:length])))
+        reply = rest[length:]
+    assert [status for status, _ in answers] == [200, 200, 200]
+    assert answers[0][1]["predictions"][0]["name"] == "a" and answers[1][1]["status"] == "ready"
+    assert answers[2][1]["predictions"][0] == {"batch": 1, "double": 4.0, "name": "b"}
+
+
+def test_expect_100_continue_is_answered_once_admitted_and_refusals_skip_it(server):
+    expect = _post(ROW, "Expect: 100-continue")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(expect[: -len(ROW)])  # the headers only: the body waits for 100 Continue
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            interim += sock.recv(1)  # byte by byte: nothing of the final answer is read here
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        sock.sendall(ROW)
+        status, _, body = read_response(sock)
+        assert status == 200 and parse_one_line(body)["predictions"][0]["name"] == "a"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(_post(ROW, "Expect: 100-continue", route="/nothing")[: -len(ROW)])
+        status, head, body = read_response(sock)  # no 100 first: refused with the body unsent, then closed
+        assert status == 404 and b"connection: close" in head.lower()
+        assert parse_one_line(body)["field"] == "path"
+
+
 def test_concurrent_one_instance_requests_are_batched_each_response_its_own(server):
     answers, errors = {}, []
 
