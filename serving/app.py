@@ -3,10 +3,11 @@
 GET on the health route: 503 ``{"status": "loading"}`` until the model is loaded and warmed up, then 200
 with each signature's inputs and outputs. POST on the predict route: a body of at most MAX_BODY_BYTES
 (413 beyond, refused unread), admitted first come, first served (:class:`Admission`), read within
-BODY_TIMEOUT_S of its admission (408 after), parsed (serving.requests; 400 for anything wrong in it) and
-predicted through its signature's batcher (serving.batching). Every answer is one line of JSON; a refusal
-is ``{"error": "FIELD: problem; allowed: ...", "field": FIELD}``, with Retry-After where the client should
-come back (429 the queue is full, 503 loading or stopping).
+BODY_TIMEOUT_S of its admission and at MIN_BODY_RATE after BODY_GRACE_S (408 after), parsed
+(serving.requests; 400 for anything wrong in it) and predicted through its signature's batcher
+(serving.batching). Every answer is one line of JSON; a refusal is ``{"error": "FIELD: problem; allowed:
+...", "field": FIELD}``, with Retry-After where the client should come back (429 the queue is full, 503
+loading or stopping).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Any
 from serving.batching import DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_BATCH_SIZE, Batcher
 from serving.limits import (
     BODY_BUDGET_BYTES,
+    BODY_GRACE_S,
     BODY_TIMEOUT_S,
     MAX_HEADERS,
     MAX_IN_FLIGHT,
     MAX_QUEUE,
+    MIN_BODY_RATE,
     QUEUE_TIMEOUT_S,
     RETRY_AFTER_S,
 )
@@ -165,8 +168,16 @@ class App:
         if scope["type"] != "http":  # lifespan is off; websockets are not served
             return
         started = time.perf_counter()
+        body_read = False
+
+        async def receive_body():
+            nonlocal body_read
+            message = await receive()
+            body_read = body_read or (message["type"] == "http.request" and not message.get("more_body"))
+            return message
+
         try:
-            response = await self._respond(scope, receive)
+            response = await self._respond(scope, receive_body)
         except Exception as exc:  # noqa: BLE001 - a fault of this server's: logged; the client gets one line
             log.exception("%s %s failed", scope["method"], scope["raw_path"][:100].decode("latin-1"))
             response = error(500, RequestError("request", f"the server failed ({type(exc).__name__}; see its "
@@ -176,6 +187,11 @@ class App:
             (b"content-length", str(len(response.body)).encode()),
             *response.headers,
         ]
+        if not body_read and _declares_body(scope["headers"]):
+            # Answered before its body was read (a 404, 405, 429, 503...): kept alive, the connection would
+            # be held for ever by a body trickled a byte at a time (each byte restarts the idle timer).
+            # Closed instead, after draining what comes for LINGER_S (serving.http).
+            response.close = True
         if response.close:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
@@ -240,11 +256,30 @@ class App:
             self.admission.leave(length)
 
     async def _admitted(self, receive, length: int, signatures: dict[str, Signature]) -> Response:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        got = [0]
+
+        def deadline() -> float:  # the whole body within body_timeout_s, at MIN_BODY_RATE after the grace
+            return start + min(self.body_timeout_s, BODY_GRACE_S + got[0] / MIN_BODY_RATE)
+
         try:
-            async with asyncio.timeout(self.body_timeout_s):  # a timer, not a task per request (wait_for)
-                body = await _read_body(receive, length)
+            async with asyncio.timeout_at(deadline()) as timer:  # a timer, not a task per request (wait_for)
+
+                def received(size: int) -> None:
+                    got[0] = size
+                    timer.reschedule(deadline())
+
+                body = await _read_body(receive, length, received)
         except TimeoutError:
             wait = f"{self.body_timeout_s:g} s"
+            if loop.time() - start < self.body_timeout_s:  # fell behind the rate: the budget goes back now
+                problem = f"{got[0]} of {length} bytes in {loop.time() - start:.1f} s"
+                allowed = (
+                    f"at least {MIN_BODY_RATE} bytes/s after the first {BODY_GRACE_S:g} s, the whole body "
+                    f"within {wait}"
+                )
+                return error(408, RequestError("body", problem, allowed), close=True)
             return error(
                 408,
                 RequestError(
@@ -254,6 +289,14 @@ class App:
             )
         if body is None:  # the client left: nobody to answer
             return Response(499, b"", close=True)
+        if len(body) != length:  # the protocol ended the body early: never parse part of one as the whole
+            return error(
+                400,
+                RequestError(
+                    "body", f"{len(body)} bytes received", f"the {length} bytes of its Content-Length"
+                ),
+                close=True,
+            )
         try:
             if length <= INLINE_PARSE_BYTES:
                 signature, columns, n = _parse(body, signatures)
@@ -296,7 +339,7 @@ def _parse(body: bytes, signatures: dict[str, Signature]):
         raise RequestError("body", "JSON nested too deeply", "instances of the signature's shapes") from None
 
 
-async def _read_body(receive, length: int) -> bytes | None:
+async def _read_body(receive, length: int, received=None) -> bytes | None:
     chunks, got = [], 0
     while True:
         message = await receive()
@@ -304,11 +347,20 @@ async def _read_body(receive, length: int) -> bytes | None:
             return None
         chunk = message.get("body", b"")
         got += len(chunk)
+        if received is not None:
+            received(got)
         if got > length:  # the protocol frames by Content-Length: never, but never unbounded either
             return None
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _declares_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        name == b"transfer-encoding" or (name == b"content-length" and value.strip(b"0 ") != b"")
+        for name, value in headers
+    )
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int:

@@ -19,16 +19,23 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import serving
 from serving.batching import DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_BATCH_SIZE
-from serving.limits import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, STOP_GRACE_S
+from serving.limits import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    SEND_TIMEOUT_S,
+    STOP_GRACE_S,
+)
 from serving.model import EXIT_FAILED, EXIT_USAGE, ServeError, model_dir_problem, remote
 from trainer.contract import (
     HEALTH_ROUTE,
@@ -138,6 +145,13 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         default=BODY_TIMEOUT_S,
         help="seconds from a request's admission to its body's last byte; 408 after (default %(default)s)",
     )
+    p.add_argument(
+        "--send-timeout",
+        type=_bounded(float, 0.1, 3600, "seconds"),
+        default=SEND_TIMEOUT_S,
+        help="seconds a response's write may stall (the client reads nothing) before the connection is "
+        "aborted (default %(default)s)",
+    )
     return p
 
 
@@ -185,7 +199,9 @@ def connection_limit() -> int:
 
 class RateLimit(logging.Filter):
     """At most ``burst`` records at once and ``per_s`` a second after that; the next record let through
-    says how many were dropped (a thousand clients that drop their connections are not a thousand lines)."""
+    says how many were dropped (a thousand clients that drop their connections are not a thousand lines).
+    ERROR and above, and uvicorn's start-up and shutdown lines (its server module's), always pass: they are
+    the server's own, not clients', and are never lost in a burst of client faults."""
 
     def __init__(self, burst: int, per_s: float):
         super().__init__()
@@ -194,6 +210,8 @@ class RateLimit(logging.Filter):
         self.lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR or (record.name == "uvicorn.error" and record.module == "server"):
+            return True
         with self.lock:
             now = time.monotonic()
             self.tokens = min(self.burst, self.tokens + (now - self.last) * self.per_s)
@@ -221,6 +239,20 @@ def _configure_logging() -> None:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    # A stop signal from the very start is kept and acted on once the server exists: uvicorn's handler comes
+    # later, and until then SIGTERM killed the process (exit 143, not 0). Only the main thread may set them.
+    early: list[int] = []
+    main_thread = threading.current_thread() is threading.main_thread()
+    stops = (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, lambda sig, _: early.append(sig)) for s in stops} if main_thread else {}
+    try:
+        return _main(argv, env, early)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _main(argv: Sequence[str] | None, env: Mapping[str, str] | None, early: list[int]) -> int:
     env = os.environ if env is None else env
     prog = f"{SERVE_MODULE}: error: "
     args = build_parser(env).parse_args(argv)
@@ -252,6 +284,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         {
             "max_connections": min(args.max_connections or limit, limit),
             "header_timeout_s": args.header_timeout,
+            "send_timeout_s": args.send_timeout,
         },
     )
     predicting = ThreadPoolExecutor(max_workers=8, thread_name_prefix="predict")
@@ -270,6 +303,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         http=protocol,
         loop="asyncio",
         lifespan="off",
+        # No websockets: with them, a POST with Upgrade: websocket was handed to a websocket handshake that
+        # never answered and held its connection for ever.
+        ws="none",
         log_config=None,
         access_log=False,
         server_header=False,
@@ -279,16 +315,21 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         backlog=BACKLOG,
     )
     server = Server(config)
-    for signum in (signal.SIGTERM, signal.SIGINT):  # until uvicorn installs the same: a stop during start-up
-        signal.signal(signum, server.handle_exit)
-    outcome: dict[str, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):  # until uvicorn installs the same: a stop at start-up
+            signal.signal(signum, server.handle_exit)
+    if early:
+        server.handle_exit(early[0], None)
+    # The gs:// copy's folder is made here, not in the loading thread: a load cut short (its deadline, a stop)
+    # leaves the thread behind, and the folder must still be removed below.
+    copy = tempfile.mkdtemp(prefix="serving-") if remote(source) else None
 
     def load(loop: asyncio.AbstractEventLoop) -> None:
         start = time.perf_counter()
         try:
             from serving.model import example_request, load_model
 
-            signatures, outcome["copy"] = load_model(source)
+            signatures, _ = load_model(source, copy)
         except ServeError as exc:
             print(prog + str(exc), file=sys.stderr, flush=True)
             loop.call_soon_threadsafe(server.stop, exc.status)
@@ -336,8 +377,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         asyncio.run(run())
     finally:
         sock.close()
-        if outcome.get("copy"):
-            shutil.rmtree(outcome["copy"], ignore_errors=True)
+        if copy:
+            shutil.rmtree(copy, ignore_errors=True)
     if server.status == 0:
         log.info("stopped")
     return server.status

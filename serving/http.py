@@ -16,6 +16,8 @@ open is added here by subclassing its protocol:
 - Until the application reads the body (after admission: serving.app), the connection is not read at all:
   the body waits in the kernel's socket buffer, not in this process, and reads are READ_BYTES while headers
   are awaited, so that a thousand waiting connections hold a few MB, not a thousand bodies.
+- A response whose write stalls (the client reads nothing) for SEND_TIMEOUT_S is aborted, connection and
+  all: a reader that never read held its connection and its response for ever (and a stop for its grace).
 - A refusal made here is written, the write side shut, and whatever the client still sends is read and
   dropped for up to LINGER_S before the socket is closed: closing with unread data would send a reset that
   can destroy the answer before the client reads it.
@@ -30,7 +32,9 @@ import logging
 import signal
 import threading
 
+import httptools
 import uvicorn
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from serving.limits import (
@@ -43,6 +47,7 @@ from serving.limits import (
     MAX_HEADERS,
     READ_BYTES,
     RETRY_AFTER_S,
+    SEND_TIMEOUT_S,
 )
 
 log = logging.getLogger("serving")
@@ -83,14 +88,17 @@ class Protocol(HttpToolsProtocol):
 
     max_connections = MAX_CONNECTIONS
     header_timeout_s = HEADER_TIMEOUT_S
+    send_timeout_s = SEND_TIMEOUT_S
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
         self._lingering = False
         self._refusal: bytes | None = None
         self._stopping = False
         self._header_bytes = self._header_lines = 0
+        self._upgrade_body: int | None = None  # body bytes still due after an Upgrade header (see below)
         transport.max_size = READ_BYTES  # asyncio's selector transport reads this many bytes at most
         if len(self.connections) > self.max_connections:
             self._refuse(
@@ -107,6 +115,7 @@ class Protocol(HttpToolsProtocol):
 
     def connection_lost(self, exc) -> None:
         self._disarm()
+        self._send_resumed()
         if self._lingering:
             self.connections.discard(self)
             return
@@ -115,12 +124,80 @@ class Protocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return  # dropped: the answer is written, the connection is closing
-        super().data_received(data)
+        if self._upgrade_body is not None:
+            self._body_after_upgrade(data)
+            return
+        # uvicorn's own, but for an Upgrade header (see _ignore_upgrade).
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+        except httptools.HttpParserUpgrade as upgrade:
+            self._ignore_upgrade(data[upgrade.args[0]:])
+
+    def _ignore_upgrade(self, rest: bytes) -> None:
+        """A request with an Upgrade header (curl --http2 sends Upgrade: h2c; websockets are not served) is
+        answered as if it had none, as RFC 9110 lets a server do. httptools ends the message at its headers
+        and leaves the body in ``rest``: it is handed to the request here, and the connection closed after
+        the answer (the parser reads no further request on it)."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            self.transport.close()
+            return
+        cycle.keep_alive = False
+        length = next((value for name, value in self.headers if name == b"content-length"), b"0")
+        self._upgrade_body = int(length) if length.isdigit() else 0  # the parser has checked its digits
+        if self._upgrade_body:
+            cycle.more_body = True
+            self._body_after_upgrade(rest)
+
+    def _body_after_upgrade(self, data: bytes) -> None:
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not self._upgrade_body:
+            return  # answered already, or bytes past the body: dropped
+        chunk = data[:self._upgrade_body]
+        self._upgrade_body -= len(chunk)
+        cycle.body += chunk
+        if len(cycle.body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        if not self._upgrade_body:
+            cycle.more_body = False
+        cycle.message_event.set()
 
     def eof_received(self) -> bool | None:
         if self._lingering:
             self.transport.close()
         return None
+
+    # --- writes: the transport's flow control ------------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_deadline is None:
+            self._send_deadline = self.loop.call_later(self.send_timeout_s, self._send_late)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._send_resumed()
+
+    def _send_resumed(self) -> None:
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _send_late(self) -> None:
+        self._send_deadline = None
+        # Aborted even when closing: a close waits for the buffered response to be read, which never comes.
+        logging.getLogger("serving.clients").info(
+            "%s: the response not read for %g s: connection aborted",
+            self.client[0] if self.client else "?",
+            self.send_timeout_s,
+        )
+        # Nothing can be said to a client that reads nothing; connection_lost releases the response's send
+        # (uvicorn's flow control), which returns quietly as for any client that left.
+        self.transport.abort()
 
     # --- the parser's callbacks -----------------------------------------------------------------------------
 

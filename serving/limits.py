@@ -18,7 +18,15 @@ MAX_IN_FLIGHT = 256  # requests admitted at once: their bodies read, parsed, que
 BODY_BUDGET_BYTES = 32_000_000
 MAX_QUEUE = 512  # requests waiting for admission; 429 beyond
 QUEUE_TIMEOUT_S = 10.0  # how long a request waits for admission before 429
-BODY_TIMEOUT_S = 10.0  # from admission to the body's last byte, however slowly it trickles
+BODY_TIMEOUT_S = 10.0  # from admission to the body's last byte, however fast it comes
+# An admitted body must keep coming at MIN_BODY_RATE bytes/s after its first BODY_GRACE_S: it holds its
+# declared size of BODY_BUDGET_BYTES from admission, so ~22 connections declaring 1.5 MB and sending nothing
+# held the whole budget for BODY_TIMEOUT_S, and every request behind them waited.
+MIN_BODY_RATE = 50_000
+BODY_GRACE_S = 1.0
+# How long a response's write may stall (the client reads nothing, so the socket's buffers stay full) before
+# the connection is aborted: a reader that never reads held its connection, and the response, for ever.
+SEND_TIMEOUT_S = 10.0
 RETRY_AFTER_S = 1  # what a 429/503 tells the client
 STOP_GRACE_S = 20  # after SIGTERM, how long requests in flight may take to finish
 # After SIGTERM, how long an idle keep-alive connection may still deliver a request already on its way (it

@@ -177,9 +177,10 @@ def copy_down(uri: str, into: str) -> str:
     return into
 
 
-def load_model(source: str) -> tuple[dict[str, Signature], str | None]:
-    """Load ``source`` (a local folder or a gs:// URI) -> (its signatures, the temporary copy to remove)."""
-    copy = tempfile.mkdtemp(prefix="serving-") if remote(source) else None
+def load_model(source: str, into: str | None = None) -> tuple[dict[str, Signature], str | None]:
+    """Load ``source`` (a local folder or a gs:// URI, copied into ``into`` or a new temporary folder) ->
+    (its signatures, the temporary copy to remove)."""
+    copy = (into or tempfile.mkdtemp(prefix="serving-")) if remote(source) else None
     try:
         path = copy_down(source, copy) if copy else source
         problem = model_dir_problem(path)  # a local folder again here: it may have changed since the start

@@ -233,7 +233,11 @@ def _check_pixels(columns: dict, signature: Signature) -> None:
         from trainer.models.image_classifier.decoding import image_pixels
 
         for value in columns[spec.name].reshape(-1):
-            total += image_pixels(value)
+            pixels = image_pixels(value)
+            if pixels is None:  # TensorFlow would decode it, to a size nothing here can bound
+                raise RequestError(spec.name, "an image whose header gives no size",
+                                   "JPEG/PNG/GIF/BMP/WebP images whose header gives their size")
+            total += pixels
             if total > MAX_REQUEST_PIXELS:
                 raise RequestError(spec.name, f"images of over {MAX_REQUEST_PIXELS} pixels in one request",
                                    f"at most {MAX_REQUEST_PIXELS} pixels of images a request")

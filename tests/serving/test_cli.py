@@ -73,3 +73,27 @@ def test_command_line_bad_input_is_one_line_exit_2(case, tmp_path):
     assert out.returncode == 2 and out.stdout == ""
     assert time.monotonic() - start < 10  # refused by metadata, before TensorFlow is imported
     assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith(expected), out.stderr
+
+
+def test_the_log_rate_limit_drops_client_lines_only():
+    """A burst of client faults is cut to the limit; the server's errors and uvicorn's start-up and shutdown
+    lines pass however many came before them."""
+    import logging
+
+    import uvicorn.protocols.http.httptools_impl as protocol_module
+    import uvicorn.server as server_module
+
+    from serving.cli import RateLimit
+
+    limit = RateLimit(2, 0.001)
+
+    def record(level, path, msg, name="uvicorn.error"):
+        return logging.LogRecord(name, level, path, 1, msg, (), None)
+
+    invalid = "Invalid HTTP request received."
+    client = [limit.filter(record(logging.WARNING, protocol_module.__file__, invalid)) for _ in range(5)]
+    assert client == [True, True, False, False, False]
+    assert limit.filter(record(logging.INFO, server_module.__file__, "Shutting down"))
+    assert limit.filter(record(logging.ERROR, protocol_module.__file__, "Exception in ASGI application"))
+    assert limit.filter(record(logging.ERROR, __file__, "signature failed", name="serving.clients"))
+    assert not limit.filter(record(logging.INFO, __file__, "400", name="serving.clients"))

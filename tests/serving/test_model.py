@@ -92,6 +92,20 @@ def test_a_symlink_loop_or_a_flood_of_files_ends_the_walk(tmp_path, monkeypatch)
     assert model_dir_problem(str(root)) == f"{root}: over 3 files and folders; allowed: at most 3"
 
 
-def test_half_the_memory_at_most():
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    assert model.max_model_bytes() == min(model.MAX_MODEL_BYTES, memory // 2)
+def test_a_model_over_half_the_memory_is_refused(tmp_path, monkeypatch):
+    """On a machine of 24 bytes (sysconf's answer faked), a 12-byte SavedModel fits and a 13-byte one does
+    not; where sysconf cannot tell, MAX_MODEL_BYTES alone holds."""
+    root = _saved_model(tmp_path / "m")  # graph 5 + data 4 + index 3 bytes
+    sizes = {"SC_PAGE_SIZE": 4, "SC_PHYS_PAGES": 6}
+    monkeypatch.setattr(model.os, "sysconf", lambda name: sizes[name])
+    assert model_dir_problem(str(root)) is None
+    (root / "variables" / "extra").write_bytes(b"x")
+    assert model_dir_problem(str(root)).startswith(f"{root}: over 12 bytes of files;")
+    sizes["SC_PHYS_PAGES"] = 2 * model.MAX_MODEL_BYTES  # memory to spare: the fixed limit is the one
+
+    def no_sysconf(name):
+        raise ValueError(name)
+
+    assert model.max_model_bytes() == model.MAX_MODEL_BYTES
+    monkeypatch.setattr(model.os, "sysconf", no_sysconf)
+    assert model.max_model_bytes() == model.MAX_MODEL_BYTES and model_dir_problem(str(root)) is None

@@ -24,7 +24,7 @@ from serving.requests import (
     predictions,
     read_request,
 )
-from tests.trainer.image_helpers import png_header
+from tests.trainer.image_helpers import png_header, webp_header
 from trainer.models.image_classifier.decoding import image_pixels
 
 # Signatures shaped like the tasks' (census: named scalars; image: one bytes input; recommender: ids and a
@@ -145,6 +145,19 @@ def test_images_are_held_to_a_pixel_budget_by_their_headers():
     # A plain JSON string is UTF-8: an ASCII-only GIF header can still declare 32639 x 32639 pixels.
     with pytest.raises(RequestError, match="images of over"):
         request(["GIF89a\x7f\x7f\x7f\x7f\x00\x00\x00;"], "image")
+    assert image_pixels(TINY_PNG) == 1  # the warm-up's image (example_instance) fits
+
+
+@pytest.mark.parametrize("chunk", [b"VP8L", b"VP8X", b"VP8 "])
+def test_a_webp_is_held_to_the_pixel_budget_and_one_without_a_size_is_refused(chunk):
+    """TensorFlow decodes WebP: a 50-byte header declaring 8000 x 8000 must not reach the decode."""
+    bomb = base64.b64encode(webp_header(8000, 8000, chunk)).decode()
+    with pytest.raises(RequestError, match=f"image_bytes: images of over {MAX_REQUEST_PIXELS} pixels"):
+        request([{"b64": bomb}], "image")
+    assert request([{"b64": base64.b64encode(webp_header(100, 100, chunk)).decode()}], "image")[2] == 1
+    no_size = base64.b64encode(webp_header(100, 100, b"ALPH")).decode()
+    with pytest.raises(RequestError, match="image_bytes: an image whose header gives no size"):
+        request([{"b64": no_size}], "image")
 
 
 def test_predictions_one_per_instance_strings_as_text_or_b64():
@@ -166,7 +179,6 @@ def test_the_example_instance_is_a_valid_request(name):
     payload = {"instances": [example_instance(SIGNATURES[name])], "parameters": {"signature": name}}
     signature, columns, n = read_request(payload, SIGNATURES)
     assert signature.name == name and n == 1
-    assert image_pixels(TINY_PNG) == 1
     if name == "image":
         assert columns["image_bytes"].tolist() == [TINY_PNG]  # an image input warms up on a real image
 
@@ -179,3 +191,19 @@ def test_a_value_nested_as_deep_as_json_allows_is_a_refusal_not_a_crash(depth):
     with pytest.raises(RequestError) as refused:
         read_request(parse_body(body), SIGNATURES)
     assert refused.value.field in ("body", "instances[0].user") and "\n" not in str(refused.value)
+
+
+def test_jpeg_sizes_are_read_without_a_tensorflow_call(monkeypatch):
+    """Strings that start like a JPEG are checked on the event loop (small bodies): a pure-Python read of the
+    start-of-frame, not an eager op each (thousands of them blocked every other request)."""
+    tf = pytest.importorskip("tensorflow")
+    photo = tf.io.encode_jpeg(np.zeros((30, 20, 3), np.uint8)).numpy()
+
+    def no_op(*args, **kwargs):
+        raise AssertionError("a TensorFlow call to size a JPEG")
+
+    monkeypatch.setattr(tf.io, "extract_jpeg_shape", no_op)
+    assert image_pixels(photo) == 600
+    assert request([{"b64": base64.b64encode(photo).decode()}] * 3, "image")[2] == 3
+    with pytest.raises(RequestError, match="image_bytes: an image whose header gives no size"):
+        request([{"b64": "/9j/"}] * 1000, "image")  # FF D8 FF: a JPEG's magic and nothing more

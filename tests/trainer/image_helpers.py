@@ -96,6 +96,19 @@ def png_header(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + crc
 
 
+def webp_header(width: int, height: int, chunk: bytes = b"VP8L") -> bytes:
+    """A WebP's RIFF header and first chunk's size fields, declaring width x height pixels that never follow:
+    a lossless one's (VP8L), an extended one's canvas (VP8X) or a lossy one's frame (VP8)."""
+    if chunk == b"VP8L":
+        data = b"\x2f" + ((width - 1) | (height - 1) << 14).to_bytes(4, "little")
+    elif chunk == b"VP8X":
+        data = b"\0" * 4 + (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    else:
+        data = b"\0\0\0\x9d\x01\x2a" + struct.pack("<HH", width, height)
+    data += b"\0" * 8
+    return b"RIFF" + struct.pack("<I", 12 + len(data)) + b"WEBP" + chunk + struct.pack("<I", len(data)) + data
+
+
 def encoded_images(pattern: str) -> list[bytes]:
     """Each record's ``image/encoded`` bytes, in SCORE_IMAGES's order, read without TensorFlow (a test that
     only sends images need not import it): TFRecord framing (length, its CRC, data, CRC), then the Example's

@@ -430,3 +430,61 @@ def test_truncated_or_corrupt_jpegs_are_undecodable_in_the_scaled_check(tmp_path
     reasons = [(b.record, b.reason) for b in scan.bad_records]
     assert reasons == [(r, image_records.undecodable(3)) for r in (3, 7)]
     assert scan.records == 10
+
+
+def _webps():
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 255, (37, 53, 3), dtype=np.uint8)
+    found = {}
+    for name, options in (("lossy", {}), ("lossless", {"lossless": True}),
+                          ("extended", {"exif": b"Exif\0\0MM\0*\0\0\0\x08\0\0"})):
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, "WEBP", **options)
+        found[name] = out.getvalue()
+    return found
+
+
+def test_header_sizes_read_webp_and_jpeg_in_python_as_tensorflow_decodes_them():
+    """WebP (which tf.io.decode_image decodes) is sized from its header like the others, in Python and
+    vectorised alike; a JPEG's start-of-frame is read without TensorFlow, as extract_jpeg_shape reads it."""
+    from tests.trainer.image_helpers import FLOWERS_TRAIN, encoded_images, webp_header
+
+    webps = _webps()
+    assert {webps[k][12:16] for k in webps} == {b"VP8 ", b"VP8L", b"VP8X"}  # each kind of first chunk
+    photos = encoded_images(FLOWERS_TRAIN)[:8]
+    images = [*webps.values(), *photos, tf.io.encode_jpeg(np.zeros((9, 7, 1), np.uint8), progressive=True)
+              .numpy()]
+    for encoded in images:
+        decoded = tuple(image_decoding.decode(encoded, 3).shape[:2])
+        assert image_decoding.header_size(encoded) == decoded
+    assert image_decoding.header_sizes(tf.constant(images)).numpy().tolist() == [
+        list(image_decoding.header_size(e)) for e in images]
+    for chunk in (b"VP8L", b"VP8X", b"VP8 "):  # the bombs' headers: 8000 x 6000 declared in 50 bytes
+        bomb = webp_header(8000, 6000, chunk)
+        assert image_decoding.header_size(bomb) == (6000, 8000)
+        assert image_decoding.image_pixels(bomb) == 48_000_000
+        assert image_decoding.header_sizes(tf.constant([bomb])).numpy().tolist() == [[6000, 8000]]
+    # Magic bytes that decode_image takes for an image, but no size to read: refused, not "no image".
+    for unreadable in (webp_header(8, 8, b"ALPH"), b"RIFF\0\0\0\0WEBPVP8L", b"\xff\xd8\xff\xd9",
+                       photos[0][:20]):
+        assert image_decoding.header_size(unreadable) == image_decoding.UNREADABLE
+        assert image_decoding.image_pixels(unreadable) is None
+    assert image_decoding.image_pixels(b"no image") == 0
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["parallel", "record-by-record"])
+def test_a_webp_bomb_is_a_bad_record(tmp_path, monkeypatch, small):
+    from tests.trainer.image_helpers import webp_header
+
+    if small:
+        monkeypatch.setattr(image_checks, "_SMALL_BYTES", 1 << 30)
+    else:
+        monkeypatch.setattr(image_checks, "_SMALL_BYTES", 0)
+    records = [example(good_png(), i % 5) for i in range(6)]
+    records.insert(2, example(webp_header(8000, 8000), 1))
+    with pytest.raises(DataError, match="record 2: undecodable image: 8000x8000 .width x height. takes "
+                                        "64000000 pixels to decode"):
+        scan_one(tmp_path, records, num_classes=5)

@@ -9,8 +9,15 @@ over its bound is a bad record.
 from __future__ import annotations
 
 SCALES = ("unit", "symmetric", "raw")  # pixels to [0, 1], to [-1, 1], or kept in [0, 255]
-# Magic bytes tf.io.decode_image recognises (tensorflow/core/kernels/image/decode_image_op.cc).
+# Magic bytes tf.io.decode_image recognises (tensorflow/core/kernels/image/decode_image_op.cc); a WebP is
+# RIFF, 4 bytes of length, then WEBP.
 JPEG, PNG, GIF, BMP = b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"BM"
+RIFF, WEBP = b"RIFF", b"WEBP"
+# (height, width) of bytes tf.io.decode_image would decode (their magic says an image) whose header gives no
+# size this module can read: refused like an image over its bound, never taken for "no image" (0, 0).
+UNREADABLE = (-1, -1)
+# JPEG start-of-frame markers (those with the image's size): 0xC0..0xCF but DHT, JPG and DAC.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 # The most pixels one image may take to decode, from its header before it is decoded (a GIF: its screen and
 # every frame, which giflib decodes before TensorFlow keeps the first). 50 megapixels is a 48 MP camera's
 # photo, 150 MB as RGB; a decompression bomb (a 1.5 MB PNG of 23000x23000) is a bad record instead.
@@ -59,9 +66,11 @@ def preprocess_image(encoded, image_size: int, channels: int, scale: str = "unit
 
 
 def header_size(encoded: bytes) -> tuple[int, int]:
-    """(height, width) from an image's header, as :func:`header_sizes` reads it; (0, 0) when the bytes are
-    no JPEG/PNG/GIF/BMP image or its header is damaged."""
-    data = encoded + b"\0" * 26
+    """(height, width) from an image's header, as :func:`header_sizes` reads it, in pure Python (serving
+    checks every string a request sends on its event loop); (0, 0) when the bytes are no
+    JPEG/PNG/GIF/BMP/WebP image, UNREADABLE when they are one by their magic bytes but the header gives no
+    size (a damaged one, or a kind of WebP not read here)."""
+    data = encoded + b"\0" * 30
     if encoded.startswith(PNG):
         return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
     if encoded.startswith(GIF):
@@ -70,14 +79,56 @@ def header_size(encoded: bytes) -> tuple[int, int]:
         height = int.from_bytes(data[22:26], "little", signed=True)
         return abs(height), int.from_bytes(data[18:22], "little", signed=True)
     if encoded.startswith(JPEG):
-        import tensorflow as tf  # for JPEGs only: serving checks every string a request sends
-
-        try:
-            height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy().tolist()
-            return height, width
-        except tf.errors.OpError:
-            return 0, 0
+        return _jpeg_size(encoded)
+    if encoded.startswith(RIFF) and encoded[8:12] == WEBP:
+        return _webp_size(data) if len(encoded) >= 30 else UNREADABLE
     return 0, 0
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int]:
+    """A JPEG's size from its start-of-frame marker, walking the marker segments as libjpeg's
+    jpeg_read_header does (no TensorFlow call: a request of thousands of JPEG-looking strings costs
+    microseconds each, not an eager op each on the event loop)."""
+    pos, end = 2, len(data)
+    while pos < end:
+        if data[pos] != 0xFF:  # extraneous bytes before a marker: libjpeg skips them too
+            pos = data.find(b"\xff", pos)
+            if pos < 0:
+                break
+        while pos < end and data[pos] == 0xFF:  # fill bytes
+            pos += 1
+        if pos >= end:
+            break
+        marker = data[pos]
+        pos += 1
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # standalone: no length
+            continue
+        if marker in (0xD8, 0xD9, 0xDA) or pos + 2 > end:  # a second SOI, the end, scan data before a frame
+            break
+        if marker in _SOF:
+            if pos + 7 > end:
+                break
+            return int.from_bytes(data[pos + 3:pos + 5], "big"), int.from_bytes(data[pos + 5:pos + 7], "big")
+        length = int.from_bytes(data[pos:pos + 2], "big")
+        if length < 2:
+            break
+        pos += length
+    return UNREADABLE
+
+
+def _webp_size(data: bytes) -> tuple[int, int]:
+    """A WebP's size from its first chunk (``data`` padded to 30 bytes at least): the canvas of an extended
+    file (VP8X: 24-bit width-1 and height-1), a lossless one's (VP8L: 14-bit width-1, height-1 after the
+    0x2F signature) or a lossy one's frame (VP8: 14-bit width and height after the 9D 01 2A start code)."""
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        return int.from_bytes(data[27:30], "little") + 1, int.from_bytes(data[24:27], "little") + 1
+    if chunk == b"VP8L" and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1
+    if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+        return int.from_bytes(data[28:30], "little") & 0x3FFF, int.from_bytes(data[26:28], "little") & 0x3FFF
+    return UNREADABLE
 
 
 def decode_pixels(encoded: bytes, height: int, width: int) -> int:
@@ -88,11 +139,15 @@ def decode_pixels(encoded: bytes, height: int, width: int) -> int:
     return height * width
 
 
-def image_pixels(encoded: bytes) -> int:
+def image_pixels(encoded: bytes) -> int | None:
     """Pixels ``tf.io.decode_image`` would allocate for ``encoded``, read from its header without decoding
-    (0 for bytes that are no JPEG/PNG/GIF/BMP image): what the prediction server (serving/) holds a
-    request's images to, as the scan holds a record to MAX_IMAGE_PIXELS."""
-    return decode_pixels(encoded, *header_size(encoded))
+    (0 for bytes that are no JPEG/PNG/GIF/BMP/WebP image; None for an image whose header gives no size, to
+    be refused): what the prediction server (serving/) holds a request's images to, as the scan holds a
+    record to MAX_IMAGE_PIXELS."""
+    height, width = header_size(encoded)
+    if (height, width) == UNREADABLE:
+        return None
+    return decode_pixels(encoded, height, width)
 
 
 def _gif_frames(data: bytes) -> list[tuple[int, int]]:
@@ -129,12 +184,14 @@ def _gif_frames(data: bytes) -> list[tuple[int, int]]:
 
 def header_sizes(encoded):
     """int64 [N, 2] (height, width) of a batch of encoded images from their headers, vectorised; (0, 0) for
-    bytes that are no JPEG/PNG/GIF/BMP image. A damaged JPEG header fails the whole batch (its file is then
+    bytes that are no JPEG/PNG/GIF/BMP/WebP image, UNREADABLE for a WebP :func:`header_size` cannot
+    read. A damaged JPEG header fails the whole batch (its file is then
     checked record by record with :func:`header_size`)."""
     import tensorflow as tf
 
-    head = tf.cast(tf.io.decode_raw(tf.strings.substr(tf.strings.join([encoded, b"\0" * 26]), 0, 26),
-                                    tf.uint8), tf.int64)  # [N, 26]: the first bytes, zero-padded
+    padded = tf.strings.join([encoded, b"\0" * 30])
+    head = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 0, 30),
+                                    tf.uint8), tf.int64)  # [N, 30]: the first bytes, zero-padded
 
     def number(offset, length, big_endian):
         weights = 256 ** tf.range(length, dtype=tf.int64)
@@ -148,10 +205,22 @@ def header_sizes(encoded):
 
     png, gif, bmp = starts(PNG), starts(GIF), starts(BMP)
     zero = tf.zeros_like(png, tf.int64)
+    # WebP as _webp_size reads it (a shorter one, or another first chunk, is UNREADABLE).
+    webp = starts(RIFF) & tf.equal(tf.strings.substr(padded, 8, 4), WEBP)
+    chunk = tf.where(tf.strings.length(encoded) >= 30, tf.strings.substr(padded, 12, 4), b"")
+    vp8x = webp & tf.equal(chunk, b"VP8X")
+    vp8l = webp & tf.equal(chunk, b"VP8L") & tf.equal(head[:, 20], 0x2F)
+    vp8 = webp & tf.equal(chunk, b"VP8 ") & tf.equal(tf.strings.substr(padded, 23, 3), b"\x9d\x01\x2a")
+    bits = number(21, 4, False)
+    unreadable = tf.fill(tf.shape(zero), tf.constant(UNREADABLE[0], tf.int64))
+    webp_height = tf.where(vp8x, number(27, 3, False) + 1, tf.where(
+        vp8l, bits // 0x4000 % 0x4000 + 1, tf.where(vp8, number(28, 2, False) % 0x4000, unreadable)))
+    webp_width = tf.where(vp8x, number(24, 3, False) + 1, tf.where(vp8l, bits % 0x4000 + 1, tf.where(
+        vp8, number(26, 2, False) % 0x4000, unreadable)))
     height = tf.where(png, number(20, 4, True), tf.where(gif, number(8, 2, False), tf.where(
-        bmp, tf.abs(signed32(number(22, 4, False))), zero)))
+        bmp, tf.abs(signed32(number(22, 4, False))), tf.where(webp, webp_height, zero))))
     width = tf.where(png, number(16, 4, True), tf.where(gif, number(6, 2, False), tf.where(
-        bmp, signed32(number(18, 4, False)), zero)))
+        bmp, signed32(number(18, 4, False)), tf.where(webp, webp_width, zero))))
     where = tf.where(starts(JPEG))
     shapes = tf.map_fn(lambda e: tf.io.extract_jpeg_shape(e, tf.int64)[:2], tf.gather_nd(encoded, where),
                        fn_output_signature=tf.TensorSpec([2], tf.int64))
