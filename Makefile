@@ -25,7 +25,7 @@ PYTEST_ARGS ?=
 
 .PHONY: run test test-fast deps python-deps node-deps pipenv lint synth scan clean
 
-run: python-deps
+run: deps
 	$(PIPENV) run python scripts/run_job.py $(RUN_JOB) --local $(RUN_ARGS)
 
 # Two pytest-xdist workers, a test file each at a time (module fixtures are built once): most tests wait on
