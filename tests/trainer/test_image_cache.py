@@ -25,10 +25,10 @@ from tests.trainer.image_helpers import (  # noqa: E402
     write_mnist_like,
     write_records,
 )
+from trainer.data import expand_files  # noqa: E402
 from trainer.models.image_classifier import checks as image_checks  # noqa: E402
 from trainer.models.image_classifier import data as image_data  # noqa: E402
 from trainer.models.image_classifier import decoding as image_decoding  # noqa: E402
-from trainer.models.image_classifier import records as image_records  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def digits(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def flowers():
-    return image_checks.scan_images(image_records.expand_globs([str(FLOWERS / "*.tfrecord-*")],
+    return image_checks.scan_images(expand_files([str(FLOWERS / "*.tfrecord-*")],
                                                                "--train-files"))
 
 

@@ -18,7 +18,7 @@ from tests.trainer.image_helpers import (  # noqa: E402
     write_mnist_like,
     write_records,
 )
-from trainer.data import DataError  # noqa: E402
+from trainer.data import DataError, expand_files  # noqa: E402
 from trainer.models.image_classifier import checks as image_checks  # noqa: E402
 from trainer.models.image_classifier import data as image_data  # noqa: E402
 from trainer.models.image_classifier import decoding as image_decoding  # noqa: E402
@@ -27,7 +27,7 @@ from trainer.models.image_classifier import records as image_records  # noqa: E4
 
 @pytest.fixture(scope="module")
 def flowers():
-    files = image_records.expand_globs([str(FLOWERS / "*.tfrecord-*")], "--train-files")
+    files = expand_files([str(FLOWERS / "*.tfrecord-*")], "--train-files")
     return image_checks.scan_images(files)
 
 
@@ -48,11 +48,11 @@ def scan_one(tmp_path, records, **kwargs):
 
 def test_globs_expand_and_no_match_names_the_flag(tmp_path):
     patterns = [str(FLOWERS / "*-test.*"), str(FLOWERS / "*.tfrecord-*")]
-    files = image_records.expand_globs(patterns, "--train-files")
+    files = expand_files(patterns, "--train-files")
     assert [f.rsplit("/", 1)[1].split(".")[0] for f in files] == [
         "image_classification_builder-test", "image_classification_builder-validation"]
-    with pytest.raises(DataError, match=r"^--eval-files: no files match .*/nothing-\*\.tfrecord$"):
-        image_records.expand_globs([str(tmp_path / "nothing-*.tfrecord")], "--eval-files")
+    with pytest.raises(DataError, match=r"^--eval-files: no such file: .*/nothing-\*\.tfrecord$"):
+        expand_files([str(tmp_path / "nothing-*.tfrecord")], "--eval-files")
 
 
 def test_flowers_scan_counts_classes_from_the_data(flowers):

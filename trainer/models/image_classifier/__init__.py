@@ -123,16 +123,15 @@ SPEC = TaskSpec(
 def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
 
-    from trainer.data import DataError, cache_budget
+    from trainer.data import DataError, cache_budget, expand_files
     from trainer.kept import may_claim
     from trainer.models.image_classifier.checks import load_images, scan_images
     from trainer.models.image_classifier.data import image_dataset
-    from trainer.models.image_classifier.records import expand_globs
     from trainer.models.image_classifier.scan import keep_scans, kept_scans_path, load_kept_scans
 
     task = cfg.task
-    train_files = expand_globs(cfg.train_files, "--train-files")
-    eval_files = expand_globs(cfg.eval_files, "--eval-files")
+    train_files = expand_files(cfg.train_files, "--train-files")
+    eval_files = expand_files(cfg.eval_files, "--eval-files")
     common = {"channels": task.channels, "max_bad_records": task.max_bad_records, "shard": shard}
     # A trial or restart before this one may have checked the same files with the same flags: reuse its
     # scans only if every worker has its own (the checks below are collectives every worker must join). A

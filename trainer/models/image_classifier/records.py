@@ -16,10 +16,9 @@ be read reliably. A record is named by its key, ``file_index << KEY_BITS | recor
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainer.data import DataError, check_file_count, local_files, op_reason
+from trainer.data import DataError, op_reason
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
 REQUIRED = ((ENCODED, "bytes_list"), (LABEL, "int64_list"), (TEXT, "bytes_list"))
@@ -47,29 +46,6 @@ class BadRecord:
 
     def __str__(self) -> str:
         return f"{self.file}: record {self.record}: {self.reason}"
-
-
-def expand_globs(patterns: Sequence[str], flag: str) -> tuple[str, ...]:
-    """Files matching paths or globs (local or gs://), sorted per pattern, de-duplicated."""
-    import tensorflow as tf
-
-    files: dict[str, None] = {}  # insertion-ordered and de-duplicated in linear time
-    for pattern in patterns:
-        try:
-            matches = sorted(tf.io.gfile.glob(pattern))
-            # Local matches: regular files only (a FIFO would block the reader forever); see local_files.
-            if "://" in pattern:
-                check_file_count(matches, [pattern], flag)
-                matches = [m for m in matches if not tf.io.gfile.isdir(m)]
-            else:
-                matches = local_files(matches, pattern, flag)
-        except tf.errors.OpError as exc:  # e.g. gs:// without network or credentials
-            raise DataError(f"{flag}: cannot list {pattern}: {op_reason(exc)}") from None
-        if not matches:
-            raise DataError(f"{flag}: no files match {pattern}")
-        files.update(dict.fromkeys(matches))
-        check_file_count(files, patterns, flag)
-    return tuple(files)
 
 
 def check_example(raw: bytes, classes: int | None) -> tuple[str | None, int, bytes, bytes]:
