@@ -533,7 +533,8 @@ def _verify(text, name, conversion, legacy, env, outputs, repo_root, code_hash, 
             )
             if source is None:
                 raise JobError(legacy.file, f"(converted job) {exc.path}", problem, exc.allowed) from None
-            raise legacy.error(source, f"{problem} (converted: {exc.path})", exc.allowed) from None
+            converted = short(exc.path, SHORT_NAME, quote=False)
+            raise legacy.error(source, f"{problem} (converted: {converted})", exc.allowed) from None
 
 
 def _largest(conversion) -> str:

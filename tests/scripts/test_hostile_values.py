@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 
 import pytest
 
@@ -61,6 +62,8 @@ ROWS = [
         False,
     ),
     ("file-machine-type", "file", "jobSpec.workerPoolSpecs.0.machineSpec.machineType", False),
+    # A legacy script's label key: refused in the converted definition, whose field path holds the key.
+    ("convert-label-key", "script", "--labels", False),
     ("follow", lambda v: ["--follow", v], "--follow: RESOURCE_NAME", False),
     ("report", lambda v: ["report", v], "report: RESOURCE_NAME", False),
     ("serve", lambda v: ["serve", f"/nonexistent/{v}"], "run_job.py serve: error: /nonexistent/", False),
@@ -100,6 +103,15 @@ def test_a_hostile_value_comes_back_in_one_short_line_naming_its_flag(
     monkeypatch.chdir(REPO_ROOT)  # the job files as a user names them, relative to the checkout
 
     def args(value):
+        if argv == "script":
+            # A script file may hold printable text only (the reader refuses the rest with its line), so the
+            # value's printable characters stand for it.
+            value = "".join(c for c in value if c.isprintable() and not c.isspace()) or BENIGN
+            script = tmp_path / f"{len(value)}.sh"
+            script.write_text("gcloud ai-platform jobs submit training j --region us-central1 --module-name "
+                              f"trainer.task --package-path trainer --labels {shlex.quote(value)}=v\n",
+                              encoding="utf-8")
+            return ["convert", script, *DATA]
         if argv != "file":
             return argv(value)
         job = tmp_path / f"{len(value)}.yaml"
