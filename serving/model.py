@@ -249,7 +249,7 @@ def model_refusal(exc: Exception) -> RequestError | None:
     InvalidArgumentError), or None for a failure of the model itself."""
     import tensorflow as tf
 
-    from trainer.data import op_reason
+    from trainer.input_files import op_reason
 
     if isinstance(exc, tf.errors.InvalidArgumentError):
         return RequestError("instances", f"the model refused them: {op_reason(exc)[:300]}")

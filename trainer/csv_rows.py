@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from trainer.csv_schema import IMPLAUSIBLE, MALFORMED, TRANSFORMS, CsvSchema
-from trainer.data import complete_lines
+from trainer.input_files import complete_lines
 
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.strip() strips

@@ -27,7 +27,7 @@ import numpy as np
 from trainer import kept
 from trainer.csv_rows import FastPath, Validator, blocks
 from trainer.csv_schema import IMPLAUSIBLE, BadRow, CsvSchema, TooManyBadRows, too_many
-from trainer.data import DataError, name_files, unreadable
+from trainer.input_files import DataError, name_files, unreadable
 from trainer.sharding import empty_share
 
 # The most lines a scan leaves out that are not data (blank or comment lines): each is kept as a position

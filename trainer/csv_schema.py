@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from trainer.data import DataError
+from trainer.input_files import DataError
 
 # What a column's ``transform`` may name: applied to its raw value before the statistics.
 TRANSFORMS: dict[str | None, Callable[[float], float]] = {

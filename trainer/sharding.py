@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from trainer.data import DataError, name_files
+from trainer.input_files import DataError, name_files
 
 log = logging.getLogger("trainer")
 
@@ -80,7 +80,7 @@ class Shard:
         return files, True
 
     def require_records(self, records: int, files: Sequence[str], flag: str, what: str = "records") -> None:
-        """Refuse the run (``trainer.data.DataError``, the same line on every worker) when any worker's share
+        """Refuse the run (``input_files.DataError``, the same line on every worker) when any worker's share
         of a training split holds no ``records``: a collective, every worker calls it before training."""
         if not self.sharded:
             return

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 
 from trainer.config import ConfigError, resolve_config
 from trainer.contract import TRAINER_MODULE
-from trainer.data import DataError, expand_files
 from trainer.env import cluster_from_env, cpu_replicas, output_dirs
+from trainer.input_files import DataError, expand_files
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

@@ -17,9 +17,10 @@ from tests.helpers import subprocess_env, summary_section
 from tests.trainer import hostile
 from tests.trainer.helpers import REPO_ROOT
 from tests.trainer.image_helpers import example, write_records
-from trainer import csv_rows, csv_scan, data
+from trainer import csv_rows, csv_scan
+from trainer import input_files as data
 from trainer.csv_schema import Column, CsvSchema
-from trainer.data import DataError
+from trainer.input_files import DataError
 from trainer.models.image_classifier import checks as image_checks
 from trainer.models.image_classifier import records as image_records
 from trainer.models.recommender import data as ratings_data

@@ -25,7 +25,7 @@ from tests.trainer.image_helpers import (  # noqa: E402
     write_mnist_like,
     write_records,
 )
-from trainer.data import expand_files  # noqa: E402
+from trainer.input_files import expand_files  # noqa: E402
 from trainer.models.image_classifier import checks as image_checks  # noqa: E402
 from trainer.models.image_classifier import data as image_data  # noqa: E402
 from trainer.models.image_classifier import decoding as image_decoding  # noqa: E402

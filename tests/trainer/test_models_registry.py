@@ -47,7 +47,7 @@ def _make_data(cfg, global_train_batch: int, global_eval_batch: int,
     import numpy as np
     import tensorflow as tf
 
-    from trainer.data import expand_files
+    from trainer.input_files import expand_files
 
     def load(patterns, flag):
         table = np.concatenate([np.loadtxt(f, delimiter=",", ndmin=2, dtype="float32")

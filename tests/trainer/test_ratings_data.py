@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.trainer.helpers import REPO_ROOT
-from trainer.data import DataError
+from trainer.input_files import DataError
 from trainer.models.recommender import data as rd
 
 MOVIELENS = rd.RatingColumns("userId", "movieId", "rating", "timestamp")

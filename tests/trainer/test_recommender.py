@@ -325,7 +325,7 @@ def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
 def test_top_k_lists_too_large_to_export_are_refused_before_training(tmp_path, monkeypatch):
     import trainer.models.recommender.hooks as recommender
     from trainer.config import resolve_config
-    from trainer.data import DataError
+    from trainer.input_files import DataError
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text(RATINGS_HEAD)

@@ -59,7 +59,7 @@ The hooks (import TensorFlow inside them)
 - ``make_data(cfg, global_train_batch, global_eval_batch, shard) -> TaskData``: validated input pipelines
   that yield ``(features, label)`` batches already preprocessed for the model, plus the preprocessing layer
   that the export puts back in front of the model so serving takes raw inputs. Called outside the strategy
-  scope. Bad input data raises ``trainer.data.DataError`` (one line, exit status 2). ``shard``
+  scope. Bad input data raises ``trainer.input_files.DataError`` (one line, exit status 2). ``shard``
   (:class:`trainer.sharding.Shard`) is this worker's share under multi-worker training: the pipelines read
   only that share, with ``trainer.sharding.dataset_options``, while ``train_rows``/``train_steps`` and
   every statistic are the whole data's (combined with ``shard.exchange``).

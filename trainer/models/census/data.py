@@ -14,7 +14,7 @@ from trainer import kept
 from trainer.csv_dataset import count_batches, text_dataset
 from trainer.csv_scan import ScanKeeper, scan_share
 from trainer.csv_schema import Column, CsvSchema
-from trainer.data import cache_budget, expand_files
+from trainer.input_files import cache_budget, expand_files
 from trainer.models.base import TaskData
 from trainer.sharding import UNSHARDED, Shard
 

@@ -123,7 +123,7 @@ SPEC = TaskSpec(
 def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
 
-    from trainer.data import DataError, cache_budget, expand_files
+    from trainer.input_files import DataError, cache_budget, expand_files
     from trainer.kept import may_claim
     from trainer.models.image_classifier.checks import load_images, scan_images
     from trainer.models.image_classifier.data import image_dataset
@@ -221,7 +221,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
 
 def build_model(cfg, data: TaskData):
-    from trainer.data import DataError
+    from trainer.input_files import DataError
     from trainer.models.image_classifier.model import (
         WeightsError,
         build_backbone_model,

@@ -15,8 +15,8 @@ they found with ``Shard.exchange``):
    (:func:`trainer.models.image_classifier.scan.load_kept_scans`).
    ``scan_images(decode=True)`` runs both passes.
 
-A bad record is a one-line :class:`~trainer.data.DataError` naming the file and record, or is skipped and
-reported while at most ``max_bad_records`` are bad (across all workers). Malformed and mislabelled records
+A bad record is a one-line :class:`~trainer.input_files.DataError` naming the file and record, or is skipped
+and reported while at most ``max_bad_records`` are bad (across all workers). Malformed and mislabelled records
 are found by the first pass, undecodable images by the second: with several bad records and no budget the
 one named is the first of the earliest pass that found any. Skipped records are left out of the pipeline
 by (file, record) key.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from trainer.data import DataError, name_files, op_reason
+from trainer.input_files import DataError, name_files, op_reason
 from trainer.models.image_classifier.decoding import (
     GIF,
     MAX_IMAGE_PIXELS,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from trainer.data import DataError, cache_budget
+from trainer.input_files import DataError, cache_budget
 from trainer.models.image_classifier import decoding
 from trainer.models.image_classifier.records import READ_BATCH, plain
 from trainer.models.image_classifier.scan import ImageScan, encoded_batches, encoded_records

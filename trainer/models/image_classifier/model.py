@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from trainer.data import op_reason
+from trainer.input_files import op_reason
 from trainer.models.image_classifier.decoding import SCALES, preprocess_image
 
 BACKBONES = ("mobilenet_v2", "resnet50")

@@ -7,7 +7,7 @@ rating, an empty id. IDs are strings, never assumed dense: ``"1"`` and ``"01"`` 
 split (:func:`split_ratings`) is random by seed or by time, so local runs, tuning trials and benchmarks with
 the same flags evaluate on the same ratings. Everything here is NumPy; TensorFlow is imported only to read
 files. What one rating may cost is bounded: ids of at most MAX_ID_BYTES, lines of at most
-trainer.data.MAX_LINE_BYTES, float32 ratings, int64 timestamps, and training vocabularies of at most
+trainer.input_files.MAX_LINE_BYTES, float32 ratings, int64 timestamps, and training vocabularies of at most
 MAX_VOCABULARY users and items.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.data import DataError, read_lines, unreadable
+from trainer.input_files import DataError, read_lines, unreadable
 
 # Damping of the bias-only baseline (Koren's lambda): an item or user with few ratings keeps a bias near 0.
 BASELINE_DAMPING = 5.0

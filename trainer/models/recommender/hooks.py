@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from trainer.data import DataError, expand_files, name_files
+from trainer.input_files import DataError, expand_files, name_files
 from trainer.kept import may_claim
 from trainer.models.base import TaskData
 from trainer.models.recommender import data as rd

@@ -10,7 +10,7 @@ from tests.trainer.helpers import CENSUS, damaged, write_slice
 from trainer.csv_dataset import count_batches, text_dataset
 from trainer.csv_scan import ScanKeeper, scan_csv
 from trainer.csv_schema import Column, CsvSchema
-from trainer.data import DataError, expand_files
+from trainer.input_files import DataError, expand_files
 from trainer.models.census.data import PLAUSIBLE, SCHEMA
 
 tf = pytest.importorskip("tensorflow")
@@ -369,10 +369,10 @@ def test_a_place_the_job_cannot_write_costs_only_the_reuse(tmp_path, census_slic
 
 
 def test_a_file_without_line_breaks_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
-    import trainer.data
+    import trainer.input_files
 
-    monkeypatch.setattr(trainer.data, "MAX_LINE_BYTES", 1 << 20)
-    monkeypatch.setattr(trainer.data, "_BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(trainer.input_files, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(trainer.input_files, "_BLOCK_BYTES", 1 << 16)
     path = tmp_path / "one.line"
     path.write_bytes(GOOD_LINE + b"\n" + b"9" * (3 << 20))
     with pytest.raises(DataError, match=rf"^{path}:2: malformed row: longer than 1048576 bytes"):
