@@ -204,7 +204,7 @@ def installed_requires(name: str, version: str) -> tuple[str, ...]:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
         raise InputError(LOCK, f"default.{name}", "locked but not installed in this interpreter: run it with "
-                         "`pipenv run` after `pipenv sync`") from None
+                         ".venv/bin/python after `make test` (or `pipenv sync --dev`)") from None
     if Version(dist.version) != Version(version):
         raise InputError(LOCK, f"default.{name}.version",
                          f"locks =={version} but {dist.version} is installed: run `pipenv sync`")

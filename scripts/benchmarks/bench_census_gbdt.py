@@ -1,6 +1,6 @@
 """Benchmark: the census Wide & Deep model against gradient boosting on exactly the same files, in one run.
 
-    pipenv run python scripts/benchmarks/bench_census_gbdt.py [--seeds 42 7 1234] [-- extra trainer flags]
+    .venv/bin/python scripts/benchmarks/bench_census_gbdt.py [--seeds 42 7 1234] [-- extra trainer flags]
 
 Per seed: scikit-learn's HistGradientBoostingClassifier (native categorical support, early stopping on a
 10% validation split of the training file; scikit-learn is a dev dependency, never in the trainer image)

@@ -1,6 +1,6 @@
 """Benchmark: synthesis time of every infra stack and wall time of the infra test module.
 
-    pipenv run python scripts/benchmarks/bench_synth.py [--repeat 3] [--skip-tests]
+    .venv/bin/python scripts/benchmarks/bench_synth.py [--repeat 3] [--skip-tests]
 
 Prints, for all environments in infra/environments/:
   - cold and warm wall time of `python scripts/synth.py` (what `cdktn synth` runs; warm = OS caches hot), with
