@@ -69,8 +69,6 @@ def __getattr__(name: str):
 
 def load_outputs(env: str, outputs_file: Path | None, file: str) -> dict[str, str]:
     """The environment's infra outputs: deployed if a deploy wrote them, else planned from its config."""
-    from jobs.definition.errors import JobError
-
     try:
         from infra import config as infra_config
         from infra import outputs as infra_outputs
@@ -171,7 +169,6 @@ def compile_file(
 def job_accounts(env: str, outputs: Mapping[str, str], file: str) -> tuple[str, ...]:
     """The accounts a job of ``env`` may run as: its runtime account, then its job_service_accounts."""
     from infra.config import ConfigError, list_environments, load_environment
-    from jobs.definition.errors import JobError
 
     runtime = str(outputs.get("runtime_service_account", ""))
     if env not in list_environments():  # outputs given without a config (an embedding caller): runtime only
@@ -186,7 +183,6 @@ def job_accounts(env: str, outputs: Mapping[str, str], file: str) -> tuple[str, 
 def check_deployed(job, env: str) -> None:
     """Placeholders are fine to look at, not to submit: the TensorBoard id only exists after a deploy."""
     from infra.outputs import is_pending
-    from jobs.definition.errors import JobError
 
     def walk(value, path):
         if isinstance(value, dict):
@@ -225,7 +221,6 @@ def plan_job(
     """
     from jobs.cloud.builds import job_builds, serving_builds
     from jobs.cloud.plan import build_plan
-    from jobs.definition.errors import JobError
 
     serving = serving_builds(job, outputs, job.image_hash)
     if follow is not None:
@@ -362,7 +357,6 @@ def report_job(
     that cannot be written; a job Vertex AI does not have (404) is one too.
     """
     from jobs.cloud import report
-    from jobs.definition.errors import JobError
 
     project, region, kind = parse_job_name(name, "report")
     folder = report.report_folder(repo_root, name, report_dir)
@@ -502,8 +496,6 @@ def convert_legacy(
 
 def _verify(text, name, conversion, legacy, env, outputs, repo_root, code_hash, image_hash, now) -> None:
     """Compile and validate the converted file as --dry-run would; its errors point at the legacy source."""
-    from jobs.definition.errors import JobError
-
     with tempfile.TemporaryDirectory(prefix="convert-") as folder:
         path = Path(folder) / name
         path.write_text(text, encoding="utf-8")

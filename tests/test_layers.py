@@ -4,12 +4,13 @@ tests/jobs/test_layers.py's."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.import_graph import imports, module_name
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each top-level package and the repo packages (and TensorFlow) it may import, itself included.
@@ -31,13 +32,8 @@ WATCHED = set(ALLOWED) | {"tensorflow", "tests"}
 
 
 def imported(path: Path) -> set[str]:
-    """The modules of watched top-level packages ``path`` imports (relative imports stay in its package)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
+    """The modules of watched top-level packages ``path`` imports (relative ones stay in its own package)."""
+    found = {module for module, _ in imports(module_name(path, ROOT), path)}
     return {name for name in found if name.split(".")[0] in WATCHED}
 
 
