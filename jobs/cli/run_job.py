@@ -240,6 +240,8 @@ def main(
             code_hash=code_hash,
             image_hash=image_hash,
         )
+        for override in job.flag_overrides:  # stderr: `--dry-run > plan.json` stays the request alone
+            print(override.note(job.file), file=err)
         if args.local:
             return _run_local(job, args, outputs, repo_root, out)
         if not args.no_wait and (args.report_dir is not None or not args.dry_run):
