@@ -207,7 +207,7 @@ def kms_key_name(flags: JobFlags, project: str, file: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Where:
-    """Where the file's values are: to name a conflicting field as the file writes it, with its line."""
+    """Where the file's values are: to name a field a flag overrides as the file writes it, with its line."""
 
     document: Document
     prefix: str  # body path prefix the file does not write (jobSpec. in a gcloud CustomJobSpec file)
