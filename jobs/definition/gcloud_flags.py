@@ -116,7 +116,8 @@ FLAGS: tuple[GcloudFlag, ...] = (
         "--args",
         "{pool}.args",
         CUSTOM,
-        "every pool's program args, comma-separated (repeatable); `^:^` picks another delimiter",
+        "every pool's program args, replacing the file's: comma-separated (repeatable); `^:^` picks another "
+        "delimiter",
         "ARG",
         repeatable=True,
     ),
@@ -124,7 +125,7 @@ FLAGS: tuple[GcloudFlag, ...] = (
         "--command",
         "{container}.command",
         CUSTOM,
-        "every container pool's command (repeatable)",
+        "every container pool's command, replacing the file's (repeatable)",
         "COMMAND",
         repeatable=True,
     ),
