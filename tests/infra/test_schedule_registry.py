@@ -321,8 +321,11 @@ def test_the_alias_moves_only_to_a_model_no_worse_by_the_definitions_metric(week
         (None, "no gs://"),
         (b'{"eval": {"ndcg_at_10": 0.4}}', "no eval.recall_at_10 in gs://"),
         (b"{not json", " is not JSON"),
+        # run_job.py reads no value there either: the writers agree on what a metric is.
+        (b'{"eval": {"recall_at_10": "0.3"}}', "eval.recall_at_10 is not a number in gs://"),
+        (b'{"eval": {"recall_at_10": true}}', "eval.recall_at_10 is not a number in gs://"),
     ],
-    ids=["no-file", "no-metric", "not-json"],
+    ids=["no-file", "no-metric", "not-json", "string", "boolean"],
 )
 @pytest.mark.parametrize("holder", [True, False])
 def test_a_model_without_its_metric_is_registered_without_the_alias(weekly, written, warning, holder):
