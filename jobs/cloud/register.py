@@ -65,7 +65,7 @@ class Source:
     """Where a version comes from: the job (and trial) and the model folder it wrote."""
 
     job_name: str  # the job's resource name
-    job_id: str  # its vertex-job label value
+    job_id: str  # its vertex_job label value
     display_name: str
     artifact_uri: str
     trial_id: str | None = None
