@@ -106,7 +106,7 @@ GATE = (
     GateRule("first_holder", MOVED, False, "no version holds the alias"),
     GateRule("newer_holder", KEPT, False, "a newer version holds it, whatever the metrics"),
     GateRule("unknown_holder_value", KEPT, True, "the holder's metric is unknown"),
-    GateRule("no_worse", MOVED, True, "the metric is no worse than the holder's by the goal (a tie moves it)"),
+    GateRule("no_worse", MOVED, True, "the metric is no worse than the holder's by the goal (a tie moves)"),
     GateRule("worse", KEPT, True, "otherwise: the metric is worse than the holder's"),
 )
 

@@ -21,7 +21,8 @@ A schedule whose definition has a `registry:` block (`ScheduledRun.registration`
 run's model into the Vertex AI Model Registry (`register` below) by the rule run_job.py follows
 (common/model_registry.py): one version per run, found again by its `vertex_job` label, the job's id (so
 neither an execution nor a `run_job.py --follow` of the run uploads it twice), and the definition's aliases
-moved to it by the evaluation gate's rules (the first alias taking `default` along). A failed job registers nothing. A run whose registration failed (the execution fails)
+moved to it by the evaluation gate's rules (the first alias taking `default` along). A failed job
+registers nothing. A run whose registration failed (the execution fails)
 is registered by a later execution of the schedule that still lists it (`recent`): the next day's run, or one
 started by hand. The duplicate path registers nothing: the execution that started that run is registering
 it, and two executions registering one run at once could both upload.
@@ -354,7 +355,8 @@ def _gate_conditions(reg: ScheduledRegistration) -> dict[str, tuple[str, str]]:
             '", which holds it, is unknown"}')),
         "no_worse": (f"${{value {better} holder_value}}",
                      f'${{{values % "no worse than"} + " of version " + holder_version}}'),
-        "worse": (True, f'${{{values % "worse than"} + " of version " + holder_version + ", which keeps it"}}'),
+        "worse": (True,
+                  f'${{{values % "worse than"} + " of version " + holder_version + ", which keeps it"}}'),
     }
 
 
@@ -410,13 +412,15 @@ def _register(run: ScheduledRun) -> dict[str, Any]:
             "connector_params": {"timeout": UPLOAD_TIMEOUT_S}}}}
 
     # 0.8712 -> "0_8712": the number's text, each character a label value may not hold as "_".
-    metric_text = f'${{text.replace_all_regex(text.to_lower(string(value)), {_literal(NOT_LABEL_CHARS)}, "_")}}'
+    metric_text = (f'${{text.replace_all_regex(text.to_lower(string(value)), {_literal(NOT_LABEL_CHARS)}, '
+                   '"_")}')
     holder_of_alias = f"${{{_literal(model + '@')} + alias}}"
     return {"params": ["job"], "steps": [
         {"describe": {"assign": [
             {"run": f"${{{_run_id_of(run, 'job')}}}"},
             # The job's id: what run_job.py labels a version with too.
-            {"label": f'${{text.to_lower(text.replace_all_regex(job.name, {_literal(JOB_NAME_PREFIX)}, ""))}}'},
+            {"label": (f'${{text.to_lower(text.replace_all_regex(job.name, {_literal(JOB_NAME_PREFIX)}, '
+                       '""))}')},
             {"artifact_uri": f'${{job.jobSpec.baseOutputDirectory.outputUriPrefix + "/{MODEL_DIR}"}}'},
             {"labels": {**dict(reg.labels), JOB_LABEL: "${label}"}},
             {"listed": None}, {"model_exists": True}, {"version": None}, {"uploaded": False},
@@ -525,8 +529,10 @@ def _read_metric(metric: str) -> dict[str, Any]:
         {"check_value": {"switch": [{"condition": "${value == null}", "steps": [
             _log("log_no_value", "WARNING", f"${{{missing} + where}}"), {"no_value": {"return": None}}]}]}},
         # As run_job.py reads it: a number, or no value (a string, a boolean or a list is none).
-        {"check_number": {"switch": [{"condition": '${not(get_type(value) in ["integer", "double"])}', "steps": [
-            _log("log_not_number", "WARNING", f'${{{_literal(f"eval.{metric} is not a number in ")} + where}}'),
+        {"check_number": {"switch": [{"condition": '${not(get_type(value) in ["integer", "double"])}',
+                                      "steps": [
+            _log("log_not_number", "WARNING",
+                 f'${{{_literal(f"eval.{metric} is not a number in ")} + where}}'),
             {"not_number": {"return": None}}]}]}},
         {"found": {"return": "${value}"}},
     ]}

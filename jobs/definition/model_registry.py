@@ -39,6 +39,7 @@ from common.model_registry import (
     metric_label_key,
     writer_labels,
 )
+
 # Label rules are the Google Cloud ones infra's config already checks: one spelling of them.
 from infra.config import LABEL_KEY, LABEL_VALUE
 from jobs.definition.body import GOALS, final_metric, job_spec, join
@@ -229,7 +230,7 @@ def _labels(value: Any, metric: str) -> dict[str, str]:
     for key, item in value.items():
         where = join(path, key)
         if key in reserved:
-            raise RegistryError(where, f"{short(key)} is set on every version by the registry writers", "another key")
+            raise RegistryError(where, f"{short(key)} is set on every version by the writers", "another key")
         if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
             raise RegistryError(where, "invalid label key", f"{LABEL_RULE}, starting with a letter")
         if isinstance(item, bool) or not isinstance(item, str | int) or not LABEL_VALUE.fullmatch(str(item)):

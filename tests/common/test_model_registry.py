@@ -125,8 +125,13 @@ class Project:
         stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%d-%H%M%S")
         run_id = f"{self.run.job_name}-{stamp}-{EXECUTION[:6]}"
         body = json.loads(self.run.body.replace(self.run.run_id_placeholder, run_id))
-        job = {**body, "name": f"{self.run.parent}/customJobs/{5000 + index}", "state": "JOB_STATE_SUCCEEDED",
-               "createTime": "2026-11-24T03:00:00Z", "endTime": "2026-11-24T03:10:00Z"}
+        job = {
+            **body,
+            "name": f"{self.run.parent}/customJobs/{5000 + index}",
+            "state": "JOB_STATE_SUCCEEDED",
+            "createTime": "2026-11-24T03:00:00Z",
+            "endTime": "2026-11-24T03:10:00Z",
+        }
         if value is not None:
             model = job["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"] + "/model"
             path = self.storage.path(metrics_uri(model))
@@ -141,17 +146,34 @@ class Project:
     def cli(self, index: int) -> None:
         """`run_job.py jobs/recommender.yaml --env dev --follow <job>`: attaches to the scheduled run."""
         argv = [JOB_FILE, "--env", "dev", "--follow", self.jobs[index]["name"]]
-        rc, out, err = run_cli(argv, outputs=self.outputs, factory=self.server.factory(self.root),
-                               code_hash=None, image_hash=None)
+        rc, out, err = run_cli(
+            argv,
+            outputs=self.outputs,
+            factory=self.server.factory(self.root),
+            code_hash=None,
+            image_hash=None,
+        )
         assert rc == 0, err
 
     def workflow(self, program: dict, index: int, now: float, new: bool) -> None:
         """A new job: an execution of the schedule that creates it. An earlier one: the program's `register`
         subworkflow called with it, as a later execution registers an earlier run."""
         if not new:
-            program = {**program, "main": {"steps": [
-                {"again": {"call": "register", "args": {"job": self.jobs[index]}, "result": "outcome"}},
-                {"done": {"return": "${outcome}"}}]}}
+            program = {
+                **program,
+                "main": {
+                    "steps": [
+                        {
+                            "again": {
+                                "call": "register",
+                                "args": {"job": self.jobs[index]},
+                                "result": "outcome",
+                            }
+                        },
+                        {"done": {"return": "${outcome}"}},
+                    ]
+                },
+            }
         job = self.jobs[index]
 
         def create(args: dict) -> dict:
@@ -162,12 +184,15 @@ class Project:
         connectors = {
             LIST_CONNECTOR: lambda args: {},  # no earlier run to register: each step registers one job
             CREATE_CONNECTOR: create,
-            LIST_VERSIONS_CONNECTOR: self.list_versions, GET_MODEL_CONNECTOR: self.get_model,
-            UPLOAD_CONNECTOR: self.upload, MERGE_ALIASES_CONNECTOR: self.merge,
+            LIST_VERSIONS_CONNECTOR: self.list_versions,
+            GET_MODEL_CONNECTOR: self.get_model,
+            UPLOAD_CONNECTOR: self.upload,
+            MERGE_ALIASES_CONNECTOR: self.merge,
             READ_OBJECT_CONNECTOR: self.read_object,
         }
-        Interpreter(program, now=now, env={"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": EXECUTION},
-                    connectors=connectors).run()
+        Interpreter(
+            program, now=now, env={"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": EXECUTION}, connectors=connectors
+        ).run()
 
     # --- the connectors, on the fake REST service run_job.py talks to
 
@@ -205,8 +230,10 @@ class Project:
         """Every version as the registry keeps it (what a writer sets, not the order it set it in)."""
         model = f"{self.run.parent}/models/{self.run.registration.model_id}"
         keep = ("versionId", "displayName", "artifactUri", "labels", "versionDescription", "containerSpec")
-        return [{**{k: v.get(k) for k in keep}, "versionAliases": sorted(v["versionAliases"])}
-                for v in self.fake.models.get(model, [])]
+        return [
+            {**{k: v.get(k) for k in keep}, "versionAliases": sorted(v["versionAliases"])}
+            for v in self.fake.models.get(model, [])
+        ]
 
     def holder(self, alias: str) -> str | None:
         return next((v["versionId"] for v in self.state() if alias in v["versionAliases"]), None)
@@ -247,5 +274,9 @@ def test_both_writers_leave_the_same_registry_after_every_step(dev, tmp_path, mo
     # One version per job, labelled with its id; the metric label as both write it.
     assert [v["labels"]["vertex_job"] for v in last] == [str(5000 + i) for i in range(6)]
     assert [v["labels"].get("recall_at_k") for v in last] == ["0_3", "0_32", "0_32", "0_31", None, "0_4"]
-    assert all(re.fullmatch(r"trained by recommender-\S+ \(projects/\S+/customJobs/50\d\d\)",
-                            v["versionDescription"]) for v in last)
+    assert all(
+        re.fullmatch(
+            r"trained by recommender-\S+ \(projects/\S+/customJobs/50\d\d\)", v["versionDescription"]
+        )
+        for v in last
+    )

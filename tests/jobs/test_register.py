@@ -92,7 +92,8 @@ def test_the_alias_moves_only_to_a_version_no_worse_than_its_holder(tmp_path, he
     assert fake.holder(MODEL, "production") == holder
     # `default` moves with the first alias, in the same call: an alias-less reference serves the gated best.
     assert fake.holder(MODEL, "default") == holder
-    assert [m.body["versionAliases"] for m in fake.merges()] == ([["production", "default"]] if holder == "2" else [])
+    merged = [m.body["versionAliases"] for m in fake.merges()]
+    assert merged == ([["production", "default"]] if holder == "2" else [])
     assert words in out.getvalue(), out.getvalue()
     (upload,) = fake.uploads()
     assert upload.body["parentModel"] == MODEL and "modelId" not in upload.body  # a version of the model
