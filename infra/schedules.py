@@ -390,7 +390,7 @@ def _register(run: ScheduledRun) -> dict[str, Any]:
         # (New dicts at each use: a shared one would be a YAML alias in the source.)
         return {"call": LIST_VERSIONS_CONNECTOR, "result": "listed", "args": {
             "name": model, "region": run.region,
-            "filter": _template(LABEL_FILTER, key=_literal(JOB_LABEL), value="label")}}
+            "filter": _template(LABEL_FILTER.format(key=JOB_LABEL, value="{value}"), value="label")}}
 
     has_version = '${len(default(map.get(listed, "models"), [])) > 0}'
     encryption = run.body_dict().get("encryptionSpec")
