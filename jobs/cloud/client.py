@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from common.model_registry import LABEL_FILTER
 from jobs.definition.body import split_gs
 from jobs.definition.kinds import JOB_KINDS
 
@@ -369,7 +370,7 @@ class VertexModels:
         """The newest version of ``model`` labelled ``label=value``; None when there is none (or no model)."""
         from google.api_core.exceptions import NotFound
 
-        request = {"name": model, "filter": f'labels.{label}="{value}"'}
+        request = {"name": model, "filter": LABEL_FILTER.format(key=label, value=value)}
         try:
             pager = self.client.list_model_versions(request=request, timeout=self.CALL_TIMEOUT)
             versions = [_message_json(m) for m in pager]
