@@ -142,6 +142,35 @@ def test_training_reads_a_shuffled_share_every_pass_and_repeats_with_its_seed(di
     assert [y.tolist() for _, y in passes(dataset(2), 1)] != orders[:1]
 
 
+def test_a_pass_stopped_while_its_images_decode_leaves_them_to_the_next_pass(digits, monkeypatch):
+    """A pass stopped part-way (its iterator dropped while batches decode, as Keras does after reading one
+    batch to build a model; or a decode that fails) must not leave records marked written without their
+    images: the next pass would serve unwritten memory as images, with the right labels."""
+    import time
+
+    expected_images, expected_labels = expected_cache(digits, 1, 28)
+    failing = tf.Variable(True)
+    real = image_decoding.decode
+
+    def slow_then_failing(encoded, channels):
+        pause = tf.py_function(lambda: time.sleep(0.02) or 0, [], tf.int32)
+        with tf.control_dependencies([pause]):
+            check = tf.debugging.assert_equal(failing, False, message="decode stopped")
+        with tf.control_dependencies([check]):
+            return real(tf.identity(encoded), channels)
+
+    monkeypatch.setattr(image_decoding, "decode", slow_then_failing)
+    ds = image_data.image_dataset(digits, image_size=28, channels=1, batch_size=64, scale="raw", cached=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="decode stopped"):
+        for _ in ds:
+            pass
+    failing.assign(False)
+    for _ in range(2):  # the pass after the stopped one, then one from memory
+        got_images, got_labels = (np.concatenate(part) for part in zip(*[(x.numpy(), y.numpy()) for x, y in ds]))
+        np.testing.assert_array_equal(got_labels, expected_labels)
+        np.testing.assert_array_equal(got_images, expected_images.astype(np.float32))
+
+
 def test_a_pass_cut_short_or_resumed_at_a_later_epoch_still_fills_the_cache(digits, decodes):
     """A restart (BackupAndRestore) resumes at epoch > 0 with an empty cache; with --steps-per-epoch the
     dataset repeats and passes straddle epochs."""
