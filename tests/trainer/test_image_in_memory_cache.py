@@ -166,7 +166,9 @@ def test_a_pass_stopped_while_its_images_decode_leaves_them_to_the_next_pass(dig
             pass
     failing.assign(False)
     for _ in range(2):  # the pass after the stopped one, then one from memory
-        got_images, got_labels = (np.concatenate(part) for part in zip(*[(x.numpy(), y.numpy()) for x, y in ds]))
+        batches = [(x.numpy(), y.numpy()) for x, y in ds]
+        got_images = np.concatenate([x for x, _ in batches])
+        got_labels = np.concatenate([y for _, y in batches])
         np.testing.assert_array_equal(got_labels, expected_labels)
         np.testing.assert_array_equal(got_images, expected_images.astype(np.float32))
 
