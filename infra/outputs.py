@@ -197,8 +197,10 @@ def resolve_outputs(env: str, outputs_file: Path | str | None = None) -> dict[st
         return planned_outputs(cfg)
     # Every key of this config: a file from before an endpoint was added is refused as stale.
     deployed = deployed_outputs(path, env, output_keys(cfg))
-    # A file left from a deploy of another project/region would send jobs to the wrong place.
-    for key, expected in (("project", cfg.project_id), ("region", cfg.region)):
+    # A file left from a deploy of another project/region would send jobs to the wrong place; an endpoint's id
+    # follows from the config, so another one is another config's endpoint.
+    endpoints = {endpoint_output_key(name): value for name, value in endpoint_resource_names(cfg).items()}
+    for key, expected in (("project", cfg.project_id), ("region", cfg.region), *endpoints.items()):
         if deployed[key] != expected:
             raise ConfigError(path, f"{env}.{key}",
                               f"got {deployed[key]!r} but {cfg.source} says {expected!r}; allowed: the "
