@@ -266,7 +266,8 @@ class PlatformStack(TerraformStack):
         The project, its number and region are config literals that name no resource, so nothing holds them
         back; nor does the provider (the bootstrap stack's). The TensorBoard has no resource-level IAM:
         writing to it is the runtime's project-level aiplatform.user (bootstrap stack), and its CMEK grants
-        already precede the instance itself.
+        already precede the instance itself. An endpoint waits for its logging grant (Vertex AI may write the
+        sampled requests); who may call it is the bootstrap stack's project-level IAM.
         """
         if output.kind == "bucket":
             return list(self.buckets[output.of].grants)

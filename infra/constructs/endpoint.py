@@ -4,7 +4,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from infra.cdk import Construct, ITerraformDependable
+from infra.cdk import Construct, ITerraformDependable, TerraformResourceLifecycle
 from infra.config import BIGQUERY_TABLE, PROJECT_ID
 from infra.constructs import checkov_skip, skip_unless_cmek
 from infra.constructs import validation as v
@@ -114,6 +114,9 @@ class Endpoint(Construct):
                 enable_private_service_connect=True, project_allowlist=list(props.psc_projects))
             if props.psc_projects is not None else None,
             depends_on=[*props.depends_on, *self.grants] or None,
+            # Models are deployed and their traffic moved outside Terraform (deployModel sets the split): a
+            # deploy of the stack must never take traffic away from them.
+            lifecycle=TerraformResourceLifecycle(ignore_changes=["traffic_split"]),
         )
         skip_unless_cmek(self.endpoint, props.kms_key, "CKV2_GCP_24")
         checkov_skip(self.endpoint, "CKV2_GCP_33",

@@ -144,6 +144,9 @@ def test_each_configured_endpoint_is_created_with_its_planned_id(stacks, configs
                 cfg.project_id, cfg.region, cfg.region)
             assert body["display_name"] == endpoint.display_name
             assert body["labels"] == {**cfg.all_labels, "endpoint": endpoint.name}
+            # Traffic is the deploy verb's (deployModel): an apply leaves the split alone.
+            assert body["lifecycle"] == {"ignore_changes": ["traffic_split"]}
+            assert "traffic_split" not in body
             # The output is the resource's own name, so the outputs file reports what was created.
             assert stack["output"][f"endpoint_{endpoint.name}"]["value"] == (
                 f"projects/{cfg.project_id}/locations/{cfg.region}/endpoints/"
