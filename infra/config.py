@@ -405,6 +405,8 @@ def _endpoints(path: Path, raw: Any, prefix: str) -> tuple[EndpointConfig, ...]:
     _check(path, "endpoints", raw, lambda v: len(v) <= MAX_ENDPOINTS,
            f"at most {MAX_ENDPOINTS} endpoints per environment")
     endpoints = []
+    # The bootstrap stack grants each predictor once, keyed by member_id: one spelling across endpoints.
+    predictor_ids: dict[str, tuple[str, str]] = {}
     for name, entry in raw.items():
         field = f"endpoints.{name}"
         _check(path, field, name, _str_matching(ENDPOINT_NAME),
@@ -415,6 +417,11 @@ def _endpoints(path: Path, raw: Any, prefix: str) -> tuple[EndpointConfig, ...]:
         description = _check(path, f"{field}.description", entry.get("description", ""), _one_line(2048, 0),
                              "text on one line, at most 2048 characters")
         predictors = _members(path, f"{field}.predictors", entry.get("predictors") or [])
+        for i, member in enumerate(predictors):
+            other, where = predictor_ids.setdefault(member_id(member), (member, f"{field}.predictors[{i}]"))
+            if other != member:
+                raise ConfigError(path, f"{field}.predictors[{i}]", f"{member!r} and {other!r} ({where}) "
+                                                                    "are one grant; allowed: one spelling")
         endpoints.append(EndpointConfig(
             name=name, display_name=display_name, description=description, predictors=predictors,
             request_response_logging=_logging(path, f"{field}.request_response_logging",

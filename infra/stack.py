@@ -204,12 +204,13 @@ class PlatformStack(TerraformStack):
         ))
         # Each with the id the plan reports; the Vertex AI agent's key grant (above) covers their CMEK.
         self.endpoints: dict[str, Endpoint] = {}
+        endpoint_names = endpoint_resource_names(cfg)
         for endpoint in cfg.endpoints:
             logging = endpoint.request_response_logging
             self.endpoints[endpoint.name] = Endpoint(self, f"endpoint-{endpoint.name}", EndpointProps(
                 project=project,
                 region=cfg.region,
-                endpoint_id=endpoint_resource_names(cfg)[endpoint.name].rsplit("/", 1)[1],
+                endpoint_id=endpoint_names[endpoint.name].rsplit("/", 1)[1],
                 display_name=endpoint.display_name,
                 description=endpoint.description,
                 labels={**labels, "endpoint": endpoint.name},

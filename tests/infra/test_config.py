@@ -200,6 +200,10 @@ _DELETE = object()
          "an IAM member such as group:"),
         ("endpoints.recommender.predictors", ["user:a.b@x.example", "user:a-b@x.example"],
          "endpoints.recommender.predictors[1]", "repeats endpoints.recommender.predictors[0]"),
+        # (the file is written with sorted keys: ranker_v2's entry comes first)
+        ("endpoints.ranker_v2.predictors", ["user:analyst@scenario-example"],
+         "endpoints.recommender.predictors[1]", "and 'user:analyst@scenario-example' (endpoints.ranker_v2."
+         "predictors[0]) are one grant; allowed: one spelling"),
         ("endpoints.recommender.request_response_logging.sampling_rate", 0,
          "endpoints.recommender.request_response_logging.sampling_rate", "greater than 0 and at most 1"),
         ("endpoints.recommender.request_response_logging.sampling_rate", 1.5,
