@@ -48,6 +48,9 @@ SCHEDULE_SERVICES = (
     "workflowexecutions.googleapis.com",
     "workflows.googleapis.com",
 )
+# Granting Vertex AI access to a request-response logging dataset calls the BigQuery API with the deployer's
+# credentials, which count against the deployer's project (this one) wherever the dataset lives.
+LOGGING_SERVICES = ("bigquery.googleapis.com",)
 # The workflow environment variable holding the TensorBoard's deployed name (infra.schedules).
 TENSORBOARD_VAR = "TENSORBOARD"
 
@@ -115,7 +118,8 @@ class PlatformStack(TerraformStack):
 
         services = ProjectServices(self, "services", ProjectServicesProps(
             project=project, services=SERVICES + (CMEK_SERVICES if cfg.cmek else ())
-            + (SCHEDULE_SERVICES if schedules else ())))
+            + (SCHEDULE_SERVICES if schedules else ())
+            + (LOGGING_SERVICES if any(e.request_response_logging for e in cfg.endpoints) else ())))
         enabled = services.services
         agents = ServiceAgents(self, "service-agents", ServiceAgentsProps(
             project=project, project_number=cfg.project_number, with_storage_agent=cfg.cmek,

@@ -25,7 +25,7 @@ from infra.outputs import (
     planned_outputs,
     resolve_outputs,
 )
-from infra.stack import SCHEDULE_SERVICES, SERVICES
+from infra.stack import LOGGING_SERVICES, SCHEDULE_SERVICES, SERVICES
 from tests.infra.helpers import BASIC, CMEK, SCENARIOS, scenario_runs
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
@@ -349,7 +349,9 @@ def test_services_and_backend(all_stacks, configs):
     for env, cfg in configs.items():
         for name, expected, state in (
             (env, set(SERVICES) | ({"cloudkms.googleapis.com"} if cfg.cmek else set())
-             | (set(SCHEDULE_SERVICES) if cfg.schedules else set()), f"infra/{env}"),
+             | (set(SCHEDULE_SERVICES) if cfg.schedules else set())
+             | (set(LOGGING_SERVICES) if any(e.request_response_logging for e in cfg.endpoints) else set()),
+             f"infra/{env}"),
             (f"{env}-bootstrap", set(BOOTSTRAP_SERVICES), f"infra/{env}-bootstrap"),
         ):
             stack = all_stacks[name]
@@ -359,6 +361,7 @@ def test_services_and_backend(all_stacks, configs):
             # Each stack its own state: CI's apply never holds the bootstrap stack's state lock or plan.
             assert stack["terraform"]["backend"] == {"gcs": {"bucket": cfg.state_bucket, "prefix": state}}
         assert "cloudbuild.googleapis.com" in SERVICES
+        assert "bigquery.googleapis.com" not in SERVICES  # only where an endpoint logs to BigQuery
         assert not set(SERVICES) & set(BOOTSTRAP_SERVICES)  # one stack manages each API
 
 
