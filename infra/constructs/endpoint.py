@@ -77,7 +77,7 @@ class Endpoint(Construct):
     """A Vertex AI endpoint models are deployed to, with the id the config plans (infra.naming.endpoint_id).
 
     No IAM lives on the endpoint itself: the GA provider has no endpoint IAM resource (only google-beta's
-    google_vertex_ai_endpoint_iam_*), and Vertex AI does not evaluate resource-name IAM conditions, so who may
+    google_vertex_ai_endpoint_iam_*), and IAM conditions cannot test Vertex AI resource names, so who may
     predict is a project-level custom role of the bootstrap stack (EndpointPredictors). Deploying to it is the
     deployers' and job submitters' aiplatform.user. What the endpoint itself needs is here: with logging, the
     Vertex AI agent may write to the logging dataset (granted before the endpoint is created).

@@ -43,8 +43,9 @@ class EndpointPredictors(Construct):
     project role with exactly PREDICT_PERMISSIONS, granted at project level (bootstrap stack).
 
     Project level because nothing narrower exists in the GA provider: endpoint IAM
-    (google_vertex_ai_endpoint_iam_member) is google-beta only, and Vertex AI does not evaluate IAM conditions
-    on resource names. A predictor of one endpoint may therefore call every endpoint of the project.
+    (google_vertex_ai_endpoint_iam_member) is google-beta only, and IAM conditions cannot test Vertex AI
+    resource names (it is not among the services with resource attributes). A predictor of one endpoint may
+    therefore call every endpoint of the project.
     """
 
     def __init__(self, scope: Construct, id_: str, props: EndpointPredictorsProps) -> None:
