@@ -16,13 +16,20 @@ from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.buckets import BucketProps, TrainingBucket
 from infra.constructs.cmek import CmekKey, CmekKeyProps
+from infra.constructs.endpoint import Endpoint, EndpointProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
 from infra.constructs.scheduled_job import ScheduledJob, ScheduledJobProps
 from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
 from infra.constructs.tensorboard import Tensorboard, TensorboardProps
 from infra.google import GoogleProvider
 from infra.naming import platform_member_allowed, resource_names, service_account_email
-from infra.outputs import OUTPUTS, Output, planned_outputs, tensorboard_prefix
+from infra.outputs import (
+    Output,
+    endpoint_resource_names,
+    planned_outputs,
+    platform_outputs,
+    tensorboard_prefix,
+)
 from infra.schedules import ScheduledRun, check_compiled
 
 SERVICES = (
@@ -41,6 +48,9 @@ SCHEDULE_SERVICES = (
     "workflowexecutions.googleapis.com",
     "workflows.googleapis.com",
 )
+# Granting Vertex AI access to a request-response logging dataset calls the BigQuery API with the deployer's
+# credentials, which count against the deployer's project (this one) wherever the dataset lives.
+LOGGING_SERVICES = ("bigquery.googleapis.com",)
 # The workflow environment variable holding the TensorBoard's deployed name (infra.schedules).
 TENSORBOARD_VAR = "TENSORBOARD"
 
@@ -59,6 +69,7 @@ RESOURCE_IAM_TYPES = (
     "google_storage_bucket_iam_member",
     "google_artifact_registry_repository_iam_member",
     "google_kms_crypto_key_iam_member",
+    "google_bigquery_dataset_iam_member",  # an endpoint's request-response logging dataset
 )
 
 
@@ -107,7 +118,8 @@ class PlatformStack(TerraformStack):
 
         services = ProjectServices(self, "services", ProjectServicesProps(
             project=project, services=SERVICES + (CMEK_SERVICES if cfg.cmek else ())
-            + (SCHEDULE_SERVICES if schedules else ())))
+            + (SCHEDULE_SERVICES if schedules else ())
+            + (LOGGING_SERVICES if any(e.request_response_logging for e in cfg.endpoints) else ())))
         enabled = services.services
         agents = ServiceAgents(self, "service-agents", ServiceAgentsProps(
             project=project, project_number=cfg.project_number, with_storage_agent=cfg.cmek,
@@ -194,6 +206,25 @@ class PlatformStack(TerraformStack):
             project=project, region=cfg.region, display_name=names.tensorboard_display_name, labels=labels,
             kms_key=cfg.kms_key, depends_on=tuple(encryption_deps),
         ))
+        # Each with the id the plan reports; the Vertex AI agent's key grant (above) covers their CMEK.
+        self.endpoints: dict[str, Endpoint] = {}
+        endpoint_names = endpoint_resource_names(cfg)
+        for endpoint in cfg.endpoints:
+            logging = endpoint.request_response_logging
+            self.endpoints[endpoint.name] = Endpoint(self, f"endpoint-{endpoint.name}", EndpointProps(
+                project=project,
+                region=cfg.region,
+                endpoint_id=endpoint_names[endpoint.name].rsplit("/", 1)[1],
+                display_name=endpoint.display_name,
+                description=endpoint.description,
+                labels={**labels, "endpoint": endpoint.name},
+                kms_key=cfg.kms_key,
+                logging_table=logging.bigquery_table if logging else None,
+                sampling_rate=logging.sampling_rate if logging else 1.0,
+                logs_writer=agents.vertex_ai,
+                psc_projects=endpoint.private_service_connect,
+                depends_on=tuple(encryption_deps),
+            ))
         scheduler = service_account_email(cfg, names.scheduler_account_id)
         planned_tensorboard = planned_outputs(cfg)["tensorboard"]
         self.schedules = [
@@ -227,6 +258,8 @@ class PlatformStack(TerraformStack):
             return f"{uri}/{output.of}" if output.of else uri
         if output.kind == "tensorboard":
             return self._tensorboard_name()
+        if output.kind == "endpoint":
+            return planned.rsplit("/", 1)[0] + "/" + self.endpoints[output.of].endpoint.name
         return planned
 
     def _output_dependencies(self, output: Output) -> list[TerraformResource]:
@@ -238,7 +271,8 @@ class PlatformStack(TerraformStack):
         The project, its number and region are config literals that name no resource, so nothing holds them
         back; nor does the provider (the bootstrap stack's). The TensorBoard has no resource-level IAM:
         writing to it is the runtime's project-level aiplatform.user (bootstrap stack), and its CMEK grants
-        already precede the instance itself.
+        already precede the instance itself. An endpoint waits for its logging grant (Vertex AI may write the
+        sampled requests); who may call it is the bootstrap stack's project-level IAM.
         """
         if output.kind == "bucket":
             return list(self.buckets[output.of].grants)
@@ -246,11 +280,13 @@ class PlatformStack(TerraformStack):
             return list(self.registry.grants)
         if output.kind == "account":
             return self._grants_naming(self.members[output.of])
+        if output.kind == "endpoint":
+            return list(self.endpoints[output.of].grants)
         return []
 
     def _add_outputs(self) -> None:
         planned = planned_outputs(self.cfg)
-        for output in OUTPUTS:
+        for output in platform_outputs(self.cfg):
             TerraformOutput(self, output.key, value=self._output_value(output, planned[output.key]),
                             description=f"{output.key} (see infra/outputs.py)",
                             depends_on=self._output_dependencies(output) or None)

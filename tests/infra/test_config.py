@@ -121,7 +121,7 @@ _DELETE = object()
         ("project_id", _DELETE, "project_id", "required"),
         ("region", "US-Central1", "region", "us-central1"),
         ("region", "uscentral", "region", "us-central1"),
-        ("surprise", 1, "surprise", "allowed: github, job_service_accounts, job_submitters"),
+        ("surprise", 1, "surprise", "allowed: endpoints, github, job_service_accounts, job_submitters"),
         ("github.branch", "main", "github.branch", "deploy_branch"),
         ("github.repository_id", "acme/repo", "github.repository_id", "gh api repos"),
         ("project_number", "12ab", "project_number", "numeric"),
@@ -182,6 +182,58 @@ _DELETE = object()
         ("schedules.Nightly", {"job": "jobs/recommender.yaml", "cron": "0 3 * * *"}, "schedules.Nightly",
          "2-30 lowercase letters"),
         ("schedules", ["nightly"], "schedules", "a mapping of schedule name"),
+        # Endpoints: the name (the outputs key's suffix), the entry's keys, its callers, logging and PSC.
+        ("endpoints", ["recommender"], "endpoints", "a mapping of endpoint name -> settings"),
+        ("endpoints", {f"e{i}": None for i in range(101)}, "endpoints", "at most 100 endpoints"),
+        ("endpoints.Recommender", {}, "endpoints.Recommender", "1-32 lowercase letters, digits or '_'"),
+        ("endpoints.rank-er", {}, "endpoints.rank-er", "1-32 lowercase letters, digits or '_'"),
+        ("endpoints.recommender.traffic_split", {}, "endpoints.recommender.traffic_split",
+         "unknown key; allowed: description, display_name, predictors, private_service_connect, "
+         "request_response_logging"),
+        ("endpoints.recommender", ["x"], "endpoints.recommender", "a mapping with keys"),
+        ("endpoints.ranker_v2.display_name", " ", "endpoints.ranker_v2.display_name", "1-128 characters"),
+        ("endpoints.ranker_v2.display_name", "x" * 129, "endpoints.ranker_v2.display_name", "1-128"),
+        ("endpoints.ranker_v2.description", "two\nlines", "endpoints.ranker_v2.description", "on one line"),
+        ("endpoints.recommender.predictors", "user:a@x.example", "endpoints.recommender.predictors",
+         "a list of IAM members"),
+        ("endpoints.recommender.predictors", ["frontend@x.example"], "endpoints.recommender.predictors[0]",
+         "an IAM member such as group:"),
+        ("endpoints.recommender.predictors", ["user:a.b@x.example", "user:a-b@x.example"],
+         "endpoints.recommender.predictors[1]", "repeats endpoints.recommender.predictors[0]"),
+        # (the file is written with sorted keys: ranker_v2's entry comes first)
+        ("endpoints.ranker_v2.predictors", ["user:analyst@scenario-example"],
+         "endpoints.recommender.predictors[1]", "and 'user:analyst@scenario-example' (endpoints.ranker_v2."
+         "predictors[0]) are one grant; allowed: one spelling"),
+        ("endpoints.recommender.request_response_logging.sampling_rate", 0,
+         "endpoints.recommender.request_response_logging.sampling_rate", "greater than 0 and at most 1"),
+        ("endpoints.recommender.request_response_logging.sampling_rate", 1.5,
+         "endpoints.recommender.request_response_logging.sampling_rate", "greater than 0 and at most 1"),
+        ("endpoints.recommender.request_response_logging.sampling_rate", True,
+         "endpoints.recommender.request_response_logging.sampling_rate", "a number"),
+        ("endpoints.recommender.request_response_logging.sampling_rate", "0.5",
+         "endpoints.recommender.request_response_logging.sampling_rate", "a number"),
+        ("endpoints.recommender.request_response_logging.sampling_rate", _DELETE,
+         "endpoints.recommender.request_response_logging.sampling_rate", "required"),
+        ("endpoints.recommender.request_response_logging.bigquery_table", "scn-std-proj.logs.t",
+         "endpoints.recommender.request_response_logging.bigquery_table", "bq://PROJECT.DATASET.TABLE"),
+        ("endpoints.recommender.request_response_logging.bigquery_table", "bq://scn-std-proj.logs",
+         "endpoints.recommender.request_response_logging.bigquery_table", "an existing dataset and a new"),
+        ("endpoints.recommender.request_response_logging.bigquery_table", "bq://scn-std-proj.logs.t\n",
+         "endpoints.recommender.request_response_logging.bigquery_table", "bq://PROJECT.DATASET.TABLE"),
+        ("endpoints.recommender.request_response_logging.bigquery_table", "bq://acme.com:proj.logs.t",
+         "endpoints.recommender.request_response_logging.bigquery_table", "a project id"),
+        ("endpoints.recommender.request_response_logging.bigquery_table", "bq://scn-std-proj.my-logs.t",
+         "endpoints.recommender.request_response_logging.bigquery_table", "letters, digits, '_'"),
+        ("endpoints.recommender.request_response_logging", "bq://scn-std-proj.logs.t",
+         "endpoints.recommender.request_response_logging", "a mapping with keys"),
+        ("endpoints.ranker_v2.private_service_connect.project_allowlist", [],
+         "endpoints.ranker_v2.private_service_connect.project_allowlist", "a list of 1-100 project ids"),
+        ("endpoints.ranker_v2.private_service_connect.project_allowlist", ["scn-std-proj", "Bad_Project"],
+         "endpoints.ranker_v2.private_service_connect.project_allowlist[1]", "a project id"),
+        ("endpoints.ranker_v2.private_service_connect.project_allowlist", ["scn-app-proj", "scn-app-proj"],
+         "endpoints.ranker_v2.private_service_connect.project_allowlist[1]", "each project once"),
+        ("endpoints.ranker_v2.private_service_connect.enabled", True,
+         "endpoints.ranker_v2.private_service_connect.enabled", "unknown key; allowed: project_allowlist"),
     ],
 )
 def test_broken_config_is_one_line_naming_file_and_field(env_dir, field, value, reported, allowed):
@@ -273,18 +325,23 @@ BROKEN_CONFIGS = [
     ("project_id", _DELETE, "field 'project_id': missing; this field is required"),
     ("region", "us_central1", "field 'region': got 'us_central1'; allowed: a Google Cloud region such as"),
     ("regoin", "us-central1",
-     "field 'regoin': unknown key; allowed: github, job_service_accounts, job_submitters"),
+     "field 'regoin': unknown key; allowed: endpoints, github, job_service_accounts, job_submitters"),
     # ...and the three a schedule can get wrong.
     ("schedules.nightly.cron", "0 3 * * * *", "field 'schedules.nightly.cron': '0 3 * * * *': 6 fields"),
     ("schedules.nightly.time_zone", "Europe/Atlantis",
      "field 'schedules.nightly.time_zone': got 'Europe/Atlantis'; allowed: an IANA time zone name"),
     ("schedules.nightly.job", "jobs/recommender.yml",
      "field 'schedules.nightly.job': 'jobs/recommender.yml' is not a regular file"),
+    # ...and an endpoint's logging.
+    ("endpoints.recommender.request_response_logging.sampling_rate", 2,
+     "field 'endpoints.recommender.request_response_logging.sampling_rate': got 2; allowed: a number greater "
+     "than 0 and at most 1"),
 ]
 
 
 @pytest.mark.parametrize(("field", "value", "message"), BROKEN_CONFIGS,
-                         ids=["missing", "region", "unknown", "cron", "time-zone", "job-file"])
+                         ids=["missing", "region", "unknown", "cron", "time-zone", "job-file",
+                              "sampling-rate"])
 def test_app_exits_2_with_one_line_on_broken_config(env_dir, tmp_path_factory, field, value, message):
     doc = _dev_doc()
     _set(doc, field, value)
@@ -354,7 +411,7 @@ def test_pure_modules_do_not_import_the_cdk():
 
 def test_planned_outputs_from_config_alone():
     planned = planned_outputs(load_environment(BASIC))
-    assert tuple(planned) == OUTPUT_KEYS
+    assert tuple(planned) == OUTPUT_KEYS + ("endpoint_recommender", "endpoint_ranker_v2")
     assert planned["data_bucket"] == "gs://scn-std-data"
     assert planned["tensorboard_logs_bucket"] == "gs://scn-std-tensorboard-logs"
     assert planned["runtime_service_account"] == "scn-std-runtime@scn-std-proj.iam.gserviceaccount.com"
@@ -383,7 +440,7 @@ def test_deployed_outputs_reads_the_cli_outputs_file(tmp_path):
     values = {**planned_outputs(load_environment(BASIC)),
               "tensorboard": "projects/scn-std-proj/locations/us-central1/tensorboards/4711"}
     path = _cli_outputs_file(tmp_path, BASIC, values)
-    assert deployed_outputs(path, BASIC) == values
+    assert deployed_outputs(path, BASIC, tuple(values)) == values
     assert resolve_outputs(BASIC, path) == values
 
 

@@ -14,6 +14,8 @@ from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
 from infra.constructs.buckets import BucketProps, TrainingBucket
 from infra.constructs.ci_identity import GithubCiIdentity, GithubCiIdentityProps
 from infra.constructs.cmek import CmekKey, CmekKeyProps
+from infra.constructs.endpoint import Endpoint, EndpointProps
+from infra.constructs.endpoint_predictors import EndpointPredictors, EndpointPredictorsProps
 from infra.constructs.image_builder import ImageBuilder
 from infra.constructs.job_submitters import JobSubmitters, JobSubmittersProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
@@ -55,6 +57,12 @@ VALID = {
     ServiceAgents: ServiceAgentsProps(project=PROJECT, project_number="123456789012",
                                       with_storage_agent=True),
     DataAccessLogs: DataAccessLogsProps(project=PROJECT, service="storage.googleapis.com"),
+    Endpoint: EndpointProps(
+        project=PROJECT, region="us-central1", endpoint_id="1234567890", display_name="Recommender",
+        description="top_k", labels={"team": "ml"}, kms_key=KEY, logging_table="bq://acme-ml-test.logs.rec",
+        sampling_rate=0.5, logs_writer="serviceAccount:a@b.iam.example.com", psc_projects=(PROJECT,)),
+    EndpointPredictors: EndpointPredictorsProps(project=PROJECT, role_id="acme_predictors",
+                                                members=(("ml", GROUP),)),
 }
 VALID[ImageBuilder] = VALID[RuntimeIdentity]
 
@@ -187,6 +195,27 @@ BAD_PROPS = [
     (DataAccessLogs, {"log_types": ("DATA_READ", "READ")}, "log_types[1]",
      "ADMIN_READ, DATA_READ, DATA_WRITE"),
     (DataAccessLogs, {"log_types": ("DATA_READ", "DATA_READ")}, "log_types[1]", "each log type once"),
+    (Endpoint, {"endpoint_id": "0123456789"}, "endpoint_id", "1-10 digits without a leading zero"),
+    (Endpoint, {"endpoint_id": "12345678901"}, "endpoint_id", "1-10 digits"),
+    (Endpoint, {"endpoint_id": "recommender"}, "endpoint_id", "1-10 digits"),
+    (Endpoint, {"region": "us-central"}, "region", "Google Cloud region"),
+    (Endpoint, {"display_name": ""}, "display_name", "non-empty text on one line"),
+    (Endpoint, {"description": "a\nb"}, "description", "one line"),
+    (Endpoint, {"kms_key": KEY.replace("us-central1", "europe-west4")}, "kms_key", "'us-central1'"),
+    (Endpoint, {"logging_table": "acme-ml-test.logs.rec"}, "logging_table", "bq://PROJECT.DATASET.TABLE"),
+    (Endpoint, {"logging_table": "bq://acme-ml-test.logs"}, "logging_table", "bq://PROJECT.DATASET.TABLE"),
+    (Endpoint, {"sampling_rate": 0.0}, "sampling_rate", "greater than 0 and at most 1"),
+    (Endpoint, {"sampling_rate": 1.5}, "sampling_rate", "greater than 0 and at most 1"),
+    (Endpoint, {"logs_writer": "a@b.iam.example.com"}, "logs_writer", "an IAM member"),
+    (Endpoint, {"psc_projects": ()}, "psc_projects", "a non-empty tuple of project ids"),
+    (Endpoint, {"psc_projects": ("Acme",)}, "psc_projects[0]", "a project id"),
+    (Endpoint, {"psc_projects": (PROJECT, PROJECT)}, "psc_projects[1]", "each project once"),
+    (EndpointPredictors, {"role_id": "a-b"}, "role_id", "3-64 letters"),
+    (EndpointPredictors, {"members": ()}, "members", "a non-empty tuple"),
+    (EndpointPredictors, {"members": (("role", GROUP),)}, "members[0].key", "other than 'role'"),
+    (EndpointPredictors, {"members": (("ml", "ml@acme.example"),)}, "members[0].member", "an IAM member"),
+    (EndpointPredictors, {"members": (("ml", GROUP), ("ml", "user:x@acme.example"))}, "members[1]",
+     "each key once"),
 ]
 
 

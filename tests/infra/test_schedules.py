@@ -240,7 +240,8 @@ def test_the_schedule_account_holds_exactly_what_a_run_needs(bootstraps, stacks,
     (account_key,) = [k for k, b in resources(stack, "google_service_account").items()
                       if b["account_id"] == names.scheduler_account_id]
     member = f"serviceAccount:${{google_service_account.{account_key}.email}}"
-    (role_key, role), = resources(stack, "google_project_iam_custom_role").items()
+    (role_key, role), = [(k, b) for k, b in resources(stack, "google_project_iam_custom_role").items()
+                         if b["role_id"] == names.scheduler_role_id]
     assert sorted(role["permissions"]) == sorted(
         ["aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list",
          "workflows.executions.create"] + (REGISTRY if registers else []))

@@ -21,10 +21,11 @@ from infra.outputs import (
     OUTPUT_KEYS,
     PENDING_DEPLOY,
     is_pending,
+    output_keys,
     planned_outputs,
     resolve_outputs,
 )
-from infra.stack import SCHEDULE_SERVICES, SERVICES
+from infra.stack import LOGGING_SERVICES, SCHEDULE_SERVICES, SERVICES
 from tests.infra.helpers import BASIC, CMEK, SCENARIOS, scenario_runs
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
@@ -203,7 +204,7 @@ def test_platform_stack_creates_no_identity_and_no_project_iam(stacks):
             "google_iam_workload_identity_pool_provider", "google_project_iam_custom_role"} == set(), env
         assert {t for t in types if "iam" in t} <= {
             "google_storage_bucket_iam_member", "google_artifact_registry_repository_iam_member",
-            "google_kms_crypto_key_iam_member"}, env
+            "google_kms_crypto_key_iam_member", "google_bigquery_dataset_iam_member"}, env
         assert not [b for t in types if "iam" in t for b in stack["resource"][t].values() if "condition" in b]
 
 
@@ -348,7 +349,9 @@ def test_services_and_backend(all_stacks, configs):
     for env, cfg in configs.items():
         for name, expected, state in (
             (env, set(SERVICES) | ({"cloudkms.googleapis.com"} if cfg.cmek else set())
-             | (set(SCHEDULE_SERVICES) if cfg.schedules else set()), f"infra/{env}"),
+             | (set(SCHEDULE_SERVICES) if cfg.schedules else set())
+             | (set(LOGGING_SERVICES) if any(e.request_response_logging for e in cfg.endpoints) else set()),
+             f"infra/{env}"),
             (f"{env}-bootstrap", set(BOOTSTRAP_SERVICES), f"infra/{env}-bootstrap"),
         ):
             stack = all_stacks[name]
@@ -358,6 +361,7 @@ def test_services_and_backend(all_stacks, configs):
             # Each stack its own state: CI's apply never holds the bootstrap stack's state lock or plan.
             assert stack["terraform"]["backend"] == {"gcs": {"bucket": cfg.state_bucket, "prefix": state}}
         assert "cloudbuild.googleapis.com" in SERVICES
+        assert "bigquery.googleapis.com" not in SERVICES  # only where an endpoint logs to BigQuery
         assert not set(SERVICES) & set(BOOTSTRAP_SERVICES)  # one stack manages each API
 
 
@@ -407,6 +411,8 @@ def simulate_apply(stack: dict, tensorboard_id: str, project_number: str) -> dic
         if (rtype, attr) == ("google_iam_workload_identity_pool_provider", "name"):
             return (f"projects/{project_number}/locations/global/workloadIdentityPools/"
                     f"{evaluate(body['workload_identity_pool_id'])}/providers/{body['workload_identity_pool_provider_id']}")
+        if (rtype, attr) == ("google_vertex_ai_endpoint", "name"):
+            return body["name"]
         if (rtype, attr) == ("google_vertex_ai_tensorboard", "name"):
             return f"projects/{project_number}/locations/{body['region']}/tensorboards/{tensorboard_id}"
         raise AssertionError(f"output refers to {rtype}.{attr}, which this simulation does not know")
@@ -419,10 +425,13 @@ def simulate_apply(stack: dict, tensorboard_id: str, project_number: str) -> dic
     return {key: evaluate(body["value"]) for key, body in stack["output"].items()}
 
 
-def test_outputs_are_exactly_the_interface_keys(stacks, bootstraps):
-    for stack in stacks.values():
-        assert set(stack["output"]) == set(OUTPUT_KEYS)
-        assert stack["//"]["outputs"] == {stack["//"]["metadata"]["stackName"]: {k: k for k in OUTPUT_KEYS}}
+def test_outputs_are_exactly_the_interface_keys(stacks, bootstraps, configs):
+    for env, stack in stacks.items():
+        # OUTPUT_KEYS, and `endpoint_<name>` for each endpoint of the config.
+        keys = output_keys(configs[env])
+        assert set(keys) - set(OUTPUT_KEYS) == {f"endpoint_{e.name}" for e in configs[env].endpoints}
+        assert set(stack["output"]) == set(keys)
+        assert stack["//"]["outputs"] == {stack["//"]["metadata"]["stackName"]: {k: k for k in keys}}
     for stack in bootstraps.values():
         assert set(stack["output"]) == set(BOOTSTRAP_OUTPUT_KEYS)
 
@@ -461,7 +470,7 @@ def output_depends(stack: dict) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("env", SCENARIOS)
-def test_outputs_depend_on_the_grants_that_make_what_they_name_usable(stacks, env):
+def test_outputs_depend_on_the_grants_that_make_what_they_name_usable(stacks, configs, env):
     """Whoever reads an output (a job, a build, the deploy workflow) gets a thing it can already use:
     Terraform writes the output only after the grants on that thing (expected sets derived from the JSON)."""
     stack = stacks[env]
@@ -481,10 +490,16 @@ def test_outputs_depend_on_the_grants_that_make_what_they_name_usable(stacks, en
         "tensorboard": set(),
         "artifact_registry": registry,
         "trainer_image": registry,
+        # An endpoint that logs its predictions: once Vertex AI may write to the dataset.
+        **{key: {f"google_bigquery_dataset_iam_member.{n}"
+                 for n in resources(stack, "google_bigquery_dataset_iam_member")
+                 if n.startswith(key.replace("_", "-", 1))}
+           for key in out if key.startswith("endpoint_")},
     }
     assert depends == expected
     # Not vacuous: each named resource's grants are there, the roles that make it usable among them.
-    literals = ("project", "project_number", "region", "workload_identity_provider", "tensorboard")
+    literals = ("project", "project_number", "region", "workload_identity_provider", "tensorboard",
+                *(f"endpoint_{e.name}" for e in configs[env].endpoints if not e.request_response_logging))
     assert all(expected[key] for key in expected if key not in literals)
     roles = {key: {stack["resource"][d.split(".")[0]][d.split(".")[1]]["role"] for d in deps}
              for key, deps in depends.items()}
@@ -528,7 +543,7 @@ def test_planned_and_deployed_outputs_cannot_disagree(all_stacks, configs, tmp_p
             path.write_text(json.dumps({name: {cid: applied[tf_id] for cid, tf_id in ids.items()}}))
             if name == env:
                 deployed = resolve_outputs(env, path)
-                assert tuple(deployed) == OUTPUT_KEYS
+                assert tuple(deployed) == output_keys(configs[env])
             else:
                 # The bootstrap outputs (the repository variables) are the same values under the same keys.
                 deployed = json.loads(path.read_text())[name]

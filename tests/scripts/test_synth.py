@@ -22,7 +22,7 @@ import yaml
 
 from infra.config import ENVIRONMENTS_DIR, ENVIRONMENTS_DIR_VAR, list_environments, load_environment
 from infra.naming import BUCKET_ROLES, resource_names
-from infra.outputs import OUTPUT_KEYS, planned_outputs
+from infra.outputs import OUTPUT_KEYS, endpoints_in, output_keys, planned_outputs
 from infra.policy import collect_skips, scan, write_checkov_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +50,15 @@ def rewritten(doc: dict, env: str, index: int) -> dict:
     }
     if doc.get("kms_key"):
         doc["kms_key"] = f"projects/rw-keys-project/locations/{region}/keyRings/rw/cryptoKeys/{env}"
+    # The endpoints' callers and logging tables are the user's too (same shape, new copies of the entries).
+    doc["endpoints"] = {name: {
+        **(endpoint or {}),
+        **({"predictors": [f"serviceAccount:rw-caller@{doc['project_id']}.iam.gserviceaccount.com"]}
+           if (endpoint or {}).get("predictors") else {}),
+        **({"request_response_logging": {"bigquery_table": f"bq://{doc['project_id']}.rw_logs.{name}",
+                                         "sampling_rate": 0.5}}
+           if (endpoint or {}).get("request_response_logging") else {}),
+    } for name, endpoint in (doc.get("endpoints") or {}).items()}
     return doc
 
 
@@ -103,8 +112,10 @@ def test_the_shipped_environments_load_and_synthesize(shipped_and_rewritten):
     assert sorted(stacks) == sorted([*SHIPPED, *(f"{env}-bootstrap" for env in SHIPPED)])
     for env in configs:
         stack = stacks[env]
-        assert set(stack["output"]) == set(OUTPUT_KEYS)
+        assert set(stack["output"]) == set(output_keys(configs[env])) > set(OUTPUT_KEYS)
         assert stack["output"]["project"]["value"] == planned_outputs(configs[env])["project"]
+        # The model jobs/recommender.yaml registers has its endpoint in every shipped environment.
+        assert "recommender" in endpoints_in(planned_outputs(configs[env]))
         assert stacks[f"{env}-bootstrap"]["output"]["project"]["value"] == configs[env].project_id
 
 
