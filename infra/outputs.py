@@ -156,6 +156,18 @@ def is_pending(value: str) -> bool:
     return value.rsplit("/", 1)[-1] == PENDING_DEPLOY
 
 
+def as_planned(outputs: Mapping[str, str]) -> dict[str, str]:
+    """Each deployed value that its plan could not know (a TensorBoard's id), mapped to its planned form.
+
+    A scheduled run's submission hash is computed when the stack is synthesised, from planned outputs (its
+    workflow receives the deployed TensorBoard only at run time); a job compiled against a deploy's outputs
+    hashes with these planned forms, so `run_job.py --follow` of a scheduled run finds the same submission.
+    """
+    late = {output.key for output in OUTPUTS if output.kind == "tensorboard"}
+    return {value: value.rsplit("/", 1)[0] + "/" + PENDING_DEPLOY for key, value in outputs.items()
+            if key in late and isinstance(value, str) and "/" in value and not is_pending(value)}
+
+
 def planned_outputs(cfg: EnvironmentConfig) -> dict[str, str]:
     names = resource_names(cfg)
     return {output.key: output.planned(cfg, names) for output in platform_outputs(cfg)}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from infra.outputs import as_planned
 from jobs.definition import body as job_body
 from jobs.definition.body import GOALS
 from jobs.definition.errors import JobError, one_of, short
@@ -151,6 +152,21 @@ def submission_hash(body: Mapping[str, Any], context: Context, parent: str, regi
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def _planned(value: Any, swaps: Mapping[str, str]) -> Any:
+    """``value`` with each deploy-only output value in its planned form (infra.outputs.as_planned)."""
+    if not swaps:
+        return value
+    if isinstance(value, str):
+        for deployed, planned in swaps.items():
+            value = value.replace(deployed, planned)
+        return value
+    if isinstance(value, Mapping):
+        return {k: _planned(v, swaps) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_planned(v, swaps) for v in value]
+    return value
+
+
 def compile_job(document: Document, context: Context) -> CompiledJob:
     file = document.file
     outputs = {k: str(v) for k, v in context.outputs.items()}
@@ -175,7 +191,7 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
     if delivery == PYTHON_PACKAGE:
         _default_package_uris(body, kind)
 
-    digest = submission_hash(body, context, parent, registry_block)
+    digest = submission_hash(_planned(body, as_planned(outputs)), context, parent, registry_block)
     name = job_name(file)
     job_id = context.job_id or f"{name}-{context.now:%Y%m%d-%H%M%S}-{digest[:6]}"
     job_values = {

@@ -33,7 +33,7 @@ from infra.schedules import (
 from jobs.api import REPO_ROOT
 from jobs.cloud.client import LocalDirStorage
 from jobs.definition.model_registry import metrics_uri
-from jobs.schedule import _compile
+from jobs.schedule import compile_schedules
 from tests.infra.workflows_interpreter import Interpreter, http_error, operation_error
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import run_cli
@@ -95,14 +95,15 @@ def test_the_first_gate_rule_that_holds_decides(version, value, holder, held, ru
 
 @pytest.fixture(scope="module")
 def dev():
-    """The shipped dev schedule compiled against deployed outputs (the TensorBoard a deploy made), so the
-    CLI, given the same outputs, computes its submission hash and may --follow its runs."""
+    """The shipped dev schedule as the stack compiles it (planned outputs; its workflow gets the deployed
+    TensorBoard at run time), and the outputs of a deploy (the TensorBoard it made), which the CLI, given
+    them, compiles against: the two must agree on the submission hash for --follow."""
     cfg = load_environment("dev")
-    (schedule,) = cfg.schedules
+    (run,) = compile_schedules(cfg)
     planned = planned_outputs(cfg)
     outputs = {**planned, "tensorboard": planned["tensorboard"].replace("PENDING_DEPLOY", "77")}
-    run = _compile(cfg, schedule, outputs, REPO_ROOT)
-    return run, yaml.safe_load(workflow_source(run, {})), outputs
+    late = {planned["tensorboard"]: "TENSORBOARD"}
+    return run, yaml.safe_load(workflow_source(run, late)), outputs
 
 
 class Project:
@@ -124,7 +125,10 @@ class Project:
         now = START + index * DAY
         stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%d-%H%M%S")
         run_id = f"{self.run.job_name}-{stamp}-{EXECUTION[:6]}"
-        body = json.loads(self.run.body.replace(self.run.run_id_placeholder, run_id))
+        # As the workflow sends it: this run's id, and the TensorBoard the deploy made.
+        planned = planned_outputs(load_environment("dev"))["tensorboard"]
+        body = json.loads(self.run.body.replace(self.run.run_id_placeholder, run_id)
+                          .replace(planned, self.outputs["tensorboard"]))
         job = {
             **body,
             "name": f"{self.run.parent}/customJobs/{5000 + index}",
@@ -190,9 +194,8 @@ class Project:
             MERGE_ALIASES_CONNECTOR: self.merge,
             READ_OBJECT_CONNECTOR: self.read_object,
         }
-        Interpreter(
-            program, now=now, env={"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": EXECUTION}, connectors=connectors
-        ).run()
+        env = {"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": EXECUTION, "TENSORBOARD": self.outputs["tensorboard"]}
+        Interpreter(program, now=now, env=env, connectors=connectors).run()
 
     # --- the connectors, on the fake REST service run_job.py talks to
 
