@@ -30,7 +30,6 @@ from infra.schedules import (
     _gate_conditions,
     workflow_source,
 )
-from jobs.api import REPO_ROOT
 from jobs.cloud.client import LocalDirStorage
 from jobs.definition.model_registry import metrics_uri
 from jobs.schedule import compile_schedules
