@@ -633,7 +633,8 @@ def prepare_local_batch(
         problem = model_dir_problem(model_dir)
         if problem:
             shown = short(model_dir, SHORT_NAME, quote=False)
-            raise JobError(BATCH_VERB, "MODEL_DIR", one_line(problem.replace(model_dir, shown, 1)))
+            raise JobError(BATCH_VERB, "MODEL_DIR", one_line(problem.replace(model_dir, shown, 1)),
+                           "an exported SavedModel folder (a job's .../model) with --local")
         parameters = {"signature": check_signature(signature)} if signature else None
         check_batch_size(batch_size)
         files, folder, count = prepare(model_dir, check_inputs(list(inputs)), check_output(output),
