@@ -168,9 +168,10 @@ def batch_request(
     }
     if spec.parameters() is not None:
         body["modelParameters"] = spec.parameters()
-    from google.cloud.aiplatform_v1 import BatchPredictionJob
-
+    from jobs.definition.kinds import BATCH_PREDICTION_JOB
     from jobs.definition.schema import check_message
+    from jobs.definition.vertex_types import resource_message_class
 
-    check_message(body, BatchPredictionJob)  # a field the API would not take is refused here, not there
+    # A field the API would not take is refused here, not there.
+    check_message(body, resource_message_class(BATCH_PREDICTION_JOB))
     return {"parent": parent, "batchPredictionJob": body}

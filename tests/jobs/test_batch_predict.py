@@ -244,3 +244,12 @@ def test_local_streams_through_the_server_in_vertex_layout(cli, toy, tmp_path):
         {"instance": {"x": 10.5, "name": "v"}, "prediction": {"double": 21.0, "name": "v", "batch": 1}}
     ]
     assert lines("prediction.errors_stats-00001-of-00002") == []
+
+
+@pytest.mark.parametrize("args", [["--help"], [*ARGS[1:], "--dry-run"]])
+def test_help_and_dry_run_are_light(args, script_env):
+    from tests.scripts.test_run_job import heavy_modules, probe
+
+    result = probe(["batch-predict", *args], script_env)
+    assert result.returncode == 0, result.stderr
+    assert heavy_modules(result.stderr) == ""
