@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "account (default %(default)s)")
     cloud.add_argument("--outputs-file", type=Path, metavar="PATH", help="deployed outputs JSON (default "
                        ".infra-outputs/<env>.json when present, else the planned outputs)")
-    cloud.add_argument("--machine-type", default=DEFAULT_MACHINE, help="default %(default)s")
+    cloud.add_argument("--machine-type", help=f"default {DEFAULT_MACHINE}")
     cloud.add_argument("--starting-replica-count", type=_count, default=1, help="default %(default)s")
     cloud.add_argument("--max-replica-count", type=_count, default=None,
                        help="default: --starting-replica-count")
@@ -65,9 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Flags of the job on Vertex AI (its machines and environment) that a --local run has no use for.
+_CLOUD_ONLY = (
+    ("--machine-type", "machine_type", None),
+    ("--starting-replica-count", "starting_replica_count", 1),
+    ("--max-replica-count", "max_replica_count", None),
+    ("--env", "env", DEFAULT_ENV),
+    ("--outputs-file", "outputs_file", None),
+)
+
+
 def main(argv: list[str], *, factory, out: TextIO, err: TextIO, repo_root: Path, outputs=None,
          now: datetime | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cloud_only = [flag for flag, value, default in _CLOUD_ONLY if getattr(args, value) != default]
+    if args.local and cloud_only:
+        parser.error(f"{cloud_only[0]} is for a job on Vertex AI, not with --local")
+    if args.local_root is not None and not args.local:
+        parser.error("--local-root is for --local")
     from jobs import api
 
     try:
@@ -77,8 +93,9 @@ def main(argv: list[str], *, factory, out: TextIO, err: TextIO, repo_root: Path,
             outputs = api.load_outputs(args.env, args.outputs_file, api.BATCH_VERB)
         request = api.batch_request(
             args.model, args.input, args.output, outputs=outputs, now=now or datetime.now(timezone.utc),
-            machine_type=args.machine_type, starting_replicas=args.starting_replica_count,
-            max_replicas=args.max_replica_count, batch_size=args.batch_size, signature=args.signature,
+            machine_type=args.machine_type or api.DEFAULT_MACHINE,
+            starting_replicas=args.starting_replica_count, max_replicas=args.max_replica_count,
+            batch_size=args.batch_size, signature=args.signature,
         )
     except JobError as exc:
         print(str(exc), file=err)

@@ -41,6 +41,7 @@ from jobs.local.spec import LocalRunError
 from serving.requests import MAX_BODY_BYTES
 
 WINDOW = 8  # requests in flight: enough to keep the server's batcher fed, each at most MAX_BODY_BYTES
+MAX_FILES = 10_000  # input files (output shards) of one run
 RETRY_S = 60.0  # how long a request the server is too busy for (429, 503) is retried
 REQUEST_TIMEOUT_S = 120.0
 RESULTS = "prediction.results"
@@ -91,6 +92,9 @@ def input_files(uris: tuple[str, ...], local_root: Path) -> list[Path]:
     for uri in uris:
         pattern = to_local(uri, local_root, "--input")
         found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if len(files) + len(found) > MAX_FILES:
+            raise LocalRunError("--input", f"{short(uri)} matches {len(found)} files",
+                                f"at most {MAX_FILES} files in all (each is an output shard)")
         if not found:
             raise LocalRunError("--input", f"{short(uri)} matches no file under {local_root / 'gs'}",
                                 "a gs:// URI of existing .jsonl files (mapped under --local-root)")
@@ -140,14 +144,15 @@ def read_lines(path: Path, limit: int) -> Iterator[tuple[int, bytes]]:
             if not raw:
                 return
             number += 1
-            line = raw.strip()
-            if len(line) > limit:
+            # The line as written counts (padding too): one cut short at the read's end is over the limit.
+            if len(raw.rstrip(b"\r\n")) > limit:
                 raise LocalRunError(
                     "--input",
                     f"{_shown(path)} line {number} is over {limit:,} bytes, more than fits the server's "
                     f"request body limit of {MAX_BODY_BYTES:,} bytes",
                     "one JSON instance per line, each under the limit",
                 )
+            line = raw.strip()
             if line:
                 yield number, line
 

@@ -253,3 +253,27 @@ def test_help_and_dry_run_are_light(args, script_env):
     result = probe(["batch-predict", *args], script_env)
     assert result.returncode == 0, result.stderr
     assert heavy_modules(result.stderr) == ""
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--local", "--machine-type", "n1-standard-8"],
+     "--machine-type is for a job on Vertex AI, not with --local"),
+    (["--local", "--env", "prod"], "--env is for a job on Vertex AI, not with --local"),
+    (["--local-root", "/tmp"], "--local-root is for --local"),
+])
+def test_flags_of_the_other_mode_are_refused(extra, expected, cli, capsys):
+    rc, out, err = cli([*ARGS, *extra])
+    err += capsys.readouterr().err  # argparse writes to sys.stderr itself
+    assert rc == 2 and out == ""
+    assert err.splitlines() == [f"run_job.py batch-predict: error: {expected} (see --help)"]
+
+
+def test_a_padded_line_over_the_limit_is_refused_by_its_length(cli, tmp_path):
+    root = tmp_path / "local"
+    model = tmp_path / "model"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"")
+    # Whitespace the line's JSON does not need still makes it more than a request may carry.
+    _write(root, "a.jsonl", b'{"x": 1}\n' + b" " * 2_000_000 + b'{"x": 2}\n{"x": 3}\n')
+    rc, out, err = _local(cli, model, root)
+    assert rc == 2 and " line 2 is over 1,499," in err, err
