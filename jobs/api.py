@@ -56,6 +56,7 @@ REEXPORTED = {
     "FollowJob": "jobs.cloud.plan",
     "RegistrationFailed": "jobs.cloud.register",
     "start_server": "jobs.local.server",  # the prediction server as a child process (serve, batch-predict)
+    "model_problem": "jobs.local.server",
     "kill_server": "jobs.local.server",
     "STOP_WAIT_S": "jobs.local.server",
     "HEALTH": "jobs.local.server",
@@ -593,7 +594,7 @@ def batch_request(
             parent=parent,
             display_name=f"{spec.model}-{spec.alias}-batch-{now.strftime('%Y%m%d-%H%M%S')}",
             service_account=str(outputs.get("runtime_service_account", "")),
-            labels={"model": spec.model.replace("_", "-")},
+            labels={"model": spec.model},
         )
     except (BatchError, SchemaError) as exc:
         raise _batch_error(exc) from None
@@ -626,19 +627,18 @@ def prepare_local_batch(
         check_signature,
     )
     from jobs.local.batch_predict import prepare
+    from jobs.local.server import model_problem
     from jobs.local.spec import LocalRunError
-    from serving.model import model_dir_problem
 
     try:
-        problem = model_dir_problem(model_dir)
+        problem = model_problem(model_dir)
         if problem:
-            shown = short(model_dir, SHORT_NAME, quote=False)
-            raise JobError(BATCH_VERB, "MODEL_DIR", one_line(problem.replace(model_dir, shown, 1)),
+            raise JobError(BATCH_VERB, "MODEL_DIR", problem,
                            "an exported SavedModel folder (a job's .../model) with --local")
         parameters = {"signature": check_signature(signature)} if signature else None
         check_batch_size(batch_size)
-        files, folder, count = prepare(model_dir, check_inputs(list(inputs)), check_output(output),
-                                       local_root, parameters)
+        files, folder, count = prepare(check_inputs(list(inputs)), check_output(output), local_root,
+                                       parameters)
     except (BatchError, LocalRunError) as exc:
         raise _batch_error(exc) from None
     return files, folder, count, parameters

@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from jobs.api import SHORT_NAME, one_line, short
 from jobs.cli.common import EXIT_BAD_INPUT, Parser
 from serving.cli import port
-from serving.model import model_dir_problem
 from trainer import contract
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -56,11 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
     args = build_parser().parse_args(argv)
-    problem = model_dir_problem(args.model_dir)
+    from jobs.api import model_problem
+
+    problem = model_problem(args.model_dir)
     if problem:
-        # The problem names MODEL_DIR as given: a hostile one (100 KB, newlines) is shown shortened.
-        problem = problem.replace(args.model_dir, short(args.model_dir, SHORT_NAME, quote=False), 1)
-        print(f"run_job.py serve: error: {one_line(problem)}", file=err)
+        print(f"run_job.py serve: error: {problem}", file=err)
         return EXIT_BAD_INPUT
     from jobs.api import HEALTH, PREDICT, STOP_WAIT_S, kill_server, start_server
 

@@ -261,7 +261,7 @@ def wait_ready(client: Client, proc) -> None:
 # --- the run --------------------------------------------------------------------------------------------
 
 
-def prepare(model_dir: str, inputs: tuple[str, ...], output: str, local_root: Path,
+def prepare(inputs: tuple[str, ...], output: str, local_root: Path,
             parameters: dict[str, Any] | None) -> tuple[list[Path], Path, int]:
     """Everything checked before anything starts: the input files (every line), the output folder."""
     files = input_files(inputs, local_root)

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from jobs.definition.errors import SHORT_NAME, one_line, short
+from serving.model import model_dir_problem
 from trainer import contract
 
 STOP_WAIT_S = 30  # after a stop signal, how long the server may take to finish the requests in flight
@@ -24,6 +26,16 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 ROUTES = {name: contract.SERVING_DEFAULTS[name] for name in (contract.HEALTH_ROUTE, contract.PREDICT_ROUTE)}
 HEALTH = ROUTES[contract.HEALTH_ROUTE]
 PREDICT = ROUTES[contract.PREDICT_ROUTE]
+
+
+def model_problem(model_dir: str) -> str | None:
+    """Why the server would refuse ``model_dir`` (missing, no SavedModel, over a limit), on one line; None
+    when it would load it. The problem names MODEL_DIR as given: a hostile one (100 KB, newlines) is shown
+    shortened."""
+    problem = model_dir_problem(model_dir)
+    if not problem:
+        return None
+    return one_line(problem.replace(model_dir, short(model_dir, SHORT_NAME, quote=False), 1))
 
 
 def start_server(model: str, *, host: str, port: int, repo_root: Path, **popen) -> subprocess.Popen:
