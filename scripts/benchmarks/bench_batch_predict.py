@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=100_000, help="synthetic users for (c)")
     args = parser.parse_args()
     model = args.model_dir or newest_model()
-    print(f"model: {model}")
+    print(f"model: {model}; 1-minute load average {os.getloadavg()[0]:.1f} (other work shows in each figure)")
 
     print("\n(a) dry-run of the batch prediction of jobs/recommender.yaml's registry model:")
     command = [*RUN_JOB, "recommender@production", "--input", "gs://acme-ml-dev-data/batch/users-*.jsonl",
