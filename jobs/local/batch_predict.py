@@ -215,11 +215,13 @@ class Client:
                     raise
         raise AssertionError("unreachable")
 
-    def ready(self) -> bool:
+    def signatures(self) -> list[str] | None:
+        """The model's signatures once the server is ready (its health answer lists them); None before."""
         try:
-            return self._request("GET", HEALTH)[0] == 200
+            status, data, _ = self._request("GET", HEALTH)
         except (OSError, http.client.HTTPException):
-            return False
+            return None
+        return sorted(json.loads(data)["signatures"]) if status == 200 else None
 
     def predict(self, lines: list[bytes]) -> list[tuple[bool, bytes]]:
         """(True, prediction JSON) or (False, error JSON) per line; a refused request is split into one
@@ -240,22 +242,31 @@ class Client:
             if len(predictions) != len(lines):
                 raise BatchFailed(f"{len(predictions)} predictions for {len(lines)} instances")
             return [(True, json.dumps(p, separators=(",", ":")).encode()) for p in predictions]
+        try:
+            refusal = json.loads(data)
+            message, field = str(refusal.get("error")), str(refusal.get("field"))
+        except (ValueError, AttributeError):
+            message, field = data[:1000].decode(errors="replace"), ""
+        if field.startswith("parameters"):  # every request would be refused alike: not an instance's fault
+            raise BatchFailed(f"the server refused the request: {message}")
         if len(lines) > 1:
             return [result for line in lines for result in self.predict([line])]
-        try:
-            message = str(json.loads(data).get("error") or data[:1000].decode(errors="replace"))
-        except ValueError:
-            message = data[:1000].decode(errors="replace")
         error = {"status": STATUS.get(status, f"HTTP_{status}"), "message": message}
         return [(False, json.dumps(error).encode())]
 
 
-def wait_ready(client: Client, proc) -> None:
-    while not client.ready():
+def wait_ready(client: Client, proc, parameters: dict[str, Any] | None) -> None:
+    """Until the server has loaded the model; a --signature the model does not have is refused then, before
+    anything is written."""
+    while (signatures := client.signatures()) is None:
         if proc.poll() is not None:
             raise BatchFailed(f"the server exited with status {proc.returncode} before it was ready (its "
                               "lines above say why)")
         time.sleep(0.2)
+    wanted = (parameters or {}).get("signature")
+    if wanted and wanted not in signatures:
+        problem = f"the model has no signature {short(wanted)}"
+        raise LocalRunError("--signature", problem, ", ".join(signatures))
 
 
 # --- the run --------------------------------------------------------------------------------------------
@@ -288,7 +299,7 @@ def run_batch(
     proc = start_server(model, host="127.0.0.1", port=port, repo_root=repo_root)
     try:
         client = Client(port, parameters)
-        wait_ready(client, proc)
+        wait_ready(client, proc, parameters)
         print(f"server ready on 127.0.0.1:{port}; writing {target}", file=out, flush=True)
         start = time.perf_counter()
         target.mkdir(parents=True)

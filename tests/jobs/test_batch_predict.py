@@ -277,3 +277,13 @@ def test_a_padded_line_over_the_limit_is_refused_by_its_length(cli, tmp_path):
     _write(root, "a.jsonl", b'{"x": 1}\n' + b" " * 2_000_000 + b'{"x": 2}\n{"x": 3}\n')
     rc, out, err = _local(cli, model, root)
     assert rc == 2 and " line 2 is over 1,499," in err, err
+
+
+def test_local_refuses_a_signature_the_model_lacks_before_writing(cli, toy, tmp_path):
+    root = tmp_path / "local"
+    _write(root, "a.jsonl", '{"x": 1, "name": "a"}\n')
+    rc, out, err = _local(cli, toy, root, "--signature", "top_k")
+    assert rc == 2, err
+    assert err.splitlines() == ["batch-predict: --signature: the model has no signature 'top_k'; allowed: "
+                                "serving_default, sum"]
+    assert not (root / "gs/out").exists()
