@@ -55,6 +55,15 @@ REEXPORTED = {
     "FollowInterrupted": "jobs.cloud.plan",  # what executing a plan can end with besides its job
     "FollowJob": "jobs.cloud.plan",
     "RegistrationFailed": "jobs.cloud.register",
+    "start_server": "jobs.local.server",  # the prediction server as a child process (serve, batch-predict)
+    "model_problem": "jobs.local.server",
+    "kill_server": "jobs.local.server",
+    "STOP_WAIT_S": "jobs.local.server",
+    "HEALTH": "jobs.local.server",
+    "PREDICT": "jobs.local.server",
+    "BatchFailed": "jobs.local.batch_predict",  # a local batch prediction that could not go on
+    "DEFAULT_BATCH_SIZE": "jobs.definition.batch_prediction",
+    "DEFAULT_MACHINE": "jobs.definition.batch_prediction",
 }
 
 
@@ -545,3 +554,104 @@ def _largest(conversion) -> str:
         return len(json.dumps(value, default=str))
 
     return max((prefix for prefix, _ in conversion.blame), key=size, default="(file)")
+
+
+# --- batch prediction (run_job.py batch-predict) --------------------------------------------------------
+
+BATCH_VERB = "batch-predict"  # the file part of a batch prediction's refusals
+
+
+def _batch_error(exc) -> JobError:
+    return JobError(BATCH_VERB, exc.path, exc.problem, exc.allowed)
+
+
+def batch_request(
+    model_ref: str,
+    inputs: Sequence[str],
+    output: str,
+    *,
+    outputs: Mapping[str, str],
+    now: datetime,
+    machine_type: str,
+    starting_replicas: int,
+    max_replicas: int | None,
+    batch_size: int,
+    signature: str,
+) -> dict:
+    """The CreateBatchPredictionJobRequest (JSON form) of a registry version in ``outputs``' project and
+    region, run as the environment's runtime account: what --dry-run prints and the submit sends."""
+    from jobs.definition.batch_prediction import BatchError, batch_spec
+    from jobs.definition.batch_prediction import batch_request as request
+    from jobs.definition.schema import SchemaError
+
+    try:
+        spec = batch_spec(model_ref, list(inputs), output, machine_type=machine_type,
+                          starting_replicas=starting_replicas, max_replicas=max_replicas,
+                          batch_size=batch_size, signature=signature)
+        parent = f"projects/{outputs['project']}/locations/{outputs['region']}"
+        return request(
+            spec,
+            parent=parent,
+            display_name=f"{spec.model}-{spec.alias}-batch-{now.strftime('%Y%m%d-%H%M%S')}",
+            service_account=str(outputs.get("runtime_service_account", "")),
+            labels={"model": spec.model},
+        )
+    except (BatchError, SchemaError) as exc:
+        raise _batch_error(exc) from None
+
+
+def submit_batch(request: dict, factory: Callable | None, out: TextIO, *, wait: bool) -> dict:
+    """Create the batch prediction job and, with ``wait``, follow it to its end; returns it as last read."""
+    from jobs.cloud.batch import submit_batch as submit
+
+    project, region = request["parent"].split("/")[1::2]
+    return submit(clients(factory, project, region), request, out, wait=wait)
+
+
+def prepare_local_batch(
+    model_dir: str,
+    inputs: Sequence[str],
+    output: str,
+    *,
+    local_root: Path,
+    batch_size: int,
+    signature: str,
+):
+    """Everything a local batch prediction checks before it starts the server or writes anything:
+    (input files, output folder, instance count, request parameters); JobError names the flag."""
+    from jobs.definition.batch_prediction import (
+        BatchError,
+        check_batch_size,
+        check_inputs,
+        check_output,
+        check_signature,
+    )
+    from jobs.local.batch_predict import prepare
+    from jobs.local.server import model_problem
+    from jobs.local.spec import LocalRunError
+
+    try:
+        problem = model_problem(model_dir)
+        if problem:
+            raise JobError(BATCH_VERB, "MODEL_DIR", problem,
+                           "an exported SavedModel folder (a job's .../model) with --local")
+        parameters = {"signature": check_signature(signature)} if signature else None
+        check_batch_size(batch_size)
+        files, folder, count = prepare(check_inputs(list(inputs)), check_output(output), local_root,
+                                       parameters)
+    except (BatchError, LocalRunError) as exc:
+        raise _batch_error(exc) from None
+    return files, folder, count, parameters
+
+
+def run_local_batch(model_dir: str, files, folder: Path, *, parameters, batch_size: int, repo_root: Path,
+                    out: TextIO):
+    """Serve ``model_dir`` here and stream ``files`` through it (see jobs.local.batch_predict): a Summary."""
+    from jobs.local.batch_predict import run_batch
+    from jobs.local.spec import LocalRunError
+
+    try:
+        return run_batch(model_dir, files, folder, parameters=parameters, batch_size=batch_size,
+                         repo_root=repo_root, out=out)
+    except LocalRunError as exc:  # a line that changed since the first pass: the run stops at it
+        raise _batch_error(exc) from None

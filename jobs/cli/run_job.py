@@ -438,12 +438,28 @@ def _serve(argv: list[str], call: Call) -> int:
     return serve.main(argv, out=call.out, err=call.err, repo_root=call.repo_root)
 
 
+def _batch_predict(argv: list[str], call: Call) -> int:
+    """A batch prediction on Vertex AI, or here with --local (jobs/cli/batch_predict.py)."""
+    from jobs.cli import batch_predict
+
+    return batch_predict.main(
+        argv, factory=call.factory, out=call.out, err=call.err, repo_root=call.repo_root,
+        outputs=call.outputs, now=call.now,
+    )
+
+
 # The verbs, checked on the first argument before JOB_FILE is parsed: each gets the arguments after it and has
 # its own parser and --help. A job file named like a verb is given as a path: ./report.
-VERBS: dict[str, Callable[[list[str], Call], int]] = {"convert": _convert, "report": _report, "serve": _serve}
+VERBS: dict[str, Callable[[list[str], Call], int]] = {
+    "convert": _convert,
+    "report": _report,
+    "serve": _serve,
+    "batch-predict": _batch_predict,
+}
 # Each verb as --help lists it; written here, as importing the verbs' modules would be heavier than the help.
 VERB_HELP = {
     "convert": ("convert LEGACY_FILE", "a legacy AI Platform Training config or script -> a definition"),
     "report": ("report RESOURCE_NAME", "an earlier job's report: a study's trials, a CustomJob's metrics"),
     "serve": ("serve MODEL_DIR", "serve an exported SavedModel here as its Model Registry entry serves it"),
+    "batch-predict": ("batch-predict MODEL@ALIAS", "JSONL through a registry version on Vertex AI, or here"),
 }

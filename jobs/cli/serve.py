@@ -16,25 +16,18 @@ SIGTERM to this process alone); on Linux it is also told to stop if this process
 from __future__ import annotations
 
 import argparse
-import ctypes
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import TextIO
 
-from jobs.api import SHORT_NAME, one_line, short
-from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser
+from jobs.cli.common import EXIT_BAD_INPUT, Parser
 from serving.cli import port
-from serving.model import model_dir_problem
 from trainer import contract
 
-STOP_WAIT_S = 30  # after a stop signal, how long the server may take to finish the requests in flight
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,30 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
     args = build_parser().parse_args(argv)
-    problem = model_dir_problem(args.model_dir)
+    from jobs.api import model_problem
+
+    problem = model_problem(args.model_dir)
     if problem:
-        # The problem names MODEL_DIR as given: a hostile one (100 KB, newlines) is shown shortened.
-        problem = problem.replace(args.model_dir, short(args.model_dir, SHORT_NAME, quote=False), 1)
-        print(f"run_job.py serve: error: {one_line(problem)}", file=err)
+        print(f"run_job.py serve: error: {problem}", file=err)
         return EXIT_BAD_INPUT
+    from jobs.api import HEALTH, PREDICT, STOP_WAIT_S, kill_server, start_server
+
     model = str(Path(args.model_dir).resolve())
-    defaults = contract.SERVING_DEFAULTS
-    routes = {name: defaults[name] for name in (contract.HEALTH_ROUTE, contract.PREDICT_ROUTE)}
-    env = {
-        **os.environ,
-        **routes,
-        contract.STORAGE_URI: model,
-        contract.HTTP_PORT: str(args.port),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
-    }
     url = f"http://{args.host}:{args.port}" if args.port else "a free port (the server's first line names it)"
-    health, predict = routes[contract.HEALTH_ROUTE], routes[contract.PREDICT_ROUTE]
+    health, predict = HEALTH, PREDICT
     print(
         f"serving {model} on {url} (POST {predict}; GET {health} is 200 once it is loaded); Ctrl-C stops it",
         file=out,
         flush=True,
     )
-    command = [sys.executable, "-m", contract.SERVE_MODULE, "--host", args.host]
     stopping: list[int] = []
     children: list[subprocess.Popen] = []
 
@@ -98,8 +83,7 @@ def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     previous = {signum: signal.signal(signum, forward) for signum in FORWARDED} if main_thread else {}
     try:
-        proc = subprocess.Popen(command, cwd=repo_root, env=env, start_new_session=True,
-                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        proc = start_server(model, host=args.host, port=args.port, repo_root=repo_root)
         children.append(proc)
         if stopping:  # signalled while it was starting
             proc.send_signal(signal.SIGTERM)
@@ -111,18 +95,8 @@ def main(argv: list[str], *, out: TextIO, err: TextIO, repo_root: Path) -> int:
                 if stopping and deadline is None:
                     deadline = time.monotonic() + STOP_WAIT_S
                 if deadline is not None and time.monotonic() > deadline:
-                    return _kill(proc)
+                    return kill_server(proc)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
-
-def _kill(proc: subprocess.Popen) -> int:
-    proc.kill()
-    proc.wait()
-    return EXIT_INTERRUPTED
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when run_job.py dies, however it dies."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from common.model_registry import LABEL_FILTER
 from jobs.definition.body import split_gs
-from jobs.definition.kinds import JOB_KINDS
+from jobs.definition.kinds import RESOURCE_KINDS
 
 TERMINAL_STATES = frozenset(
     {
@@ -124,17 +124,17 @@ class VertexJobs:
         return _message_json(message)
 
     def create(self, kind: str, parent: str, body: dict[str, Any]) -> dict[str, Any]:
-        create, _, _ = JOB_KINDS[kind].sdk_methods
-        job = getattr(self.client, create)(parent=parent, **{JOB_KINDS[kind].sdk: self._message(kind, body)})
+        row = RESOURCE_KINDS[kind]
+        job = getattr(self.client, row.sdk_methods[0])(parent=parent, **{row.sdk: self._message(kind, body)})
         return self._to_json(job)
 
     def get(self, kind: str, name: str) -> dict[str, Any]:
-        job = getattr(self.client, JOB_KINDS[kind].sdk_methods[1])(name=name)
+        job = getattr(self.client, RESOURCE_KINDS[kind].sdk_methods[1])(name=name)
         return self._to_json(job)
 
     def find_live(self, kind: str, parent: str, label: str, value: str) -> dict[str, Any] | None:
         """The newest job carrying ``label=value`` that has not ended, if any."""
-        pager = getattr(self.client, JOB_KINDS[kind].sdk_methods[2])(
+        pager = getattr(self.client, RESOURCE_KINDS[kind].sdk_methods[2])(
             request={"parent": parent, "filter": f'labels.{label}="{value}"'}
         )
         live = [self._to_json(job) for job in pager]

@@ -44,6 +44,15 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
     )
 }
+# A BatchPredictionJob is no definition's kind (`run_job.py batch-predict` makes it from flags); the cloud
+# client creates, reads and follows it by the same row.
+BATCH_PREDICTION_JOB = "BatchPredictionJob"
+RESOURCE_KINDS: dict[str, JobKind] = {
+    **JOB_KINDS,
+    BATCH_PREDICTION_JOB: JobKind(
+        BATCH_PREDICTION_JOB, "", "batchPredictionJob", "batchPredictionJobs", "batch_prediction_job", False
+    ),
+}
 KINDS = tuple(JOB_KINDS)  # the names, in this order wherever they are listed
 KIND_BY_COLLECTION = {k.collection: k for k in JOB_KINDS.values()}
 

@@ -270,6 +270,26 @@ def _serving(value: Any) -> str:
     )
 
 
+# --- a model named on the command line -------------------------------------------------------------------
+
+MODEL_REF = "MODEL@ALIAS"
+# A version id (Vertex AI numbers versions 1, 2, ...): ``<model>@<version id>`` names it as an alias does.
+VERSION_ID = re.compile(r"[1-9][0-9]{0,18}")
+MODEL_REF_RULE = (
+    f"<model id>@<alias or version id>, e.g. recommender@production or recommender@3 (model id: "
+    f"{MODEL_ID_RULE}; alias: {ALIAS_RULE})"
+)
+
+
+def parse_model_ref(text: str) -> tuple[str, str]:
+    """``MODEL@ALIAS`` -> (model id, alias or version id): the registry version a command names, which Vertex
+    AI resolves as ``projects/<p>/locations/<r>/models/<model>@<alias>``. RegistryError for anything else."""
+    model, at, alias = text.partition("@") if isinstance(text, str) else ("", "", "")
+    if not at or not MODEL_ID.fullmatch(model) or not (ALIAS.fullmatch(alias) or VERSION_ID.fullmatch(alias)):
+        raise RegistryError(MODEL_REF, f"{short(text)} is not a registry model and alias", MODEL_REF_RULE)
+    return model, alias
+
+
 # --- a finished job's model -------------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import importlib.util
 import sys
 import types
 
-from jobs.definition.kinds import JOB_KINDS, KINDS
+from jobs.definition.kinds import JOB_KINDS, KINDS, RESOURCE_KINDS, JobKind
 
 _PACKAGE = "google.cloud.aiplatform_v1"
 _TYPES = _PACKAGE + ".types"
@@ -29,21 +29,30 @@ def job_message_class(kind: str) -> type:
 def job_message_classes() -> tuple[type, ...]:
     """Each kind's proto-plus class, in KINDS order (CustomJob, HyperparameterTuningJob): the kinds' table
     names the class (the kind) and its module (``types.<sdk>``)."""
+    return _message_classes(tuple(JOB_KINDS.values()))
+
+
+def resource_message_class(kind: str) -> type:
+    """The proto-plus class of any resource the cloud client creates (a job kind, a BatchPredictionJob)."""
+    return _message_classes((RESOURCE_KINDS[kind],))[0]
+
+
+def _message_classes(rows: tuple[JobKind, ...]) -> tuple[type, ...]:
     if _PACKAGE not in sys.modules:
         try:
-            return _light_import()
+            return _light_import(rows)
         except Exception:  # noqa: BLE001 - any surprise in the package layout: fall back to the full import
             for name in [n for n in sys.modules if n == _PACKAGE or n.startswith(_PACKAGE + ".")]:
                 if not isinstance(getattr(sys.modules[name], "__file__", None), str):
                     del sys.modules[name]
-    return _classes()
+    return _classes(rows)
 
 
-def _classes() -> tuple[type, ...]:
-    return tuple(getattr(importlib.import_module(f"{_TYPES}.{k.sdk}"), k.name) for k in JOB_KINDS.values())
+def _classes(rows: tuple[JobKind, ...]) -> tuple[type, ...]:
+    return tuple(getattr(importlib.import_module(f"{_TYPES}.{k.sdk}"), k.name) for k in rows)
 
 
-def _light_import() -> tuple[type, ...]:
+def _light_import(rows: tuple[JobKind, ...]) -> tuple[type, ...]:
     spec = importlib.util.find_spec(_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(_PACKAGE)
@@ -54,7 +63,7 @@ def _light_import() -> tuple[type, ...]:
         module.__path__ = path
         sys.modules[name] = module
     try:
-        classes = _classes()
+        classes = _classes(rows)
     finally:
         for name in stubs:
             sys.modules.pop(name, None)

@@ -27,6 +27,7 @@ from jobs.cloud.client import (
     tag_resource_name,
 )
 from jobs.definition.image import VARIANTS
+from tests.jobs.fake_batch import FakeBatch
 from tests.jobs.fake_logging import RESET, FakeLogging
 from tests.jobs.helpers import IMAGE_HASH, OUTPUTS
 
@@ -79,6 +80,7 @@ class FakeVertex:
     merge_errors: list[str] = field(default_factory=list)
     logging: FakeLogging = field(default_factory=FakeLogging)
     fixed: set[str] = field(default_factory=set)  # jobs from add_job: returned as stored, state included
+    batch: FakeBatch = field(default_factory=FakeBatch)  # BatchPredictionJobs (tests/jobs/fake_batch.py)
 
     def add_job(self, name: str, job: dict) -> None:
         """A job that exists already, e.g. one that ended last week; GETs return it unchanged."""
@@ -130,6 +132,8 @@ class FakeVertex:
         path = unquote(path).removeprefix("/v1/").removeprefix("/ui/")
         if "/tags/" in path or path.endswith("/builds") or "/builds/" in path:
             return self._registry_or_build(method, path, query, body)
+        if self.batch.owns(path):
+            return self.batch.handle(method, path, body, self.models)
         if "/models" in path:
             return self._model_service(method, path, query, body or {})
         collection = next((c for c in COLLECTIONS if path.endswith("/" + c)), None)

@@ -38,6 +38,13 @@ def _saved_model(tmp_path) -> str:
     return str(model)
 
 
+def _batch_input(tmp_path) -> list[str]:
+    (tmp_path / "local/gs/bkt/in").mkdir(parents=True)
+    (tmp_path / "local/gs/bkt/in/a.jsonl").write_text('{"x": 1}\n')
+    local = str(tmp_path / "local")
+    return ["--input", "gs://bkt/in/a.jsonl", "--output", "gs://bkt/out/", "--local-root", local]
+
+
 VERBS = {
     "help": lambda tmp: ["--help"],
     "help-all": lambda tmp: ["--help-all"],
@@ -47,6 +54,9 @@ VERBS = {
     "serve": lambda tmp: ["serve", _saved_model(tmp), "--port", "0"],
     "local": lambda tmp: [str(JOBS_DIR / "census_cpu.yaml"), "--local", "--local-root", str(tmp / "local")],
     "report": None,
+    "batch-dry-run": lambda tmp: ["batch-predict", "recommender@production", "--input", "gs://bkt/a.jsonl",
+                                  "--output", "gs://bkt/out/", "--dry-run"],
+    "batch-local": lambda tmp: ["batch-predict", _saved_model(tmp), "--local", *_batch_input(tmp)],
 }
 
 
@@ -79,6 +89,8 @@ def test_a_write_error_on_stdout_is_one_line_and_exit_1(verb, sink, tmp_path, sc
     assert result.returncode == 1
     if verb == "local":  # it stopped at its first line, before any replica started
         assert not list((tmp_path / "local").rglob(REPLICA_LOGS))
+    if verb == "batch-local":  # it stopped at its first line: no server started, nothing written
+        assert not list((tmp_path / "local").rglob("prediction-*"))
 
 
 def test_build_image_prints_its_tags_or_says_it_could_not(script_env):
