@@ -7,7 +7,8 @@ whose path is the field as written in the definition file.
 
 This module runs the checks in order; they live by area: ``validate_text`` (control characters, gs:// URIs),
 ``validate_job`` (name, labels, KMS key, service account, network, TensorBoard, outputs), ``validate_pools``
-(pool shapes, machines, env, images, replicas) and ``validate_trainer`` (the study and the trainer's spec).
+(pool shapes, machines, env, images, replicas), ``validate_scheduling`` (the capacity: Spot, FLEX_START)
+and ``validate_trainer`` (the study and the trainer's spec).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from jobs.definition.validate_pools import (
     check_replicas_run_the_chiefs_program,
     runs_repo_trainer,
 )
+from jobs.definition.validate_scheduling import check_scheduling
 from jobs.definition.validate_text import check_text
 from jobs.definition.validate_trainer import check_registry_metric, check_study, check_trainer_spec
 
@@ -51,6 +53,7 @@ def validate(
     check_text(job)
     check_top(job)
     check_job_spec(job, spec_field(job.kind), accounts)
+    check_scheduling(job)
     study = check_study(job) if runs_study(job.kind) else None
     if job.registry is not None:
         check_registered_output(job)

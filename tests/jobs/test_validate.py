@@ -51,6 +51,26 @@ def _conditional(child: str, low: int, high: int, model: str = "wide_deep") -> d
     }
 
 
+SCHEDULING = "jobSpec.scheduling"
+TPU_V3 = {"machineType": "cloud-tpu", "acceleratorType": "TPU_V3", "acceleratorCount": 8}
+L4 = {"machineType": "g2-standard-8", "acceleratorType": "NVIDIA_L4", "acceleratorCount": 1}
+SPOT = {f"{SCHEDULING}.strategy": "SPOT"}
+FLEX = {f"{SCHEDULING}.strategy": "FLEX_START", f"{SCHEDULING}.maxWaitDuration": "7200s"}
+
+
+def _on(machine: dict, variant: str, workers: int = 0) -> dict:
+    """Mutations that run CUSTOM's chief (and ``workers`` replicas in pool 1, the same program) on
+    ``machine`` with the trainer image's ``variant``."""
+    mutations = {MACHINE: machine, **on_trainer_image(variant)}
+    if workers:
+        mutations["jobSpec.workerPoolSpecs.1"] = {
+            "machineSpec": dict(machine),
+            "replicaCount": workers,
+            "containerSpec": mutations[f"{POOL}.containerSpec"],
+        }
+    return mutations
+
+
 VALID = [
     (
         "script-with-newlines-and-env",
@@ -243,6 +263,19 @@ VALID = [
         TUNING,
         {f"{PARAM}.2": {"parameterId": "num-layers", "categoricalValueSpec": {"values": ["1", "2", "3"]}}},
     ),
+    # Capacity (jobs/definition/validate_scheduling.py)
+    ("spot-cpu", CUSTOM, SPOT),
+    ("spot-one-tpu-vm", CUSTOM, {**_on(TPU_V3, "tpu"), **SPOT}),
+    (
+        "spot-workers-restart-together",
+        CUSTOM,
+        {**_on({"machineType": "n1-standard-4"}, "cpu", workers=2), **SPOT,
+         f"{SCHEDULING}.restartJobOnWorkerRestart": True},
+    ),
+    ("flex-start-l4", CUSTOM, {**_on(L4, "gpu"), **FLEX}),
+    ("flex-start-waits-forever", CUSTOM, {**_on(L4, "gpu"), **FLEX, f"{SCHEDULING}.maxWaitDuration": "0s"}),
+    ("flex-start-l4-workers", CUSTOM, {**_on(L4, "gpu", workers=1), **FLEX}),
+    ("standard-by-name", CUSTOM, {f"{SCHEDULING}.strategy": "STANDARD"}),
 ]
 
 
@@ -839,6 +872,100 @@ INVALID = [
         },
         "jobSpec.workerPoolSpecs.1.pythonPackageSpec.executorImageUri",
         "worker pool 1 runs another program than the chief",
+    ),
+    # Capacity (jobs/definition/validate_scheduling.py)
+    (
+        "unknown-strategy",
+        CUSTOM,
+        {f"{SCHEDULING}.strategy": "CHEAP"},
+        f"{SCHEDULING}.strategy",
+        "invalid value 'CHEAP' for Strategy",
+    ),
+    (
+        "deprecated-strategy",
+        CUSTOM,
+        {f"{SCHEDULING}.strategy": "LOW_COST"},
+        f"{SCHEDULING}.strategy",
+        "LOW_COST is deprecated; allowed: SPOT; STANDARD, SPOT, FLEX_START (STANDARD when left out)",
+    ),
+    (
+        "spot-on-a-tpu-pod",
+        CUSTOM,
+        {**_on(TPU_V3, "tpu", workers=1), **SPOT, f"{SCHEDULING}.restartJobOnWorkerRestart": True},
+        f"{SCHEDULING}.strategy",
+        "SPOT is not available on TPU pods (this job has 2 TPU VMs); allowed: STANDARD, or SPOT with a",
+    ),
+    (
+        "spot-workers-without-restart",
+        CUSTOM,
+        {**_on({"machineType": "n1-standard-4"}, "cpu", workers=2), **SPOT},
+        f"{SCHEDULING}.restartJobOnWorkerRestart",
+        "a SPOT job of 3 replicas restarts a preempted replica alone",
+    ),
+    (
+        "restart-disabled-by-disable-retries",
+        CUSTOM,
+        {f"{SCHEDULING}.restartJobOnWorkerRestart": True, f"{SCHEDULING}.disableRetries": True},
+        f"{SCHEDULING}.disableRetries",
+        "true overrides restartJobOnWorkerRestart: true to false",
+    ),
+    (
+        "flex-start-without-max-wait",
+        CUSTOM,
+        {**_on(L4, "gpu"), f"{SCHEDULING}.strategy": "FLEX_START"},
+        f"{SCHEDULING}.maxWaitDuration",
+        "missing: FLEX_START queues for its GPUs for at most this long; allowed: a duration such as 7200s",
+    ),
+    (
+        "flex-start-negative-wait",
+        CUSTOM,
+        {**_on(L4, "gpu"), **FLEX, f"{SCHEDULING}.maxWaitDuration": "-60s"},
+        f"{SCHEDULING}.maxWaitDuration",
+        "'-60s' is not a duration of 0s or more",
+    ),
+    (
+        "flex-start-wait-not-a-duration",
+        CUSTOM,
+        {**_on(L4, "gpu"), **FLEX, f"{SCHEDULING}.maxWaitDuration": "2h"},
+        f"{SCHEDULING}.maxWaitDuration",
+        "not a duration: '2h'",
+    ),
+    (
+        "flex-start-on-a-t4",
+        CUSTOM,
+        {**_on({"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1},
+               "gpu"), **FLEX},
+        f"{MACHINE}.acceleratorType",
+        "FLEX_START does not provision NVIDIA_TESLA_T4; allowed: NVIDIA_L4, NVIDIA_TESLA_A100",
+    ),
+    (
+        "flex-start-on-cpu",
+        CUSTOM,
+        FLEX,
+        f"{MACHINE}.acceleratorType",
+        "FLEX_START does not provision a machine without GPUs",
+    ),
+    (
+        "flex-start-mixed-machines",
+        CUSTOM,
+        {**_on(L4, "gpu", workers=1), **FLEX,
+         "jobSpec.workerPoolSpecs.1.machineSpec": {**L4, "machineType": "g2-standard-12"}},
+        "jobSpec.workerPoolSpecs.1.machineSpec",
+        "FLEX_START needs the same machine in every worker pool",
+    ),
+    (
+        "flex-start-over-7-days",
+        CUSTOM,
+        {**_on(L4, "gpu"), **FLEX, f"{SCHEDULING}.timeout": "700000s"},
+        f"{SCHEDULING}.timeout",
+        "'700000s' is longer than FLEX_START runs a job; allowed: at most 604800s (7 days)",
+    ),
+    (
+        "flex-start-trials",
+        TUNING,
+        {"trialJobSpec.scheduling": {"strategy": "FLEX_START"}},
+        "trialJobSpec.scheduling.maxWaitDuration",
+        "missing: FLEX_START",
     ),
 ]
 
