@@ -335,10 +335,25 @@ def run_local(
     resume: bool,
     strict_accelerators: bool,
     stream: TextIO,
+    preempt_after: float | None = None,
 ) -> int:
-    """Run a compiled job on this machine (``run_job.py --local``); returns its exit status."""
+    """Run a compiled job on this machine (``run_job.py --local``); returns its exit status.
+
+    ``preempt_after``: preempt a Spot job's replicas that many seconds after they start, then restart them
+    (``jobs.local.preemption``); JobError for a job that is not on Spot capacity."""
     from jobs.local.run import run_local as run
 
+    preemption = None
+    if preempt_after is not None:
+        from jobs.definition.kinds import spec_field
+        from jobs.local.preemption import Preemption, check
+        from jobs.local.spec import LocalRunError
+
+        try:
+            check(job.kind, job.body.get(spec_field(job.kind)) or {})
+        except LocalRunError as exc:
+            raise job.error(exc.path, exc.problem, exc.allowed) from None
+        preemption = Preemption(preempt_after)
     return run(
         job.kind,
         job.body,
@@ -348,6 +363,7 @@ def run_local(
         resume=resume,
         strict_accelerators=strict_accelerators,
         stream=stream,
+        preemption=preemption,
     )
 
 

@@ -11,7 +11,7 @@ import time
 
 import keras
 
-from trainer.contract import METRIC_FLAG
+from trainer.contract import BACKUP_METADATA, METRIC_FLAG
 
 log = logging.getLogger("trainer")
 
@@ -133,12 +133,15 @@ class PreemptionGuard(keras.callbacks.Callback):
     """Turn SIGTERM (how Vertex AI preempts a replica) into a clean stop between two training steps.
 
     The last completed epoch is already in BackupAndRestore's backup; a restarted run resumes there.
+    ``Preempted`` says where training stopped (the epoch and step), which is what the restart trains again.
     """
 
     def __init__(self):
         super().__init__()
         self.received = False
         self._previous = None
+        self._epoch = 0
+        self._where = "before the first epoch"
 
     def _handle(self, signum, frame):
         self.received = True
@@ -150,14 +153,27 @@ class PreemptionGuard(keras.callbacks.Callback):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
 
-    def _check(self, *args, **kwargs):
+    def _check(self):
         if self.received:
             self.on_train_end()
-            raise Preempted("SIGTERM received")
+            raise Preempted(f"SIGTERM received {self._where}")
 
-    on_train_batch_end = _check
-    on_test_batch_end = _check
-    on_epoch_end = _check
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch + 1
+        self._where = f"in epoch {self._epoch} before its first step"
+
+    def on_train_batch_end(self, batch, logs=None):
+        steps = (self.params or {}).get("steps")
+        self._where = f"in epoch {self._epoch} after step {batch + 1}" + (f" of {steps}" if steps else "")
+        self._check()
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._where = f"in epoch {self._epoch}'s validation"
+        self._check()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._where = f"at the end of epoch {epoch + 1}"
+        self._check()
 
 
 class Diverged(Exception):
@@ -230,7 +246,7 @@ def read_backup_epoch(backup_dir: str) -> int:
     """The epoch BackupAndRestore will resume from (0 when there is no backup)."""
     import tensorflow as tf
 
-    path = f"{backup_dir}/training_metadata.json"
+    path = f"{backup_dir}/{BACKUP_METADATA}"
     try:
         if not tf.io.gfile.exists(path):
             return 0

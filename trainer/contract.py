@@ -28,6 +28,13 @@ OUTPUT_DIRS: dict[str, str] = {"model": MODEL_DIR, "checkpoints": CHECKPOINT_DIR
 # (trainer.train), read back by `run_job.py report` for a CustomJob.
 METRICS_FILE = "metrics.json"
 
+# Keras's BackupAndRestore record in a replica's backup folder (AIP_CHECKPOINT_DIR; a multi-worker replica's
+# <AIP_CHECKPOINT_DIR>/<its name>): {"epoch": <epochs completed>, ...}, gone once training completes. The
+# trainer resumes from it; `run_job.py --local --preempt-after` reads it to say what a preemption cost.
+BACKUP_METADATA = "training_metadata.json"
+# The trainer's log line at the end of each epoch ("epoch 3/8 accuracy=0.8512 ... (1.2 s)").
+EPOCH_LINE = r"epoch (\d+)/(\d+) "
+
 # The cluster of a multi-replica job: Vertex AI's own description (worker pools) and TensorFlow's (roles).
 CLUSTER_SPEC = "CLUSTER_SPEC"
 TF_CONFIG = "TF_CONFIG"

@@ -84,9 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(exc)
     except Diverged as exc:
         return _usage_error(exc, EXIT_FAILED)
-    except Preempted:
-        log.warning("stopped by SIGTERM; the last completed epoch is backed up in %s: "
-                    "run again with the same arguments to resume", dirs.checkpoints)
+    except Preempted as exc:
+        log.warning("stopped by SIGTERM (%s); the last completed epoch is backed up in %s: "
+                    "run again with the same arguments to resume", exc, dirs.checkpoints)
         return EXIT_PREEMPTED
     log.info("done in %.1f s of training: %s", result.train_seconds,
              " ".join(f"{k}={v:.4f}" for k, v in sorted(result.metrics.items())))

@@ -132,7 +132,25 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     local.add_argument(
         "--local-root", type=Path, metavar="DIR", help="where gs:// paths live (default .local/)"
     )
+    local.add_argument(
+        "--preempt-after",
+        type=_seconds,
+        metavar="SECONDS",
+        help="a SPOT job: preempt its replicas once, SECONDS after they start, as Compute Engine preempts a "
+        "Spot VM (SIGTERM, SIGKILL 30 s later), then restart them to resume from their backup",
+    )
     return p
+
+
+def _seconds(text: str) -> float:
+    """--preempt-after's value: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
 
 def add_gcloud_flags(p: argparse.ArgumentParser) -> None:
@@ -216,6 +234,8 @@ def main(
         return VERBS[argv[0]](argv[1:], call)
     parser = build_parser(description)
     args = parser.parse_args(argv)
+    if args.preempt_after is not None and not args.local:
+        parser.error("--preempt-after preempts the replicas of a --local run; add --local")
     if args.report_dir is not None and (args.local or args.no_wait):
         parser.error(
             "--report-dir is for a tuning job followed to its end on Vertex AI: not with --no-wait, nor with "
@@ -272,6 +292,7 @@ def _run_local(job, args, outputs, repo_root: Path, out: TextIO) -> int:
             resume=args.resume,
             strict_accelerators=args.strict_accelerators,
             stream=out,
+            preempt_after=args.preempt_after,
         )
     except KeyboardInterrupt:  # the local runner handles Ctrl-C itself; this covers its very first moments
         return EXIT_INTERRUPTED

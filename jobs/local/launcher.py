@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.local import environment
@@ -20,6 +20,8 @@ from jobs.local.spec import JobSpec
 from trainer.contract import HP_METRIC_FILE, WORKER_POOLS
 
 GRACE_S = 10.0
+# What Compute Engine gives a Spot VM it preempts: SIGTERM (ACPI soft off), then 30 s before it is stopped.
+SPOT_GRACE_S = 30.0
 
 
 def _load_prctl():
@@ -46,6 +48,21 @@ class Replica:
     proc: subprocess.Popen
     log_path: Path
     returncode: int | None = None
+    # What started it, so that a preempted replica restarts exactly as it started (same AIP_* dirs and ports).
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    log_offset: int = 0  # where the current attempt's lines start in its log
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How one replica ended when it was stopped: its exit status, and whether SIGKILL had to end it."""
+
+    name: str
+    returncode: int | None
+    killed: bool
+    seconds: float
 
 
 @dataclass
@@ -86,22 +103,40 @@ class JobRun:
             self.returncode = 0
         return self.returncode
 
-    def terminate(self, grace_s: float = GRACE_S) -> None:
+    def terminate(self, grace_s: float = GRACE_S) -> list[Stopped]:
+        """SIGTERM every live replica's group, SIGKILL those still running after ``grace_s``; how each of
+        them ended."""
         live = [r for r in self.replicas if r.proc.poll() is None]
+        started = time.monotonic()
         for rep in live:
             _signal_group(rep.proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
+        deadline = started + grace_s
+        stopped = []
         for rep in live:
+            killed = False
             try:
                 rep.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _signal_group(rep.proc, signal.SIGKILL)
                 rep.proc.wait()
+                killed = True
+            stopped.append(Stopped(rep.name, rep.proc.returncode, killed, time.monotonic() - started))
         for rep in self.replicas:
             # Stray grandchildren of a finished replica share its group; make sure they go too.
             _signal_group(rep.proc, signal.SIGKILL)
             if rep.returncode is None:
                 rep.returncode = rep.proc.poll()
+        return stopped
+
+    def preempt(self, grace_s: float = SPOT_GRACE_S) -> list[Stopped]:
+        """Stop every replica as Compute Engine stops a preempted Spot VM (``terminate`` with its grace
+        period), then start each again with the same argv and environment, its log continued: a restarted
+        trainer finds its BackupAndRestore backup in the same AIP_CHECKPOINT_DIR. The job's clock runs on."""
+        stopped = self.terminate(grace_s)
+        for rep in self.replicas:
+            rep.proc, rep.log_offset = _spawn(rep.name, rep.argv, rep.env, rep.log_path, rep.cwd, append=True)
+            rep.returncode = None
+        return stopped
 
     def wait(self, interval: float = 0.2) -> int:
         while (rc := self.poll()) is None:
@@ -172,23 +207,35 @@ def start_job(
         folder.mkdir(parents=True, exist_ok=True)
     run = JobRun(replicas=[], started=time.monotonic(), timeout_s=job.timeout_s)
     for name, argv, env, log_path in launches:
-        with open(log_path, "wb") as log:
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=run_dir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent if _PRCTL else None,
-                )
-            except (OSError, ValueError) as exc:  # ValueError: what exec cannot pass (spec.py refuses it)
-                run.terminate()
-                raise RuntimeError(f"cannot start {name}: {exc}") from exc
-        run.replicas.append(Replica(name=name, proc=proc, log_path=log_path))
+        try:
+            proc, _ = _spawn(name, argv, env, log_path, run_dir)
+        except RuntimeError:
+            run.terminate()
+            raise
+        run.replicas.append(Replica(name=name, proc=proc, log_path=log_path, argv=argv, env=env, cwd=run_dir))
     return run
+
+
+def _spawn(name: str, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None,
+           append: bool = False) -> tuple[subprocess.Popen, int]:
+    """Start one replica in its own session, its output to ``log_path`` (continued when ``append``); the
+    process and where its lines start in the log."""
+    with open(log_path, "ab" if append else "wb") as log:
+        offset = log.tell()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if _PRCTL else None,
+            )
+        except (OSError, ValueError) as exc:  # ValueError: what exec cannot pass (spec.py refuses it)
+            raise RuntimeError(f"cannot start {name}: {exc}") from exc
+    return proc, offset
 
 
 def tail(path: Path, lines: int = 5) -> list[str]:

@@ -22,13 +22,16 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from common.reader import file_kind
 from jobs.definition.body import is_gs, join
 from jobs.definition.errors import short
 from jobs.definition.kinds import CUSTOM_JOB, KINDS, runs_study, spec_field
 from jobs.local.spec import LocalRunError
+
+if TYPE_CHECKING:
+    from jobs.local.preemption import Preemption
 from trainer.contract import HP_METRIC_FILE, JOB_ID
 
 _IMPORT_STDOUT = sys.stdout
@@ -44,15 +47,19 @@ def run_local(
     resume: bool = False,
     strict_accelerators: bool = False,
     stream: IO[str] = sys.stdout,
+    preemption: Preemption | None = None,
 ) -> int:
-    """Run the job; returns the exit status (0 success, 1 job/study failed, 2 bad input, 130 interrupted)."""
+    """Run the job; returns the exit status (0 success, 1 job/study failed, 2 bad input, 130 interrupted).
+
+    ``preemption``: preempt a Spot CustomJob's replicas once and restart them (``preemption.py``)."""
     if stream is _IMPORT_STDOUT:  # follow a sys.stdout replaced after import (pytest, redirect_stdout)
         stream = sys.stdout
     repo_root = Path(repo_root).resolve()
     given = Path(local_root) if local_root else repo_root / ".local"
     try:
         check_local_root(given)
-        return _run(kind, body, outputs, repo_root, given.resolve(), resume, strict_accelerators, stream)
+        return _run(kind, body, outputs, repo_root, given.resolve(), resume, strict_accelerators, stream,
+                    preemption)
     except LocalRunError as exc:
         print(f"error: local run: {exc}", file=sys.stderr)
         return 2
@@ -89,13 +96,14 @@ def check_local_root(path: Path) -> None:
         raise LocalRunError(field, f"{path} does not exist and its parent {parent} is not writable")
 
 
-def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> int:
+def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream, preemption) -> int:
     from jobs.local import capacity, environment, spec
 
     if kind not in KINDS:
         raise LocalRunError("kind", f"{short(kind)}; use {' or '.join(KINDS)}")
     if not isinstance(body, dict):
         raise LocalRunError("body", "expected the compiled request body (a mapping)")
+
     image = outputs.get("trainer_image", "")
     if not runs_study(kind):
         job = spec.parse_job_spec(body.get(spec_field(kind)), spec_field(kind), image)
@@ -126,7 +134,7 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream) -> 
     # Like a Vertex machine without accelerators, a job that asks for none does not see this machine's GPUs.
     cpu_only = bool(missing) or not any(p.accelerator_type for p in job.pools)
     if study is None:
-        return _run_custom_job(job, name, base, local_root, repo_root, cpu_only, stream)
+        return _run_custom_job(job, name, base, local_root, repo_root, cpu_only, stream, preemption)
     from jobs.local import tuning
 
     return tuning.run_study(
@@ -226,7 +234,7 @@ def _base_dir(
 
 
 def _run_custom_job(
-    job, name: str, base: Path, local_root: Path, repo_root: Path, cpu_only: bool, stream
+    job, name: str, base: Path, local_root: Path, repo_root: Path, cpu_only: bool, stream, preemption
 ) -> int:
     from jobs.local import capacity, environment, launcher
 
@@ -258,6 +266,13 @@ def _run_custom_job(
         flush=True,
     )
     try:
+        if preemption is not None:
+            from jobs.local import preemption as preempting
+
+            while run.poll() is None and not preemption.due(run):
+                time.sleep(0.2)
+            if run.poll() is None:
+                preempting.preempt(run, preemption, name, stream)
         rc = run.wait()
     except KeyboardInterrupt:
         run.terminate()

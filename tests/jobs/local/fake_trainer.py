@@ -11,10 +11,16 @@ flags through cloudml-hypertune, as the real trainer does (its chief always repo
   --steps=K           report K measurements; the middle one is the best, the last is 0.1 lower
   --connect=1         workers connect to the chief's CLUSTER_SPEC address, the chief accepts (real ports)
   --metric=TAG        the reported metric's tag (default score)
+  --on-sigterm=exit|ignore  a preemption test: exit 143 on SIGTERM (as trainer.task does) or ignore it (only
+                      SIGKILL ends it); each attempt records itself (<name>.json, then <name>.2.json, ...)
+  --sleep-first=S     with --on-sigterm: the first attempt sleeps S seconds (waiting to be preempted)
+  --epochs=K --backup=B  with --on-sigterm: the first attempt logs K epoch lines as trainer.task does and
+                      leaves a BackupAndRestore record of B epochs in AIP_CHECKPOINT_DIR
 """
 
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -79,6 +85,10 @@ def rendezvous(spec, task):
             time.sleep(0.1)
 
 
+def record_file(name, attempt):
+    return f"{name}.json" if attempt == 1 else f"{name}.{attempt}.json"
+
+
 def main():
     flags = parse(sys.argv[1:])
     dump_dir = flags["dump_dir"]
@@ -94,8 +104,23 @@ def main():
         "pid": os.getpid(),
         "data_exists": os.path.exists(flags["data"]) if "data" in flags else None,
     }
-    with open(os.path.join(dump_dir, name + ".json"), "w") as f:
+    attempt = 1
+    if flags.get("on_sigterm"):
+        while os.path.exists(os.path.join(dump_dir, record_file(name, attempt))):
+            attempt += 1
+        if flags["on_sigterm"] == "ignore":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with open(os.path.join(dump_dir, record_file(name, attempt)), "w") as f:
         json.dump(record, f)
+    if attempt == 1 and "epochs" in flags:
+        for epoch in range(1, int(flags["epochs"]) + 1):
+            print(f"INFO trainer: epoch {epoch}/9 loss=0.5000 (0.1 s)", flush=True)
+        with open(os.path.join(os.environ["AIP_CHECKPOINT_DIR"], "training_metadata.json"), "w") as f:
+            json.dump({"epoch": int(flags["backup"])}, f)
+    if attempt == 1 and "sleep_first" in flags:
+        time.sleep(float(flags["sleep_first"]))
     if spec and flags.get("connect") == "1":
         record["rendezvous"] = rendezvous(spec, task)
         with open(os.path.join(dump_dir, name + ".json"), "w") as f:
