@@ -55,6 +55,7 @@ REEXPORTED = {
     "FollowInterrupted": "jobs.cloud.plan",  # what executing a plan can end with besides its job
     "FollowJob": "jobs.cloud.plan",
     "RegistrationFailed": "jobs.cloud.register",
+    "SmokeFailed": "jobs.cloud.deploy",
 }
 
 
@@ -545,3 +546,92 @@ def _largest(conversion) -> str:
         return len(json.dumps(value, default=str))
 
     return max((prefix for prefix, _ in conversion.blame), key=size, default="(file)")
+
+
+# --- deploying a registered version (run_job.py deploy, undeploy, rollback) ------------------------------
+
+DEPLOY_VERBS = ("deploy", "undeploy", "rollback")
+
+
+def endpoint_names(env: str) -> dict[str, str]:
+    """The environment's endpoints, name -> resource name (infra's ``endpoints:`` map)."""
+    from infra import outputs as infra_outputs
+    from infra.config import ConfigError, load_environment
+
+    names = getattr(infra_outputs, "endpoint_resource_names", None)
+    if names is None:  # an infra/ without endpoints: none to deploy to
+        return {}
+    try:
+        return dict(names(load_environment(env)))
+    except ConfigError as exc:
+        raise JobError(exc.path, exc.field, exc.problem) from None
+
+
+def deploy_target(env: str, outputs: Mapping[str, str], endpoint: str, verb: str = "deploy"):
+    """The Target of ``--endpoint NAME`` in ``env``; an unknown name is refused, listing the known ones."""
+    from jobs.cloud.deploy import Target
+
+    known = endpoint_names(env)
+    if endpoint not in known:
+        raise JobError(
+            verb, "--endpoint", f"{short(endpoint)} is not an endpoint of environment {env}",
+            ", ".join(sorted(known)) or f"(none: add one to infra/environments/{env}.yaml's endpoints)",
+        )
+    return Target(f"projects/{outputs['project']}/locations/{outputs['region']}", endpoint, known[endpoint])
+
+
+def deploy_settings(ref_text: str, settings: Mapping[str, object], names: Mapping[str, str],
+                    verb: str = "deploy"):
+    """``MODEL@ALIAS`` and the deploy settings (block fields, or flags named by ``names``) -> (ref, spec)."""
+    from jobs.definition.deployment import DeployError, parse_ref, parse_settings
+
+    try:
+        return parse_ref(ref_text), parse_settings(settings, names)
+    except DeployError as exc:
+        raise exc.to_job_error(verb) from None
+
+
+def smoke_instance(text: str | None, verb: str = "deploy"):
+    """``--instance JSON``: the instance the smoke prediction sends (None: no smoke prediction)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        example = 'one instance, e.g. {"user": "1", "k": 10}'
+        raise JobError(verb, "--instance", f"not JSON ({exc})", example) from None
+
+
+def preview_deploy(ref, spec, target) -> dict:
+    """The DeployModelRequest --dry-run prints, read from nothing: where the split depends on what the
+    endpoint serves now (a canary's other shares, the record of the split before), placeholders say so."""
+    from jobs.definition.deployment import NEW, deploy_request
+
+    if spec.split is not None:
+        split = dict(spec.split)
+    elif spec.traffic == 100:
+        split = {NEW: 100}
+    else:
+        split = {"<each deployed model>": f"<its share of {100 - spec.traffic}, as now>", NEW: spec.traffic}
+    request = deploy_request(spec, ref, target.parent, target.resource, split, {})
+    request["deployedModel"]["displayName"] = f"{ref}; previous traffic <the endpoint's split now>"
+    return request
+
+
+def run_deploy(verb: str, factory: Callable | None, target, out: TextIO, *, ref=None, spec=None,
+               instance=None):
+    """Deploy (``ref`` as ``spec`` says, then smoke-test with ``instance``), undeploy ``ref``, or roll back
+    the endpoint; bad input found at the cloud (no such version or endpoint) is a JobError."""
+    from jobs.cloud import deploy
+    from jobs.definition.deployment import DeployError
+
+    project, region = target.parent.split("/")[1], target.parent.split("/")[3]
+    made = clients(factory, project, region)
+    try:
+        if verb == "deploy":
+            return deploy.deploy(made, ref, spec, target, instance, out)
+        if verb == "undeploy":
+            return deploy.undeploy(made, ref, target, out)
+        return deploy.rollback(made, target, out)
+    except DeployError as exc:
+        raise exc.to_job_error(verb) from None
