@@ -159,7 +159,8 @@ def _integer(raw: Mapping[str, Any], key: str, where, default: int, low: int, hi
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise DeployError(where(key), f"{short(value)} is not a whole number in range", f"an integer from {low} to {high}")
+        raise DeployError(where(key), f"{short(value)} is not a whole number in range",
+                          f"an integer from {low} to {high}")
     return value
 
 
