@@ -11,6 +11,7 @@ smoke prediction with the model's example instance, through the endpoint.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -119,7 +120,7 @@ def smoke(endpoints: cloud.VertexEndpoints, target: Target, deployed_id: str, in
         if not response.get("predictions"):
             raise SmokeFailed(f"deployed model {by or '?'} answered without predictions")
         if by == deployed_id:
-            prediction = short(response["predictions"][0], 200, quote=False)
+            prediction = short(json.dumps(response["predictions"][0]), 200, quote=False)
             print(f"deploy: smoke prediction answered by deployed model {by}: {prediction}", file=out)
             return
         answered.append(by)
