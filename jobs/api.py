@@ -164,7 +164,27 @@ def compile_file(
         trainer_image=str(outputs.get("trainer_image", "")),
         accounts=job_accounts(env, outputs, file),
     )
+    if job.deploy is not None:
+        job = _with_endpoint(job, env)
     return job
+
+
+def _with_endpoint(job, env: str):
+    """The job with its deploy block's endpoint resolved in ``env`` (an unknown name lists the known ones)."""
+    import dataclasses
+
+    known = endpoint_names(env)
+    name = job.deploy.spec.endpoint
+    if name not in known:
+        path = "deploy.endpoint"
+        line = job.document.line_of(path)
+        raise JobError(
+            job.file,
+            path,
+            f"{short(name)} is not an endpoint of environment {env}" + (f" (line {line})" if line else ""),
+            ", ".join(sorted(known)) or f"(none: add one to infra/environments/{env}.yaml's endpoints)",
+        )
+    return dataclasses.replace(job, deploy=dataclasses.replace(job.deploy, resource=known[name]))
 
 
 def job_accounts(env: str, outputs: Mapping[str, str], file: str) -> tuple[str, ...]:
@@ -603,19 +623,10 @@ def smoke_instance(text: str | None, verb: str = "deploy"):
 
 
 def preview_deploy(ref, spec, target) -> dict:
-    """The DeployModelRequest --dry-run prints, read from nothing: where the split depends on what the
-    endpoint serves now (a canary's other shares, the record of the split before), placeholders say so."""
-    from jobs.definition.deployment import NEW, deploy_request
+    """The DeployModelRequest ``deploy --dry-run`` prints (jobs.cloud.deploy.preview_request)."""
+    from jobs.cloud.deploy import preview_request
 
-    if spec.split is not None:
-        split = dict(spec.split)
-    elif spec.traffic == 100:
-        split = {NEW: 100}
-    else:
-        split = {"<each deployed model>": f"<its share of {100 - spec.traffic}, as now>", NEW: spec.traffic}
-    request = deploy_request(spec, ref, target.parent, target.resource, split, {})
-    request["deployedModel"]["displayName"] = f"{ref}; previous traffic <the endpoint's split now>"
-    return request
+    return preview_request(ref, spec, target)
 
 
 def run_deploy(verb: str, factory: Callable | None, target, out: TextIO, *, ref=None, spec=None,

@@ -181,3 +181,37 @@ def _undeploy(endpoints: cloud.VertexEndpoints, target: Target, deployed_id: str
 def _shares(split: dict[str, int]) -> str:
     shown = {("the new version" if k == NEW else k): v for k, v in split.items()}
     return ", ".join(f"{k} {v}%" for k, v in sorted(shown.items())) or "none (nothing deployed)"
+
+
+def preview_request(ref: VersionRef, spec: DeploySpec, target: Target) -> dict[str, Any]:
+    """The DeployModelRequest --dry-run prints, read from nothing: where the split depends on what the
+    endpoint serves then (a canary's other shares, the record of the split before), placeholders say so."""
+    if spec.split is not None:
+        split = dict(spec.split)
+    elif spec.traffic == 100:
+        split = {NEW: 100}
+    else:
+        split = {"<each deployed model>": f"<its share of {100 - spec.traffic}, as now>", NEW: spec.traffic}
+    request = deploy_request(spec, ref, target.parent, target.resource, split, {})
+    request["deployedModel"]["displayName"] = f"{ref}; previous traffic <the endpoint's split now>"
+    return request
+
+
+class DeployRegistered:
+    """The plan's step after RegisterModel when the definition has a deploy block: the gated alias deployed
+    (once: a version there already is not deployed again), then smoke-tested."""
+
+    def describe(self, job) -> str:
+        plan = job.deploy
+        return (f"then deploy {plan.ref} to endpoint {plan.spec.endpoint} ({plan.spec.describe()}; deploy "
+                "request below), unless that version is deployed there already")
+
+    def run(self, ex) -> None:
+        if ex.remote.get("state") != cloud.SUCCESS_STATE:
+            return  # nothing was registered: RegisterModel said why
+        plan = ex.job.deploy
+        deploy(ex.clients, plan.ref, plan.spec, target_of(ex.job), plan.instance, ex.out)
+
+
+def target_of(job) -> Target:
+    return Target(job.parent, job.deploy.spec.endpoint, job.deploy.resource)

@@ -349,3 +349,38 @@ def serving(endpoint: Mapping[str, Any]) -> list[Serving]:
 
 def traffic(endpoint: Mapping[str, Any]) -> dict[str, int]:
     return {str(k): int(v) for k, v in (endpoint.get("trafficSplit") or {}).items()}
+
+
+# --- a definition's deploy block: after the registry gate, the gated alias -------------------------------
+
+DEPLOY_FIELD = "deploy"
+BLOCK_ONLY = ("alias", "instance")
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What a definition's deploy block asks for once its model is registered: ``ref`` (the registry
+    model at the gated alias) served as ``spec``, smoke-tested with ``instance`` (None: no smoke prediction).
+    ``resource`` is the endpoint's resource name, from the environment's endpoints (jobs.api)."""
+
+    ref: VersionRef
+    spec: DeploySpec
+    instance: Any = None
+    resource: str = ""
+
+
+def parse_block(raw: Any, model_id: str, aliases: tuple[str, ...]) -> DeployPlan:
+    """The deploy block (references resolved) -> DeployPlan; DeployError names ``deploy.<field>``."""
+    if not isinstance(raw, dict):
+        raise DeployError(DEPLOY_FIELD, "must be a mapping", f"{{endpoint: <name>, ...}} with fields "
+                                                            f"{one_of(BLOCK_ONLY + FIELDS)}")
+    if not aliases:
+        raise DeployError(DEPLOY_FIELD, "the registry block gates no alias to name the version to serve",
+                          "registry.aliases: [production] beside it")
+    alias = raw.get("alias", aliases[0])
+    if alias not in aliases:
+        raise DeployError(f"{DEPLOY_FIELD}.alias", f"{short(alias)} is not an alias the registry gate moves",
+                          one_of(aliases))
+    settings = {k: v for k, v in raw.items() if k not in BLOCK_ONLY}
+    spec = parse_settings(settings, {k: f"{DEPLOY_FIELD}.{k}" for k in (*settings, *FIELDS)})
+    return DeployPlan(VersionRef(model_id, alias), spec, raw.get("instance"))

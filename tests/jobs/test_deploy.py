@@ -7,6 +7,7 @@ pure rules (jobs.definition.deployment) are table-tested first."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from google.cloud.aiplatform_v1 import DeployModelRequest, UndeployModelRequest
@@ -23,12 +24,13 @@ from jobs.definition.deployment import (
     scaled,
 )
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
-from tests.jobs.helpers import OUTPUTS, run_cli
+from tests.jobs.helpers import JOBS_DIR, OUTPUTS, run_cli
 
 PARENT = f"projects/{OUTPUTS['project']}/locations/{OUTPUTS['region']}"
 MODEL = f"{PARENT}/models/census"
 ENDPOINT = f"{PARENT}/endpoints/1234567890"
 ARTIFACT = "gs://demo-project-models/census-cpu/run/model"
+CENSUS_JOB = JOBS_DIR / "census_cpu.yaml"
 
 
 @pytest.fixture
@@ -285,3 +287,79 @@ def test_bad_input_is_one_line_exit_2_and_nothing_deployed(endpoints, tmp_path, 
     assert rc == 2 and out == "" and len(err.splitlines()) == 1, err
     assert err.startswith(line) and allowed in err.partition("; allowed: ")[2], err
     assert deploys(fake) == [] and fake.endpoints.split(ENDPOINT) == {"5000": 100}
+
+
+# --- a definition's deploy block, after registration ------------------------------------------------------
+
+DEPLOY_BLOCK = """\
+deploy:
+  endpoint: census
+  traffic: 10
+  machineType: n1-standard-2
+  maxReplicaCount: 2
+  instance: {user: "1"}
+"""
+
+
+def with_block(tmp_path, block: str = DEPLOY_BLOCK):
+    """jobs/census_cpu.yaml (registry: census, alias production) with ``block`` beside its registry."""
+    path = tmp_path / "census_deploy.yaml"
+    path.write_text(CENSUS_JOB.read_text().replace("registry:\n", block + "registry:\n", 1), encoding="utf-8")
+    return path
+
+
+def test_a_deploy_block_deploys_the_gated_alias_after_registration_as_dry_run_printed_it(
+    endpoints, tmp_path, no_poll_sleep
+):
+    job = with_block(tmp_path)
+    rc, out, plan = run_cli([job, "--dry-run"])
+    assert rc == 0, plan
+    step = "then deploy census@production to endpoint census (n1-standard-2, 1-2 replicas, 10% of traffic"
+    assert step in plan
+    preview = json.loads(re.search(r"^deploy request [^\n]*:\n(\{.*\n\})", plan, re.S | re.M).group(1))
+    fake = FakeVertex()
+    fake.endpoints.add_endpoint(ENDPOINT)
+    old = fake.endpoints.add_deployed(ENDPOINT, MODEL, "1", 100)
+    fake.add_version(MODEL, f"{ARTIFACT}0")["versionAliases"].append("production")
+    with FakeVertexServer(fake) as server:
+        (root := tmp_path / "gs").mkdir()
+        name = "projects/demo-project/locations/us-central1/customJobs/1000"
+        rc, out, err = run_cli([job], factory=server.factory(root))
+    assert rc == 0, err
+    # The new version is kept without the alias (no metrics.json to compare), so production's holder,
+    # deployed already, is not deployed again; the smoke prediction still runs.
+    assert "alias production stays on version 1" in out and "not deployed again" in out, out
+    assert deploys(fake) == [] and name in fake.jobs
+    assert f"smoke prediction answered by deployed model {old}" in out
+    # Once the gate moves the alias, the same definition deploys the new version as the preview said.
+    fake.models[MODEL][0]["versionAliases"].remove("production")
+    fake.models[MODEL][1]["versionAliases"].append("production")
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli([job, "--follow", name], factory=server.factory(root))
+    assert rc == 0, err
+    (sent,) = deploys(fake)
+    assert sent.body["trafficSplit"] == {old: 90, "0": 10}
+    assert preview["trafficSplit"] == {"<each deployed model>": "<its share of 90, as now>", "0": 10}
+    assert sent.body["deployedModel"]["dedicatedResources"] == preview["deployedModel"]["dedicatedResources"]
+    assert sent.body["deployedModel"]["model"] == preview["deployedModel"]["model"] == f"{MODEL}@production"
+
+
+@pytest.mark.parametrize(
+    "block, path, allowed",
+    [
+        ("deploy:\n  endpoint: nope\n",
+         "deploy.endpoint: 'nope' is not an endpoint of environment dev", "census"),
+        ("deploy:\n  endpoint: census\n  alias: staging\n",
+         "deploy.alias: 'staging' is not an alias", "production"),
+        ("deploy:\n  endpoint: census\n  trafficSplit: {0: 50}\n",
+         "deploy.trafficSplit: the shares sum to 50", "summing to 100"),
+        ("deploy:\n  endpoint: census\n  machineType: cloud-tpu\n",
+         "deploy.machineType: 'cloud-tpu' is not a", "n1-standard-*"),
+    ],
+)
+def test_a_deploy_block_the_rules_refuse_is_one_line_naming_its_field(endpoints, tmp_path, block, path,
+                                                                     allowed):
+    job = with_block(tmp_path, block)
+    rc, out, err = run_cli([job, "--dry-run"])
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"{job}: {path}") and allowed in err.partition("; allowed: ")[2], err
