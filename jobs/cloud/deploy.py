@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from jobs.cloud import client as cloud
+from jobs.definition.body import is_gs
 from jobs.definition.deployment import (
     NEW,
     DeployError,
@@ -31,6 +32,8 @@ from jobs.definition.deployment import (
     without,
 )
 from jobs.definition.errors import short
+from serving.requests import MAX_BODY_BYTES  # Vertex AI's payload limit: a larger example cannot be sent
+from trainer.contract import EXAMPLE_FILE
 
 # Predictions sent at most, through the endpoint's split, to reach the new model once (a 10% canary is
 # reached within 20 tries 88% of the time; the rest say which model answered).
@@ -102,9 +105,30 @@ def deploy(
         deployed_id = str(deployed.get("id", ""))
         now = traffic(endpoint_state(clients.endpoints, target))
         print(f"deploy: deployed model {deployed_id}; traffic now {_shares(now)}", file=out)
-    if instance is not None:
-        smoke(clients.endpoints, target, deployed_id, instance, out)
+    if instance is None:
+        instance, why = example_of(clients.storage, version)
+        if instance is None:
+            print(f"deploy: no smoke prediction: {why}; give one instance with --instance", file=out)
+            return deployed_id
+    smoke(clients.endpoints, target, deployed_id, instance, out)
     return deployed_id
+
+
+def example_of(storage: cloud.Storage, version: dict[str, Any]) -> tuple[Any, str]:
+    """The first instance of the example request the trainer's export wrote beside the version's SavedModel
+    (trainer.contract.EXAMPLE_FILE), or (None, why there is none)."""
+    artifact = str(version.get("artifactUri", "")).rstrip("/")
+    if not is_gs(artifact):
+        return None, f"the version has no gs:// artifactUri ({artifact or 'none'})"
+    uri = f"{artifact}/{EXAMPLE_FILE}"
+    data = storage.read_bytes(uri, MAX_BODY_BYTES)
+    if data is None:
+        return None, f"{uri} does not exist (the trainer writes it with the export)"
+    try:
+        instances = json.loads(data[:MAX_BODY_BYTES].decode("utf-8"))["instances"]
+        return instances[0], ""
+    except (UnicodeDecodeError, ValueError, KeyError, IndexError, TypeError):
+        return None, f"{uri} is not a request with instances"
 
 
 def smoke(endpoints: cloud.VertexEndpoints, target: Target, deployed_id: str, instance: Any,

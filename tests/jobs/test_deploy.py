@@ -13,6 +13,7 @@ import pytest
 from google.cloud.aiplatform_v1 import DeployModelRequest, UndeployModelRequest
 
 import infra.outputs
+from jobs.cloud.client import LocalDirStorage
 from jobs.definition.deployment import (
     DeployError,
     deploy_split,
@@ -363,3 +364,22 @@ def test_a_deploy_block_the_rules_refuse_is_one_line_naming_its_field(endpoints,
     rc, out, err = run_cli([job, "--dry-run"])
     assert rc == 2 and out == "" and len(err.splitlines()) == 1, err
     assert err.startswith(f"{job}: {path}") and allowed in err.partition("; allowed: ")[2], err
+
+
+def test_without_an_instance_the_smoke_prediction_sends_the_export_s_example_request(endpoints, tmp_path):
+    fake = FakeVertex()
+    registry(fake)
+    fake.endpoints.add_endpoint(ENDPOINT)
+    example = LocalDirStorage(tmp_path).path(f"{ARTIFACT}1/example_request.json")
+    example.parent.mkdir(parents=True)
+    example.write_text(json.dumps({"instances": [{"user": "", "k": 1}]}), encoding="utf-8")
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli(["deploy", "census@production", "--endpoint", "census"],
+                               factory=server.factory(tmp_path))
+        assert (rc, err) == (0, ""), err
+        assert 'smoke prediction answered by deployed model 5000: {"echo": {"user": "", "k": 1.0}}' in out
+        example.unlink()  # a model exported before the trainer wrote one: deployed, and said so
+        rc, out, err = run_cli(["deploy", "census@1", "--endpoint", "census", "--traffic", "50"],
+                               factory=server.factory(tmp_path))
+    assert (rc, err) == (0, ""), err
+    assert f"no smoke prediction: {ARTIFACT}0/example_request.json does not exist" in out
