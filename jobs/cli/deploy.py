@@ -1,15 +1,16 @@
 """`run_job.py deploy MODEL@ALIAS --endpoint NAME`, `undeploy MODEL@ALIAS --endpoint NAME` and
 `rollback --endpoint NAME`: a registered version on one of the environment's Vertex AI endpoints.
 
-  python scripts/run_job.py deploy census@production --endpoint census --dry-run
-  python scripts/run_job.py deploy census@production --endpoint census --traffic 10 --instance '{...}'
-  python scripts/run_job.py rollback --endpoint census
+  python scripts/run_job.py deploy recommender@production --endpoint recommender --dry-run
+  python scripts/run_job.py deploy recommender@production --endpoint recommender --traffic 10
+  python scripts/run_job.py rollback --endpoint recommender
 
 deploy sends one DeployModelRequest: the version on --machine-type (a Vertex AI prediction machine, with
 --accelerator-type/--accelerator-count as the catalogue allows), --min-replicas to --max-replicas, scaled on
 --cpu-target, taking --traffic percent of the endpoint's traffic (the models already there keep their shares
 of the rest) or the whole --traffic-split. A version deployed there already is not deployed again. Then one
-smoke prediction with --instance through the endpoint. --dry-run prints the request and sends nothing.
+smoke prediction through the endpoint: --instance, or the example request the trainer's export wrote
+beside the model. --dry-run prints the request and sends nothing.
 undeploy takes a version off (its traffic goes to the others in proportion); rollback takes off the model the
 last deploy added and puts back the traffic split from before it.
 
@@ -65,7 +66,8 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
     if verb == "deploy":
         for flag, about in HELP.items():
             p.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar="VALUE", help=about)
-        p.add_argument("--instance", metavar="JSON", help="the instance the smoke prediction sends")
+        p.add_argument("--instance", metavar="JSON", help="the instance the smoke prediction sends (default: "
+                       "the first of the example_request.json the export wrote beside the model)")
         p.add_argument("--dry-run", action="store_true", help="print the DeployModelRequest; send nothing")
     return p
 
