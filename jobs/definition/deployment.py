@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jobs.definition.errors import FieldError, one_of, short
@@ -40,26 +40,18 @@ MAX_DISPLAY_NAME = 128
 RECORD = "; previous traffic "
 RECORD_NONE = "none"
 
-# Vertex AI's prediction machines differ from training's: smaller sizes (n1-standard-2, e2-*-2, the
-# n1-highcpu-2/4/8 training lacks) and no cloud-tpu (v2/v3); GPU families and TPU v5e are those of training.
-_SERVING_CPU = (
-    Family("n1-standard", r"n1-standard-(2|4|8|16|32|64|96)", FAMILIES[0].accelerators, FAMILIES[0].counts,
-           counts_by_accelerator=FAMILIES[0].counts_by_accelerator),
-    Family("n1-highmem", r"n1-highmem-(2|4|8|16|32|64|96)", FAMILIES[1].accelerators, FAMILIES[1].counts,
-           counts_by_accelerator=FAMILIES[1].counts_by_accelerator),
-    Family("n1-highcpu", r"n1-highcpu-(2|4|8|16|32|64|96)", FAMILIES[2].accelerators, FAMILIES[2].counts,
-           counts_by_accelerator=FAMILIES[2].counts_by_accelerator),
-    Family("e2-standard", r"e2-standard-(2|4|8|16|32)"),
-    Family("e2-highmem", r"e2-highmem-(2|4|8|16)"),
-    Family("e2-highcpu", r"e2-highcpu-(2|4|8|16|32)"),
-    Family("n2-standard", r"n2-standard-(2|4|8|16|32|48|64|80)"),
-    Family("n2-highmem", r"n2-highmem-(2|4|8|16|32|48|64|80)"),
-    Family("n2-highcpu", r"n2-highcpu-(2|4|8|16|32|48|64|80|96)"),
-    Family("c2-standard", r"c2-standard-(4|8|16|30|60)"),
-)
-_REPLACED = {f.name for f in _SERVING_CPU}
-SERVING_FAMILIES: tuple[Family, ...] = _SERVING_CPU + tuple(
-    f for f in FAMILIES if f.name not in _REPLACED and f.name != "cloud-tpu" and f.accelerators
+# Vertex AI's prediction machines are training's but for smaller sizes (n1-standard-2, e2-standard-2, the
+# n1-highcpu-2/4/8 training lacks) and no cloud-tpu (v2/v3): family -> its prediction sizes where they differ.
+_SERVING_SIZES = {
+    "n1-standard": r"n1-standard-(2|4|8|16|32|64|96)",
+    "n1-highcpu": r"n1-highcpu-(2|4|8|16|32|64|96)",
+    "e2-standard": r"e2-standard-(2|4|8|16|32)",
+    "e2-highcpu": r"e2-highcpu-(2|4|8|16|32)",
+    "n2-standard": r"n2-standard-(2|4|8|16|32|48|64|80)",
+    "n2-highcpu": r"n2-highcpu-(2|4|8|16|32|48|64|80|96)",
+}
+SERVING_FAMILIES: tuple[Family, ...] = tuple(
+    replace(f, pattern=_SERVING_SIZES.get(f.name, f.pattern)) for f in FAMILIES if f.name != "cloud-tpu"
 )
 SERVING_FAMILY_NAMES = tuple(f"{f.name}-*" for f in SERVING_FAMILIES)
 
