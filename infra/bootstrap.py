@@ -20,6 +20,7 @@ from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
 from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
 from infra.constructs.ci_identity import DEPLOYER_PROJECT_ROLES, GithubCiIdentity, GithubCiIdentityProps
+from infra.constructs.endpoint_predictors import EndpointPredictors, EndpointPredictorsProps
 from infra.constructs.image_builder import BUILDER_DESCRIPTION, BUILDER_PROJECT_ROLES, ImageBuilder
 from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES, JobSubmitters, JobSubmittersProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
@@ -131,6 +132,13 @@ class BootstrapStack(TerraformStack):
         self.submitters = JobSubmitters(self, "job-submitters", JobSubmittersProps(
             project=project, members=submitters, project_roles=SUBMITTER_PROJECT_ROLES,
             depends_on=tuple(enabled)))
+        # Every endpoint's predictors, each once: the role is project-wide (EndpointPredictors says why).
+        predictors = {member_id(m): m for endpoint in cfg.endpoints for m in endpoint.predictors}
+        self.predictors: EndpointPredictors | None = None
+        if predictors:
+            self.predictors = EndpointPredictors(self, "endpoint-predictors", EndpointPredictorsProps(
+                project=project, role_id=names.predictor_role_id, members=tuple(predictors.items()),
+                depends_on=tuple(enabled)))
         self._add_outputs()
 
     def _output_dependencies(self) -> dict[str, list[TerraformResource]]:

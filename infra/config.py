@@ -39,6 +39,8 @@ JOBS_DIR = "jobs"
 # Each schedule is a job compiled at synthesis and a scheduler job plus a workflow in the stack: a few dozen
 # is a busy environment, and 100 already takes the synthesis tens of seconds.
 MAX_SCHEDULES = 100
+# Vertex AI's default quota is 100 endpoints per region.
+MAX_ENDPOINTS = 100
 ALLOWED_FILE = "a regular UTF-8 YAML file such as infra/environments/dev.yaml"
 
 # Longest prefix that keeps every derived name valid: service account ids are 6-30 chars and the longest
@@ -64,6 +66,13 @@ LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 # Workflow ids are <= 64 chars and start with a letter; "<prefix>-<schedule>" stays within that.
 SCHEDULE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,28}[a-z0-9]$")
+# `endpoints.<name>`: the name is the outputs key's suffix (`endpoint_<name>`) and a BigQuery-safe id.
+ENDPOINT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# Request-response logging's destination as Vertex AI takes it: a new table of an existing dataset (project
+# ids only); Vertex AI creates the table, the dataset's owner lets the stack grant it access (infra/README).
+BIGQUERY_TABLE = re.compile(
+    r"^bq://(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])\.(?P<dataset>[A-Za-z0-9_]{1,1024})"
+    r"\.(?P<table>[A-Za-z0-9_]{1,1024})$")
 KMS_KEY = re.compile(
     r"^projects/(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])/locations/(?P<location>[a-z0-9-]+)"
     r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}$"
@@ -110,6 +119,34 @@ class ScheduleConfig:
 
 
 @dataclass(frozen=True)
+class RequestResponseLogging:
+    """`endpoints.<name>.request_response_logging`: a sample of predictions written to a BigQuery table."""
+
+    bigquery_table: str  # bq://PROJECT.DATASET.TABLE
+    sampling_rate: float  # 0 < rate <= 1
+
+    @property
+    def table(self) -> tuple[str, str, str]:
+        """(project, dataset, table) of the URI."""
+        match = BIGQUERY_TABLE.fullmatch(self.bigquery_table)
+        return match["project"], match["dataset"], match["table"]
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """`endpoints.<name>`: a Vertex AI endpoint the platform stack creates (its id: infra.naming)."""
+
+    name: str
+    display_name: str
+    description: str = ""
+    # Members who may call predict (bootstrap stack: a project-level custom role, infra/README.md says why).
+    predictors: tuple[str, ...] = ()
+    request_response_logging: RequestResponseLogging | None = None
+    # Projects allowed to reach the endpoint through Private Service Connect; None: the public API endpoint.
+    private_service_connect: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class EnvironmentConfig:
     name: str
     project_id: str
@@ -130,6 +167,7 @@ class EnvironmentConfig:
     registry_keep_versions: int = 10
     registry_untagged_retention_days: int = 7
     schedules: tuple[ScheduleConfig, ...] = ()
+    endpoints: tuple[EndpointConfig, ...] = ()
     source: str = ""
 
     @property
@@ -225,7 +263,7 @@ _TOP_REQUIRED = {"project_id", "project_number", "region", "name_prefix", "state
 _TOP_OPTIONAL = {
     "job_submitters", "job_service_accounts", "labels", "kms_key", "staging_retention_days",
     "noncurrent_retention_days",
-    "registry_keep_versions", "registry_untagged_retention_days", "schedules",
+    "registry_keep_versions", "registry_untagged_retention_days", "schedules", "endpoints",
 }
 _GITHUB_REQUIRED = {"owner", "repository", "repository_id"}
 
@@ -247,18 +285,7 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
         _check(path, f"labels.{key}", value, _str_matching(LABEL_VALUE),
                "lowercase letters, digits, '_' or '-', <= 63 chars")
 
-    submitters = doc.get("job_submitters") or []
-    _check(path, "job_submitters", submitters, lambda v: isinstance(v, list), "a list of IAM members")
-    seen: dict[str, int] = {}
-    for i, member in enumerate(submitters):
-        _check(path, f"job_submitters[{i}]", member, _str_matching(MEMBER),
-               "an IAM member such as group:ml@example.com or user:me@example.com")
-        # Grants are keyed by member_id in construct ids, which must be unique in the stack.
-        first = seen.setdefault(member_id(member), i)
-        if first != i:
-            raise ConfigError(path, f"job_submitters[{i}]",
-                              f"{member!r} repeats job_submitters[{first}] ({submitters[first]!r}); "
-                              "allowed: each member once")
+    submitters = _members(path, "job_submitters", doc.get("job_submitters") or [])
 
     accounts = doc.get("job_service_accounts") or []
     _check(path, "job_service_accounts", accounts, lambda v: isinstance(v, list),
@@ -308,7 +335,7 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
             deploy_branch=_check(path, "github.deploy_branch", gh.get("deploy_branch", "main"),
                                  _str_matching(BRANCH), "a branch name such as main"),
         ),
-        job_submitters=tuple(submitters),
+        job_submitters=submitters,
         job_service_accounts=tuple(accounts),
         labels=tuple(sorted(labels.items())),
         kms_key=kms_key,
@@ -318,6 +345,7 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
                                       _positive_int(1000), "an integer from 1 to 1000"),
         registry_untagged_retention_days=_days(path, doc, "registry_untagged_retention_days", 7),
         schedules=_schedules(path, doc.get("schedules") or {}),
+        endpoints=_endpoints(path, doc.get("endpoints") or {}, doc["name_prefix"]),
         source=str(path),
     )
 
@@ -366,6 +394,84 @@ def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
             name=name, job=_job_file(path, f"{field}.job", entry["job"]), cron=cron, time_zone=time_zone,
             overrides=tuple(f"{key}={json.dumps(value)}" for key, value in overrides.items()), paused=paused))
     return tuple(schedules)
+
+
+_ENDPOINT_KEYS = {"display_name", "description", "predictors", "request_response_logging",
+                  "private_service_connect"}
+
+
+def _endpoints(path: Path, raw: Any, prefix: str) -> tuple[EndpointConfig, ...]:
+    _check(path, "endpoints", raw, lambda v: isinstance(v, dict), "a mapping of endpoint name -> settings")
+    _check(path, "endpoints", raw, lambda v: len(v) <= MAX_ENDPOINTS,
+           f"at most {MAX_ENDPOINTS} endpoints per environment")
+    endpoints = []
+    for name, entry in raw.items():
+        field = f"endpoints.{name}"
+        _check(path, field, name, _str_matching(ENDPOINT_NAME),
+               "1-32 lowercase letters, digits or '_', starting with a letter")
+        entry = _mapping(path, field, entry if entry is not None else {}, _ENDPOINT_KEYS, set())
+        display_name = _check(path, f"{field}.display_name", entry.get("display_name", f"{prefix}-{name}"),
+                              _one_line(128), "text on one line, 1-128 characters")
+        description = _check(path, f"{field}.description", entry.get("description", ""), _one_line(2048, 0),
+                             "text on one line, at most 2048 characters")
+        predictors = _members(path, f"{field}.predictors", entry.get("predictors") or [])
+        endpoints.append(EndpointConfig(
+            name=name, display_name=display_name, description=description, predictors=predictors,
+            request_response_logging=_logging(path, f"{field}.request_response_logging",
+                                              entry.get("request_response_logging")),
+            private_service_connect=_private_service_connect(path, f"{field}.private_service_connect",
+                                                             entry.get("private_service_connect"))))
+    return tuple(endpoints)
+
+
+def _one_line(max_len: int, min_len: int = 1) -> Callable[[Any], bool]:
+    return lambda v: (isinstance(v, str) and min_len <= len(v.strip()) and len(v) <= max_len
+                      and v.isprintable())
+
+
+def _members(path: Path, field: str, members: Any) -> tuple[str, ...]:
+    _check(path, field, members, lambda v: isinstance(v, list), "a list of IAM members")
+    seen: dict[str, int] = {}
+    for i, member in enumerate(members):
+        _check(path, f"{field}[{i}]", member, _str_matching(MEMBER),
+               "an IAM member such as group:ml@example.com or user:me@example.com")
+        # Grants are keyed by member_id in construct ids, which must be unique in the stack.
+        first = seen.setdefault(member_id(member), i)
+        if first != i:
+            raise ConfigError(path, f"{field}[{i}]", f"{member!r} repeats {field}[{first}] "
+                                                     f"({members[first]!r}); allowed: each member once")
+    return tuple(members)
+
+
+def _logging(path: Path, field: str, raw: Any) -> RequestResponseLogging | None:
+    if raw is None:
+        return None
+    keys = {"bigquery_table", "sampling_rate"}
+    entry = _mapping(path, field, raw, keys, keys)
+    table = _check(path, f"{field}.bigquery_table", entry["bigquery_table"], _str_matching(BIGQUERY_TABLE),
+                   "bq://PROJECT.DATASET.TABLE: a project id, an existing dataset and a new table "
+                   "(letters, digits, '_')")
+    rate = _check(path, f"{field}.sampling_rate", entry["sampling_rate"],
+                  lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
+                  "a number greater than 0 and at most 1 (the fraction of requests logged)")
+    return RequestResponseLogging(bigquery_table=table, sampling_rate=float(rate))
+
+
+def _private_service_connect(path: Path, field: str, raw: Any) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    entry = _mapping(path, field, raw, {"project_allowlist"}, {"project_allowlist"})
+    projects = entry["project_allowlist"]
+    _check(path, f"{field}.project_allowlist", projects, lambda v: isinstance(v, list) and 0 < len(v) <= 100,
+           "a list of 1-100 project ids that may connect to the endpoint")
+    for i, project in enumerate(projects):
+        _check(path, f"{field}.project_allowlist[{i}]", project, _str_matching(PROJECT_ID),
+               "a project id: 6-30 lowercase letters, digits or hyphens, starting with a letter")
+        if projects.index(project) != i:
+            raise ConfigError(path, f"{field}.project_allowlist[{i}]",
+                              f"{project!r} repeats {field}.project_allowlist[{projects.index(project)}]; "
+                              "allowed: each project once")
+    return tuple(projects)
 
 
 def _job_file(path: Path, field: str, value: Any) -> str:

@@ -15,6 +15,7 @@ from cdktn_provider_google.artifact_registry_repository import (
     ArtifactRegistryRepositoryCleanupPoliciesMostRecentVersions,
 )
 from cdktn_provider_google.artifact_registry_repository_iam_member import ArtifactRegistryRepositoryIamMember
+from cdktn_provider_google.bigquery_dataset_iam_member import BigqueryDatasetIamMember
 from cdktn_provider_google.cloud_scheduler_job import (
     CloudSchedulerJob,
     CloudSchedulerJobHttpTarget,
@@ -44,6 +45,13 @@ from cdktn_provider_google.storage_bucket import (
     StorageBucketLifecycleRuleCondition,
 )
 from cdktn_provider_google.storage_bucket_iam_member import StorageBucketIamMember
+from cdktn_provider_google.vertex_ai_endpoint import (
+    VertexAiEndpoint,
+    VertexAiEndpointEncryptionSpec,
+    VertexAiEndpointPredictRequestResponseLoggingConfig,
+    VertexAiEndpointPredictRequestResponseLoggingConfigBigqueryDestination,
+    VertexAiEndpointPrivateServiceConnectConfig,
+)
 from cdktn_provider_google.vertex_ai_tensorboard import VertexAiTensorboard
 from cdktn_provider_google.workflows_workflow import WorkflowsWorkflow
 
@@ -53,6 +61,7 @@ __all__ = [
     "ArtifactRegistryRepositoryCleanupPoliciesCondition",
     "ArtifactRegistryRepositoryCleanupPoliciesMostRecentVersions",
     "ArtifactRegistryRepositoryIamMember",
+    "BigqueryDatasetIamMember",
     "CloudSchedulerJob",
     "CloudSchedulerJobHttpTarget",
     "CloudSchedulerJobHttpTargetOauthToken",
@@ -74,6 +83,11 @@ __all__ = [
     "StorageBucketLifecycleRuleAction",
     "StorageBucketLifecycleRuleCondition",
     "StorageBucketIamMember",
+    "VertexAiEndpoint",
+    "VertexAiEndpointEncryptionSpec",
+    "VertexAiEndpointPredictRequestResponseLoggingConfig",
+    "VertexAiEndpointPredictRequestResponseLoggingConfigBigqueryDestination",
+    "VertexAiEndpointPrivateServiceConnectConfig",
     "VertexAiTensorboard",
     "WorkflowsWorkflow",
 ]

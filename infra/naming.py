@@ -6,6 +6,7 @@ planned before any deploy points at exactly what the deploy creates.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -44,6 +45,8 @@ class ResourceNames:
     # Scheduled retraining (only created when the environment has schedules).
     scheduler_account_id: str
     scheduler_role_id: str
+    # Who may call the endpoints (only created when some endpoint has predictors).
+    predictor_role_id: str
 
     def schedule(self, name: str) -> str:
         """The workflow and the Cloud Scheduler job of schedule `name` (both regional, same name)."""
@@ -69,7 +72,16 @@ def resource_names(cfg: EnvironmentConfig) -> ResourceNames:
         scheduler_account_id=f"{prefix}-schedule",
         # Custom role ids allow letters, digits, "_" and "." only.
         scheduler_role_id=prefix.replace("-", "_") + "_scheduled_runs",
+        predictor_role_id=prefix.replace("-", "_") + "_endpoint_predictors",
     )
+
+
+def endpoint_id(cfg: EnvironmentConfig, name: str) -> str:
+    """The numeric id of endpoint `name` (`google_vertex_ai_endpoint.name`: digits only, at most 10, no
+    leading zero), from the environment and the name alone, so its resource name is known before a deploy.
+    Renaming either is a new endpoint."""
+    digest = int.from_bytes(hashlib.sha256(f"{cfg.name}/{name}".encode()).digest()[:8], "big")
+    return str(10**9 + digest % (9 * 10**9))
 
 
 def service_account_email(cfg: EnvironmentConfig, account_id: str) -> str:

@@ -12,12 +12,16 @@ sensitive.
 
 The TensorBoard's numeric id is assigned by Vertex AI at creation, so before a deploy its resource name
 carries the placeholder id `PENDING_DEPLOY`; `is_pending(value)` tells. Everything else is identical before
-and after.
+and after, the endpoints included: each `endpoints.<name>` of the config is an output `endpoint_<name>`
+holding its resource name (`projects/<project>/locations/<region>/endpoints/<id>`, the id chosen by
+infra.naming.endpoint_id), and `endpoints_in(outputs)` maps the names back:
+
+    endpoints_in(resolve_outputs("dev"))["recommender"]  # projects/acme-ml-dev/locations/.../endpoints/...
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +30,7 @@ from common import reader
 from infra.config import ConfigError, EnvironmentConfig, config_error, load_environment
 from infra.naming import (
     ResourceNames,
+    endpoint_id,
     registry_url,
     resource_names,
     service_account_email,
@@ -36,6 +41,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS_DIR = REPO_ROOT / ".infra-outputs"
 
 PENDING_DEPLOY = "PENDING_DEPLOY"
+# Output `endpoint_<name>` per configured endpoint; no other output key starts with it.
+ENDPOINT_OUTPUT_PREFIX = "endpoint_"
 
 
 def tensorboard_prefix(cfg: EnvironmentConfig) -> str:
@@ -52,12 +59,13 @@ class Output:
     output follow from them: a `bucket` (`of`: its role in infra.naming) is its `gs://` name, waiting for the
     bucket's grants; the `registry` (`of`: a path in it, or "") its URL, waiting for the registry's grants;
     the `tensorboard` its deployed resource name; an `account` of the bootstrap stack (`of`: runtime, builder
-    or deployer) the literal email, waiting for the grants this stack gives it; a `config` value the literal.
+    or deployer) the literal email, waiting for the grants this stack gives it; an `endpoint` (`of`: its name
+    in the config) its resource name, waiting for its logging grant; a `config` value the literal.
     """
 
     key: str
     planned: Callable[[EnvironmentConfig, ResourceNames], str]
-    kind: Literal["config", "bucket", "registry", "tensorboard", "account"] = "config"
+    kind: Literal["config", "bucket", "registry", "tensorboard", "account", "endpoint"] = "config"
     of: str = ""
 
 
@@ -88,7 +96,45 @@ OUTPUTS = (
     Output("workload_identity_provider", lambda cfg, names: workload_identity_provider(cfg)),
     _account("deployer_service_account", "deployer"),
 )
+# The keys every environment's outputs have; `output_keys(cfg)` adds its endpoints'.
 OUTPUT_KEYS = tuple(output.key for output in OUTPUTS)
+
+
+def endpoint_resource_names(cfg: EnvironmentConfig) -> dict[str, str]:
+    """Endpoint name in the config -> `projects/<project>/locations/<region>/endpoints/<id>`, before and after
+    a deploy (the stack creates each endpoint with this id)."""
+    names: dict[str, str] = {}
+    taken: dict[str, str] = {}
+    for endpoint in cfg.endpoints:
+        id_ = endpoint_id(cfg, endpoint.name)
+        if id_ in taken:  # two names hashing to one id: ~1 in 10^7 for 100 endpoints, but never silently
+            problem = f"its endpoint id {id_} is also endpoints.{taken[id_]}'s; allowed: another name"
+            raise ConfigError(cfg.source, f"endpoints.{endpoint.name}", problem)
+        taken[id_] = endpoint.name
+        names[endpoint.name] = f"projects/{cfg.project_id}/locations/{cfg.region}/endpoints/{id_}"
+    return names
+
+
+def endpoint_output_key(name: str) -> str:
+    return f"{ENDPOINT_OUTPUT_PREFIX}{name}"
+
+
+def endpoints_in(outputs: Mapping[str, str]) -> dict[str, str]:
+    """Endpoint name -> resource name, from what `resolve_outputs` returned (planned or deployed)."""
+    return {key.removeprefix(ENDPOINT_OUTPUT_PREFIX): value for key, value in outputs.items()
+            if key.startswith(ENDPOINT_OUTPUT_PREFIX)}
+
+
+def platform_outputs(cfg: EnvironmentConfig) -> tuple[Output, ...]:
+    """`OUTPUTS` and one `endpoint_<name>` row per configured endpoint: the platform stack's outputs."""
+    resources = endpoint_resource_names(cfg)
+    return OUTPUTS + tuple(
+        Output(endpoint_output_key(name), lambda cfg, names, value=value: value, "endpoint", name)
+        for name, value in resources.items())
+
+
+def output_keys(cfg: EnvironmentConfig) -> tuple[str, ...]:
+    return tuple(output.key for output in platform_outputs(cfg))
 
 # The bootstrap stack's outputs (`<env>-bootstrap`, applied by an administrator): the two repository variables
 # of the deploy workflow and the accounts it creates. The platform stack reports the same values under the
@@ -112,15 +158,15 @@ def is_pending(value: str) -> bool:
 
 def planned_outputs(cfg: EnvironmentConfig) -> dict[str, str]:
     names = resource_names(cfg)
-    return {output.key: output.planned(cfg, names) for output in OUTPUTS}
+    return {output.key: output.planned(cfg, names) for output in platform_outputs(cfg)}
 
 
 def default_outputs_file(env: str) -> Path:
     return OUTPUTS_DIR / f"{env}.json"
 
 
-def deployed_outputs(path: Path | str, env: str) -> dict[str, str]:
-    """Read the outputs of stack `env` from a `cdktn deploy --outputs-file` JSON file."""
+def deployed_outputs(path: Path | str, env: str, keys: tuple[str, ...] = OUTPUT_KEYS) -> dict[str, str]:
+    """Read the outputs `keys` of stack `env` from a `cdktn deploy --outputs-file` JSON file."""
     path = Path(path)
     data = _read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get(env), dict):
@@ -129,7 +175,7 @@ def deployed_outputs(path: Path | str, env: str) -> dict[str, str]:
                                      f"allowed: the file `cdktn deploy {env} --outputs-file {path}` writes")
     stack = data[env]
     result = {}
-    for key in OUTPUT_KEYS:
+    for key in keys:
         value = stack.get(key)
         if not isinstance(value, str) or not value:
             raise ConfigError(path, f"{env}.{key}", f"got {value!r}; allowed: a non-empty string (redeploy "
@@ -149,7 +195,8 @@ def resolve_outputs(env: str, outputs_file: Path | str | None = None) -> dict[st
     path = Path(outputs_file) if outputs_file is not None else default_outputs_file(env)
     if outputs_file is None and not (path.is_file() and _has_stack(path, env)):
         return planned_outputs(cfg)
-    deployed = deployed_outputs(path, env)
+    # Every key of this config: a file from before an endpoint was added is refused as stale.
+    deployed = deployed_outputs(path, env, output_keys(cfg))
     # A file left from a deploy of another project/region would send jobs to the wrong place.
     for key, expected in (("project", cfg.project_id), ("region", cfg.region)):
         if deployed[key] != expected:

@@ -16,13 +16,20 @@ from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.buckets import BucketProps, TrainingBucket
 from infra.constructs.cmek import CmekKey, CmekKeyProps
+from infra.constructs.endpoint import Endpoint, EndpointProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
 from infra.constructs.scheduled_job import ScheduledJob, ScheduledJobProps
 from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
 from infra.constructs.tensorboard import Tensorboard, TensorboardProps
 from infra.google import GoogleProvider
 from infra.naming import platform_member_allowed, resource_names, service_account_email
-from infra.outputs import OUTPUTS, Output, planned_outputs, tensorboard_prefix
+from infra.outputs import (
+    Output,
+    endpoint_resource_names,
+    planned_outputs,
+    platform_outputs,
+    tensorboard_prefix,
+)
 from infra.schedules import ScheduledRun, check_compiled
 
 SERVICES = (
@@ -59,6 +66,7 @@ RESOURCE_IAM_TYPES = (
     "google_storage_bucket_iam_member",
     "google_artifact_registry_repository_iam_member",
     "google_kms_crypto_key_iam_member",
+    "google_bigquery_dataset_iam_member",  # an endpoint's request-response logging dataset
 )
 
 
@@ -194,6 +202,24 @@ class PlatformStack(TerraformStack):
             project=project, region=cfg.region, display_name=names.tensorboard_display_name, labels=labels,
             kms_key=cfg.kms_key, depends_on=tuple(encryption_deps),
         ))
+        # Each with the id the plan reports; the Vertex AI agent's key grant (above) covers their CMEK.
+        self.endpoints: dict[str, Endpoint] = {}
+        for endpoint in cfg.endpoints:
+            logging = endpoint.request_response_logging
+            self.endpoints[endpoint.name] = Endpoint(self, f"endpoint-{endpoint.name}", EndpointProps(
+                project=project,
+                region=cfg.region,
+                endpoint_id=endpoint_resource_names(cfg)[endpoint.name].rsplit("/", 1)[1],
+                display_name=endpoint.display_name,
+                description=endpoint.description,
+                labels={**labels, "endpoint": endpoint.name},
+                kms_key=cfg.kms_key,
+                logging_table=logging.bigquery_table if logging else None,
+                sampling_rate=logging.sampling_rate if logging else 1.0,
+                logs_writer=agents.vertex_ai,
+                psc_projects=endpoint.private_service_connect,
+                depends_on=tuple(encryption_deps),
+            ))
         scheduler = service_account_email(cfg, names.scheduler_account_id)
         planned_tensorboard = planned_outputs(cfg)["tensorboard"]
         self.schedules = [
@@ -227,6 +253,8 @@ class PlatformStack(TerraformStack):
             return f"{uri}/{output.of}" if output.of else uri
         if output.kind == "tensorboard":
             return self._tensorboard_name()
+        if output.kind == "endpoint":
+            return planned.rsplit("/", 1)[0] + "/" + self.endpoints[output.of].endpoint.name
         return planned
 
     def _output_dependencies(self, output: Output) -> list[TerraformResource]:
@@ -246,11 +274,13 @@ class PlatformStack(TerraformStack):
             return list(self.registry.grants)
         if output.kind == "account":
             return self._grants_naming(self.members[output.of])
+        if output.kind == "endpoint":
+            return list(self.endpoints[output.of].grants)
         return []
 
     def _add_outputs(self) -> None:
         planned = planned_outputs(self.cfg)
-        for output in OUTPUTS:
+        for output in platform_outputs(self.cfg):
             TerraformOutput(self, output.key, value=self._output_value(output, planned[output.key]),
                             description=f"{output.key} (see infra/outputs.py)",
                             depends_on=self._output_dependencies(output) or None)

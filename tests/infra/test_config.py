@@ -121,7 +121,7 @@ _DELETE = object()
         ("project_id", _DELETE, "project_id", "required"),
         ("region", "US-Central1", "region", "us-central1"),
         ("region", "uscentral", "region", "us-central1"),
-        ("surprise", 1, "surprise", "allowed: github, job_service_accounts, job_submitters"),
+        ("surprise", 1, "surprise", "allowed: endpoints, github, job_service_accounts, job_submitters"),
         ("github.branch", "main", "github.branch", "deploy_branch"),
         ("github.repository_id", "acme/repo", "github.repository_id", "gh api repos"),
         ("project_number", "12ab", "project_number", "numeric"),
@@ -273,7 +273,7 @@ BROKEN_CONFIGS = [
     ("project_id", _DELETE, "field 'project_id': missing; this field is required"),
     ("region", "us_central1", "field 'region': got 'us_central1'; allowed: a Google Cloud region such as"),
     ("regoin", "us-central1",
-     "field 'regoin': unknown key; allowed: github, job_service_accounts, job_submitters"),
+     "field 'regoin': unknown key; allowed: endpoints, github, job_service_accounts, job_submitters"),
     # ...and the three a schedule can get wrong.
     ("schedules.nightly.cron", "0 3 * * * *", "field 'schedules.nightly.cron': '0 3 * * * *': 6 fields"),
     ("schedules.nightly.time_zone", "Europe/Atlantis",
@@ -354,7 +354,7 @@ def test_pure_modules_do_not_import_the_cdk():
 
 def test_planned_outputs_from_config_alone():
     planned = planned_outputs(load_environment(BASIC))
-    assert tuple(planned) == OUTPUT_KEYS
+    assert tuple(planned) == OUTPUT_KEYS + ("endpoint_recommender", "endpoint_ranker_v2")
     assert planned["data_bucket"] == "gs://scn-std-data"
     assert planned["tensorboard_logs_bucket"] == "gs://scn-std-tensorboard-logs"
     assert planned["runtime_service_account"] == "scn-std-runtime@scn-std-proj.iam.gserviceaccount.com"
@@ -383,7 +383,7 @@ def test_deployed_outputs_reads_the_cli_outputs_file(tmp_path):
     values = {**planned_outputs(load_environment(BASIC)),
               "tensorboard": "projects/scn-std-proj/locations/us-central1/tensorboards/4711"}
     path = _cli_outputs_file(tmp_path, BASIC, values)
-    assert deployed_outputs(path, BASIC) == values
+    assert deployed_outputs(path, BASIC, tuple(values)) == values
     assert resolve_outputs(BASIC, path) == values
 
 

@@ -21,6 +21,7 @@ from infra.outputs import (
     OUTPUT_KEYS,
     PENDING_DEPLOY,
     is_pending,
+    output_keys,
     planned_outputs,
     resolve_outputs,
 )
@@ -203,7 +204,7 @@ def test_platform_stack_creates_no_identity_and_no_project_iam(stacks):
             "google_iam_workload_identity_pool_provider", "google_project_iam_custom_role"} == set(), env
         assert {t for t in types if "iam" in t} <= {
             "google_storage_bucket_iam_member", "google_artifact_registry_repository_iam_member",
-            "google_kms_crypto_key_iam_member"}, env
+            "google_kms_crypto_key_iam_member", "google_bigquery_dataset_iam_member"}, env
         assert not [b for t in types if "iam" in t for b in stack["resource"][t].values() if "condition" in b]
 
 
@@ -407,6 +408,8 @@ def simulate_apply(stack: dict, tensorboard_id: str, project_number: str) -> dic
         if (rtype, attr) == ("google_iam_workload_identity_pool_provider", "name"):
             return (f"projects/{project_number}/locations/global/workloadIdentityPools/"
                     f"{evaluate(body['workload_identity_pool_id'])}/providers/{body['workload_identity_pool_provider_id']}")
+        if (rtype, attr) == ("google_vertex_ai_endpoint", "name"):
+            return body["name"]
         if (rtype, attr) == ("google_vertex_ai_tensorboard", "name"):
             return f"projects/{project_number}/locations/{body['region']}/tensorboards/{tensorboard_id}"
         raise AssertionError(f"output refers to {rtype}.{attr}, which this simulation does not know")
@@ -419,10 +422,13 @@ def simulate_apply(stack: dict, tensorboard_id: str, project_number: str) -> dic
     return {key: evaluate(body["value"]) for key, body in stack["output"].items()}
 
 
-def test_outputs_are_exactly_the_interface_keys(stacks, bootstraps):
-    for stack in stacks.values():
-        assert set(stack["output"]) == set(OUTPUT_KEYS)
-        assert stack["//"]["outputs"] == {stack["//"]["metadata"]["stackName"]: {k: k for k in OUTPUT_KEYS}}
+def test_outputs_are_exactly_the_interface_keys(stacks, bootstraps, configs):
+    for env, stack in stacks.items():
+        # OUTPUT_KEYS, and `endpoint_<name>` for each endpoint of the config.
+        keys = output_keys(configs[env])
+        assert set(keys) - set(OUTPUT_KEYS) == {f"endpoint_{e.name}" for e in configs[env].endpoints}
+        assert set(stack["output"]) == set(keys)
+        assert stack["//"]["outputs"] == {stack["//"]["metadata"]["stackName"]: {k: k for k in keys}}
     for stack in bootstraps.values():
         assert set(stack["output"]) == set(BOOTSTRAP_OUTPUT_KEYS)
 
@@ -461,7 +467,7 @@ def output_depends(stack: dict) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("env", SCENARIOS)
-def test_outputs_depend_on_the_grants_that_make_what_they_name_usable(stacks, env):
+def test_outputs_depend_on_the_grants_that_make_what_they_name_usable(stacks, configs, env):
     """Whoever reads an output (a job, a build, the deploy workflow) gets a thing it can already use:
     Terraform writes the output only after the grants on that thing (expected sets derived from the JSON)."""
     stack = stacks[env]
@@ -481,10 +487,16 @@ def test_outputs_depend_on_the_grants_that_make_what_they_name_usable(stacks, en
         "tensorboard": set(),
         "artifact_registry": registry,
         "trainer_image": registry,
+        # An endpoint that logs its predictions: once Vertex AI may write to the dataset.
+        **{key: {f"google_bigquery_dataset_iam_member.{n}"
+                 for n in resources(stack, "google_bigquery_dataset_iam_member")
+                 if n.startswith(key.replace("_", "-", 1))}
+           for key in out if key.startswith("endpoint_")},
     }
     assert depends == expected
     # Not vacuous: each named resource's grants are there, the roles that make it usable among them.
-    literals = ("project", "project_number", "region", "workload_identity_provider", "tensorboard")
+    literals = ("project", "project_number", "region", "workload_identity_provider", "tensorboard",
+                *(f"endpoint_{e.name}" for e in configs[env].endpoints if not e.request_response_logging))
     assert all(expected[key] for key in expected if key not in literals)
     roles = {key: {stack["resource"][d.split(".")[0]][d.split(".")[1]]["role"] for d in deps}
              for key, deps in depends.items()}
@@ -528,7 +540,7 @@ def test_planned_and_deployed_outputs_cannot_disagree(all_stacks, configs, tmp_p
             path.write_text(json.dumps({name: {cid: applied[tf_id] for cid, tf_id in ids.items()}}))
             if name == env:
                 deployed = resolve_outputs(env, path)
-                assert tuple(deployed) == OUTPUT_KEYS
+                assert tuple(deployed) == output_keys(configs[env])
             else:
                 # The bootstrap outputs (the repository variables) are the same values under the same keys.
                 deployed = json.loads(path.read_text())[name]
