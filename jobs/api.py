@@ -575,14 +575,11 @@ DEPLOY_VERBS = ("deploy", "undeploy", "rollback")
 
 def endpoint_names(env: str) -> dict[str, str]:
     """The environment's endpoints, name -> resource name (infra's ``endpoints:`` map)."""
-    from infra import outputs as infra_outputs
     from infra.config import ConfigError, load_environment
+    from infra.outputs import endpoint_resource_names
 
-    names = getattr(infra_outputs, "endpoint_resource_names", None)
-    if names is None:  # an infra/ without endpoints: none to deploy to
-        return {}
     try:
-        return dict(names(load_environment(env)))
+        return dict(endpoint_resource_names(load_environment(env)))
     except ConfigError as exc:
         raise JobError(exc.path, exc.field, exc.problem) from None
 

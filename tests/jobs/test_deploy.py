@@ -10,9 +10,11 @@ import json
 import re
 
 import pytest
+import yaml
 from google.cloud.aiplatform_v1 import DeployModelRequest, UndeployModelRequest
 
-import infra.outputs
+from infra.config import ENVIRONMENTS_DIR_VAR, parse_environment
+from infra.outputs import endpoint_resource_names
 from jobs.cloud.client import LocalDirStorage
 from jobs.definition.deployment import (
     DeployError,
@@ -27,18 +29,31 @@ from jobs.definition.deployment import (
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import JOBS_DIR, OUTPUTS, run_cli
 
+# The environment the tests deploy in: the outputs of tests/jobs/helpers.py's project and region, with one
+# endpoint, `census` (infra.config's endpoints map; its id is infra.naming's, from the names alone).
+ENVIRONMENT = f"""\
+project_id: {OUTPUTS['project']}
+project_number: "{OUTPUTS['project_number']}"
+region: {OUTPUTS['region']}
+name_prefix: demo
+state_bucket: demo-tfstate
+github: {{owner: demo-org, repository: demo-repo, repository_id: 1}}
+endpoints:
+  census: {{description: the census model}}
+"""
 PARENT = f"projects/{OUTPUTS['project']}/locations/{OUTPUTS['region']}"
 MODEL = f"{PARENT}/models/census"
-ENDPOINT = f"{PARENT}/endpoints/1234567890"
+ENDPOINT = endpoint_resource_names(parse_environment("dev", yaml.safe_load(ENVIRONMENT)))["census"]
 ARTIFACT = "gs://demo-project-models/census-cpu/run/model"
 CENSUS_JOB = JOBS_DIR / "census_cpu.yaml"
 
 
 @pytest.fixture
-def endpoints(monkeypatch):
-    """The environment's endpoints as infra.outputs names them: one, `census`."""
-    names = lambda cfg: {"census": ENDPOINT}  # noqa: E731
-    monkeypatch.setattr(infra.outputs, "endpoint_resource_names", names, raising=False)
+def endpoints(tmp_path_factory, monkeypatch):
+    """run_job.py's environment `dev` is ENVIRONMENT."""
+    folder = tmp_path_factory.mktemp("environments")
+    (folder / "dev.yaml").write_text(ENVIRONMENT, encoding="utf-8")
+    monkeypatch.setenv(ENVIRONMENTS_DIR_VAR, str(folder))
 
 
 def registry(fake: FakeVertex, versions: int = 2) -> None:
