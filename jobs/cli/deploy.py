@@ -88,7 +88,7 @@ def main(verb: str, argv: list[str], call) -> int:
                 value = getattr(args, flag[2:].replace("-", "_"))
                 if value is not None:
                     settings[field] = value
-        ref, spec = api.deploy_settings(args.ref, settings, {f: v for f, v in SETTING_FLAGS.items()}, verb)
+        ref, spec = api.deploy_settings(args.ref, settings, SETTING_FLAGS, verb)
         target = api.deploy_target(args.env, outputs, args.endpoint, verb)
         if verb == "undeploy":
             return _run(verb, call, target, ref=ref, args=args)

@@ -40,6 +40,10 @@ from trainer.contract import EXAMPLE_FILE
 SMOKE_TRIES = 20
 
 
+class DeployFailed(RuntimeError):
+    """A definition's deploy block failed after its model was registered; the message says how to finish."""
+
+
 class SmokeFailed(Exception):
     """The smoke prediction was refused or failed: the version is deployed, with the traffic it was given."""
 
@@ -234,7 +238,22 @@ class DeployRegistered:
         if ex.remote.get("state") != cloud.SUCCESS_STATE:
             return  # nothing was registered: RegisterModel said why
         plan = ex.job.deploy
-        deploy(ex.clients, plan.ref, plan.spec, target_of(ex.job), plan.instance, ex.out)
+        try:
+            deploy(ex.clients, plan.ref, plan.spec, target_of(ex.job), plan.instance, ex.out)
+        except SmokeFailed as failed:
+            raise DeployFailed(
+                f"{plan.ref} is deployed to endpoint {plan.spec.endpoint}, but the smoke prediction failed "
+                f"({failed}); put the traffic back with: python scripts/run_job.py rollback --endpoint "
+                f"{plan.spec.endpoint}"
+            ) from failed
+        except Exception as exc:  # noqa: BLE001 - any failure: say it, and how a rerun finishes it
+            cause = " ".join(str(exc).split()) or type(exc).__name__
+            raise DeployFailed(
+                f"the model is registered, but deploying {plan.ref} to endpoint {plan.spec.endpoint} failed "
+                f"({type(exc).__name__}: {cause}); the endpoint's traffic is where it was. The same command "
+                f"with --follow {ex.remote.get('name')} finishes it (the version is found, not uploaded "
+                "again; a version deployed already is not deployed twice)"
+            ) from exc
 
 
 def target_of(job) -> Target:

@@ -398,3 +398,26 @@ def test_without_an_instance_the_smoke_prediction_sends_the_export_s_example_req
                                factory=server.factory(tmp_path))
     assert (rc, err) == (0, ""), err
     assert f"no smoke prediction: {ARTIFACT}0/example_request.json does not exist" in out
+
+
+def test_a_deploy_block_that_fails_after_registration_says_how_the_follow_command_finishes_it(
+    endpoints, tmp_path, no_poll_sleep
+):
+    fake = FakeVertex()
+    fake.endpoints.add_endpoint(ENDPOINT)
+    fake.endpoints.deploy_errors.append("no capacity for n1-standard-2")
+    fake.add_version(MODEL, f"{ARTIFACT}0")["versionAliases"].append("production")  # the gate keeps it there
+    job = with_block(tmp_path, "deploy:\n  endpoint: census\n  machineType: n1-standard-2\n")
+    name = "projects/demo-project/locations/us-central1/customJobs/1000"
+    with FakeVertexServer(fake) as server:
+        (root := tmp_path / "gs").mkdir()
+        rc, out, err = run_cli([job], factory=server.factory(root))
+        assert rc == 1 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert "registry: registered" in out and "no capacity for n1-standard-2" in err
+        assert f"The same command with --follow {name} finishes it" in err
+        assert fake.endpoints.split(ENDPOINT) == {}
+        rc, out, err = run_cli([job, "--follow", name], factory=server.factory(root))
+    assert rc == 0, err
+    assert "already this job's version" in out and "deploy: deployed model" in out
+    assert len(fake.uploads()) == 1 and len(deploys(fake)) == 2
+    assert fake.endpoints.split(ENDPOINT) == {"5000": 100}
