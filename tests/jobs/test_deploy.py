@@ -6,6 +6,7 @@ pure rules (jobs.definition.deployment) are table-tested first."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -27,7 +28,7 @@ from jobs.definition.deployment import (
     scaled,
 )
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
-from tests.jobs.helpers import JOBS_DIR, OUTPUTS, run_cli
+from tests.jobs.helpers import JOBS_DIR, OUTPUTS, make_repo, run_cli
 
 # The environment the tests deploy in: the outputs of tests/jobs/helpers.py's project and region, with one
 # endpoint, `census` (infra.config's endpoints map; its id is infra.naming's, from the names alone).
@@ -421,3 +422,23 @@ def test_a_deploy_block_that_fails_after_registration_says_how_the_follow_comman
     assert "already this job's version" in out and "deploy: deployed model" in out
     assert len(fake.uploads()) == 1 and len(deploys(fake)) == 2
     assert fake.endpoints.split(ENDPOINT) == {"5000": 100}
+
+
+def test_a_scheduled_definition_with_a_deploy_block_is_refused_not_silently_left_undeployed(
+    endpoints, tmp_path, monkeypatch
+):
+    from infra.config import ConfigError, load_environment
+    from jobs.schedule import compile_schedules
+
+    repo = make_repo(tmp_path / "repo")  # a checkout whose jobs/ holds the definition
+    (repo / "jobs").mkdir()
+    with_block(tmp_path, "deploy:\n  endpoint: census\n").rename(repo / "jobs/census_deploy.yaml")
+    (folder := tmp_path / "envs").mkdir()
+    schedule = "schedules:\n  nightly: {job: jobs/census_cpu.yaml, cron: '0 3 * * *'}\n"
+    (folder / "dev.yaml").write_text(ENVIRONMENT + schedule, encoding="utf-8")
+    monkeypatch.setenv(ENVIRONMENTS_DIR_VAR, str(folder))
+    cfg = load_environment("dev")  # its job must be the repository's; the checkout's has the block
+    nightly = dataclasses.replace(cfg.schedules[0], job="jobs/census_deploy.yaml")
+    with pytest.raises(ConfigError, match="does not deploy it yet") as refused:
+        compile_schedules(dataclasses.replace(cfg, schedules=(nightly,)), repo_root=repo)
+    assert refused.value.field == "deploy"
