@@ -173,18 +173,10 @@ def _with_endpoint(job, env: str):
     """The job with its deploy block's endpoint resolved in ``env`` (an unknown name lists the known ones)."""
     import dataclasses
 
-    known = endpoint_names(env)
-    name = job.deploy.spec.endpoint
-    if name not in known:
-        path = "deploy.endpoint"
-        line = job.document.line_of(path)
-        raise JobError(
-            job.file,
-            path,
-            f"{short(name)} is not an endpoint of environment {env}" + (f" (line {line})" if line else ""),
-            ", ".join(sorted(known)) or f"(none: add one to infra/environments/{env}.yaml's endpoints)",
-        )
-    return dataclasses.replace(job, deploy=dataclasses.replace(job.deploy, resource=known[name]))
+    line = job.document.line_of("deploy.endpoint")
+    where = f" (line {line})" if line else ""
+    resource = endpoint_resource(env, job.deploy.spec.endpoint, job.file, "deploy.endpoint", where)
+    return dataclasses.replace(job, deploy=dataclasses.replace(job.deploy, resource=resource))
 
 
 def job_accounts(env: str, outputs: Mapping[str, str], file: str) -> tuple[str, ...]:
@@ -584,17 +576,24 @@ def endpoint_names(env: str) -> dict[str, str]:
         raise JobError(exc.path, exc.field, exc.problem) from None
 
 
-def deploy_target(env: str, outputs: Mapping[str, str], endpoint: str, verb: str = "deploy"):
-    """The Target of ``--endpoint NAME`` in ``env``; an unknown name is refused, listing the known ones."""
-    from jobs.cloud.deploy import Target
-
+def endpoint_resource(env: str, name: str, file: str, path: str, where: str = "") -> str:
+    """The resource name of endpoint ``name`` of ``env``; a JobError at ``file``/``path`` listing the known
+    ones for any other name (``where``: the line it was written on)."""
     known = endpoint_names(env)
-    if endpoint not in known:
+    if name not in known:
         raise JobError(
-            verb, "--endpoint", f"{short(endpoint)} is not an endpoint of environment {env}",
+            file, path, f"{short(name)} is not an endpoint of environment {env}{where}",
             ", ".join(sorted(known)) or f"(none: add one to infra/environments/{env}.yaml's endpoints)",
         )
-    return Target(f"projects/{outputs['project']}/locations/{outputs['region']}", endpoint, known[endpoint])
+    return known[name]
+
+
+def deploy_target(env: str, outputs: Mapping[str, str], endpoint: str, verb: str = "deploy"):
+    """The Target of ``--endpoint NAME`` in ``env``."""
+    from jobs.cloud.deploy import Target
+
+    parent = f"projects/{outputs['project']}/locations/{outputs['region']}"
+    return Target(parent, endpoint, endpoint_resource(env, endpoint, verb, "--endpoint"))
 
 
 def deploy_settings(ref_text: str, settings: Mapping[str, object], names: Mapping[str, str],
@@ -609,7 +608,7 @@ def deploy_settings(ref_text: str, settings: Mapping[str, object], names: Mappin
 
 
 def smoke_instance(text: str | None, verb: str = "deploy"):
-    """``--instance JSON``: the instance the smoke prediction sends (None: no smoke prediction)."""
+    """``--instance JSON``: the instance the smoke prediction sends (None: the model's example request's)."""
     if text is None:
         return None
     try:

@@ -20,7 +20,7 @@ from typing import Any
 from jobs.definition import body as job_body
 from jobs.definition.body import GOALS
 from jobs.definition.deployment import DEPLOY_FIELD, DeployError, DeployPlan, parse_block
-from jobs.definition.errors import JobError, one_of, short
+from jobs.definition.errors import FieldError, JobError, one_of, short
 from jobs.definition.gcloud_flags import JobFlags, apply_flags
 from jobs.definition.kinds import CUSTOM_JOB, JOB_KINDS, KINDS, TUNING_JOB, runs_study, spec_field
 from jobs.definition.loader import Document
@@ -237,9 +237,14 @@ def _deploy(document: Document, block: Any, namespaces, registry: RegistrySpec |
         block = resolve(block, namespaces, file, DEPLOY_FIELD)
         return parse_block(block, registry.model_id, registry.aliases)
     except DeployError as exc:
-        line = document.line_of(exc.path)
-        problem = f"{exc.problem} (line {line})" if line else exc.problem
-        raise JobError(file, exc.path, problem, exc.allowed) from None
+        raise _at_line(document, exc) from None
+
+
+def _at_line(document: Document, exc: FieldError) -> JobError:
+    """A block's refusal in the file, with the line its field was written on."""
+    line = document.line_of(exc.path)
+    problem = f"{exc.problem} (line {line})" if line else exc.problem
+    return JobError(document.file, exc.path, problem, exc.allowed)
 
 
 def _registry(document: Document, block: Any, namespaces, kind: str, body: dict[str, Any]) -> RegistrySpec:
@@ -257,9 +262,7 @@ def _registry(document: Document, block: Any, namespaces, kind: str, body: dict[
             block, study_metric=study_metric, runs_study=runs_study(kind), serving_image=serving_image
         )
     except RegistryError as exc:
-        line = document.line_of(exc.path)
-        problem = f"{exc.problem} (line {line})" if line else exc.problem
-        raise JobError(file, exc.path, problem, exc.allowed) from None
+        raise _at_line(document, exc) from None
 
 
 def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any], str, Any]:
