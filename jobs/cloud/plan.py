@@ -2,12 +2,13 @@
 
 Steps: look up the job's trainer images in Artifact Registry, and build the missing ones with Cloud Build
 (context tarball to the staging bucket, build, follow) -> build and upload the trainer sdist unless the
-staging bucket has it -> look for a live job with this submission's hash (a retry must not create a
-duplicate) -> create the job -> print links -> follow it, streaming its log entries (jobs.cloud.logs) between
-its state lines -> for a tuning job, write the study report once it ends (``report.py``: study.json,
-study.png, the table of trials) -> register its model in the Model Registry when the definition asks
-(jobs.cloud.register). Each step reads and writes one ``Execution``; nothing here decides *whether* to touch
-the cloud. Every image is resolved before anything is built, uploaded or submitted.
+staging bucket has it -> look for a live job with this submission's hash (a retry must not create a duplicate)
+-> create the job -> print links -> follow it, streaming its log entries (jobs.cloud.logs) between its state
+lines -> for a tuning job, write the study report once it ends (``report.py``: study.json, study.png, the
+table of trials) -> register its model in the Model Registry when the definition asks (jobs.cloud.register) ->
+deploy the gated alias to an endpoint when it has a deploy block (jobs.cloud.deploy). Each step reads and
+writes one ``Execution``; nothing here decides *whether* to touch the cloud. Every image is resolved before
+anything is built, uploaded or submitted.
 """
 
 from __future__ import annotations
