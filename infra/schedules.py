@@ -18,9 +18,11 @@ or was created within `DUPLICATE_WINDOW_S`. Schedules must run further apart tha
 still going when the next one is due is followed instead of doubled.
 
 A schedule whose definition has a `registry:` block (`ScheduledRun.registration`) also puts each successful
-run's model into the Vertex AI Model Registry (`register` below): one version per run, found again by its
-`vertex-job` label (so an execution never uploads a run twice), and the definition's aliases moved to it by
-the evaluation gate. A failed job registers nothing. A run whose registration failed (the execution fails)
+run's model into the Vertex AI Model Registry (`register` below) by the rule run_job.py follows
+(common/model_registry.py): one version per run, found again by its `vertex_job` label, the job's id (so
+neither an execution nor a `run_job.py --follow` of the run uploads it twice), and the definition's aliases
+moved to it by the evaluation gate's rules (the first alias taking `default` along). A failed job
+registers nothing. A run whose registration failed (the execution fails)
 is registered by a later execution of the schedule that still lists it (`recent`): the next day's run, or one
 started by hand. The duplicate path registers nothing: the execution that started that run is registering
 it, and two executions registering one run at once could both upload.
@@ -34,6 +36,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
+from common.model_registry import (
+    GATE,
+    JOB_LABEL,
+    JOB_NAME_PREFIX,
+    KEPT,
+    LABEL_FILTER,
+    MAX_LABEL_CHARS,
+    MOVED,
+    NOT_LABEL_CHARS,
+    aliases_to_merge,
+    metric_label_key,
+    version_description,
+)
 
 # Cloud Scheduler's retries of the trigger (its default is none: a transient API error would skip a day).
 RETRY_COUNT = 3
@@ -64,7 +80,6 @@ GET_MODEL_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.models.get"
 UPLOAD_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.models.upload"
 MERGE_ALIASES_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.models.mergeVersionAliases"
 READ_OBJECT_CONNECTOR = "googleapis.storage.v1.objects.get"
-JOB_LABEL = "vertex-job"  # on every version: the id of the job that trained it (lowercased)
 MODEL_DIR = "model"  # Vertex AI's AIP_MODEL_DIR: <baseOutputDirectory.outputUriPrefix>/model
 METRICS_FILE = "metrics.json"  # the trainer's, in the model directory: {"eval": {metric: value}, ...}
 GOALS = ("MAXIMIZE", "MINIMIZE")
@@ -314,10 +329,59 @@ def _register_runs(run: ScheduledRun) -> list[dict[str, Any]]:
     ]
 
 
+# A marker for a workflow value inside a text of common.model_registry's (see `expression`).
+_MARK = "\x00{}\x00"
+
+
+def _template(text: str, **variables: str) -> str:
+    """A text of the shared rule with workflow expressions where `variables` name them: `text` is formatted
+    with markers, which `expression` then replaces."""
+    marks = {name: _MARK.format(name) for name in variables}
+    return expression(text.format(**marks), {marks[name]: expr for name, expr in variables.items()})
+
+
+def _gate_conditions(reg: ScheduledRegistration) -> dict[str, tuple[str, str]]:
+    """Each rule of common.model_registry.GATE as this program states it: (condition, why)."""
+    better = ">=" if reg.goal == "MAXIMIZE" else "<="
+    values = f'{_literal(reg.metric + " ")} + string(value) + " is %s " + string(holder_value)'
+    return {
+        "already_held": ("${holder_version == version.versionId}", ""),
+        "unknown_value": ("${value == null}", f"its {reg.metric} is unknown"),
+        "first_holder": ("${holder == null}", "no version held it"),
+        "newer_holder": ("${int(holder_version) > int(version.versionId)}",
+                         '${"version " + holder_version + ", newer, holds it"}'),
+        "unknown_holder_value": ("${holder_value == null}", (
+            f'${{{_literal("the " + reg.metric + " of version ")} + holder_version + '
+            '", which holds it, is unknown"}')),
+        "no_worse": (f"${{value {better} holder_value}}",
+                     f'${{{values % "no worse than"} + " of version " + holder_version}}'),
+        "worse": (True,
+                  f'${{{values % "worse than"} + " of version " + holder_version + ", which keeps it"}}'),
+    }
+
+
+def _gate_switch(reg: ScheduledRegistration) -> list[dict[str, Any]]:
+    """The gate's steps for one alias: GATE's rules in their order, the first that holds deciding; the
+    holder's metrics.json is read only once a rule needs it."""
+    conditions = _gate_conditions(reg)
+
+    def branch(rule) -> dict[str, Any]:
+        condition, why = conditions[rule.name]
+        return {"condition": condition, "steps": [_assign(rule.name, outcome=rule.outcome, why=why)]}
+
+    early = [rule for rule in GATE if not rule.reads_holder]
+    late = [rule for rule in GATE if rule.reads_holder]
+    return [{"weigh": {"switch": [*map(branch, early), {"condition": True, "steps": [
+        {"read_holder_value": {"call": "read_metric", "args": {"artifact_uri": "${holder.artifactUri}"},
+                               "result": "holder_value"}},
+        {"compare": {"switch": [branch(rule) for rule in late]}},
+    ]}]}}]
+
+
 def _register(run: ScheduledRun) -> dict[str, Any]:
     """Subworkflow `register(job)`: the succeeded job's model as a version of the registry model (the
-    version labelled with its run id if there is one, else a new upload), then the evaluation gate for each
-    alias; returns what it did."""
+    version labelled with its job's id if there is one, else a new upload), then the evaluation gate for each
+    alias; returns what it did. The rule is common.model_registry's, run_job.py's too."""
     reg = run.registration
     assert reg is not None
     model = f"{run.parent}/models/{reg.model_id}"
@@ -325,7 +389,8 @@ def _register(run: ScheduledRun) -> dict[str, Any]:
     def list_versions() -> dict[str, Any]:
         # (New dicts at each use: a shared one would be a YAML alias in the source.)
         return {"call": LIST_VERSIONS_CONNECTOR, "result": "listed", "args": {
-            "name": model, "region": run.region, "filter": f'${{"labels.{JOB_LABEL}=\\"" + label + "\\""}}'}}
+            "name": model, "region": run.region,
+            "filter": _template(LABEL_FILTER.format(key=JOB_LABEL, value="{value}"), value="label")}}
 
     has_version = '${len(default(map.get(listed, "models"), [])) > 0}'
     encryption = run.body_dict().get("encryptionSpec")
@@ -337,7 +402,8 @@ def _register(run: ScheduledRun) -> dict[str, Any]:
             "artifactUri": "${artifact_uri}",
             "containerSpec": _substitute(reg.container_spec_dict(), {}),
             "labels": "${labels}",
-            "versionDescription": '${"scheduled run " + run + " (" + job.name + ")"}',
+            "versionDescription": _template(version_description("{job_name}", "{display_name}"),
+                                            job_name="job.name", display_name="job.displayName"),
             # Encrypted like the job that trained it.
             **({"encryptionSpec": _substitute(encryption, {})} if encryption else {}),
         }
@@ -345,38 +411,41 @@ def _register(run: ScheduledRun) -> dict[str, Any]:
             "parent": run.parent, "region": run.region, "body": {**target, "model": model_spec},
             "connector_params": {"timeout": UPLOAD_TIMEOUT_S}}}}
 
-    # 0.8712 -> "0_8712": a label value is lowercase letters, digits, "_" and "-".
-    metric_label = '${text.replace_all_regex(text.to_lower(string(value)), "[^a-z0-9_-]", "_")}'
+    # 0.8712 -> "0_8712": the number's text, each character a label value may not hold as "_".
+    metric_text = (f'${{text.replace_all_regex(text.to_lower(string(value)), {_literal(NOT_LABEL_CHARS)}, '
+                   '"_")}')
     holder_of_alias = f"${{{_literal(model + '@')} + alias}}"
-    better = ">=" if reg.goal == "MAXIMIZE" else "<="
-    # Why the gate moved the alias or kept it (the log line and the result).
-    values = f'{_literal(reg.metric + " ")} + string(value) + " is %s " + string(holder_value)'
-    no_worse = f'${{{values % "no worse than"} + " of version " + holder_version}}'
-    worse = f'${{{values % "worse than"} + " of version " + holder_version + ", which keeps it"}}'
-    holder_unknown = (f'${{{_literal("the " + reg.metric + " of version ")} + holder_version + '
-                      '", which holds it, is unknown"}')
     return {"params": ["job"], "steps": [
         {"describe": {"assign": [
             {"run": f"${{{_run_id_of(run, 'job')}}}"},
-            {"label": "${text.to_lower(run)}"},
+            # The job's id: what run_job.py labels a version with too.
+            {"label": (f'${{text.to_lower(text.replace_all_regex(job.name, {_literal(JOB_NAME_PREFIX)}, '
+                       '""))}')},
             {"artifact_uri": f'${{job.jobSpec.baseOutputDirectory.outputUriPrefix + "/{MODEL_DIR}"}}'},
             {"labels": {**dict(reg.labels), JOB_LABEL: "${label}"}},
             {"listed": None}, {"model_exists": True}, {"version": None}, {"uploaded": False},
             {"aliases": []},
+            # What moving each alias sends: the first takes `default` along.
+            {"merges": {alias: aliases_to_merge(alias, reg.aliases) for alias in reg.aliases}},
         ]}},
         {"read_value": {"call": "read_metric", "args": {"artifact_uri": "${artifact_uri}"},
                         "result": "value"}},
-        # A version labelled with this run exists when an earlier execution uploaded it: never a second.
+        # A version labelled with this job exists when an earlier execution (or run_job.py) uploaded it:
+        # never a second.
         {"find_version": {"try": list_versions(), "except": _on_not_found("check_model_missing", [
             {"no_model": {"assign": [{"model_exists": False}]}}])}},
         {"check_found": {"switch": [{"condition": has_version, "steps": [
             {"take_found": {"assign": [{"version": "${listed.models[0]}"}]}}]}]}},
         {"upload_new": {"switch": [{"condition": "${version == null}", "steps": [
             {"label_metric": {"switch": [{"condition": "${value != null}", "steps": [
-                {"add_metric_label": {"assign": [{"metric_label": {reg.metric: metric_label}},
-                                                 {"labels": "${map.merge(labels, metric_label)}"}]}}]}]}},
+                {"write_metric": {"assign": [{"metric_text": metric_text}]}},
+                {"check_metric_fits": {"switch": [{
+                    "condition": f"${{len(metric_text) <= {MAX_LABEL_CHARS}}}", "steps": [
+                        {"add_metric_label": {"assign": [
+                            {"metric_label": {metric_label_key(reg.metric): "${metric_text}"}},
+                            {"labels": "${map.merge(labels, metric_label)}"}]}}]}]}}]}]}},
             # Waits for the upload's long-running operation: an upload that fails leaves no version and
-            # raises (the execution fails); one that succeeds is the version labelled with this run.
+            # raises (the execution fails); one that succeeds is the version labelled with this job.
             {"upload": {"switch": [
                 {"condition": "${model_exists}", "steps": [upload("upload_version", {"parentModel": model})]},
                 {"condition": True, "steps": [upload("create_model", {"modelId": reg.model_id})]},
@@ -389,7 +458,7 @@ def _register(run: ScheduledRun) -> dict[str, Any]:
         ]}]}},
         {"gate": {"for": {"value": "alias", "in": list(reg.aliases), "steps": [
             {"reset": {"assign": [{"holder": None}, {"holder_version": None}, {"holder_value": None},
-                                  {"outcome": "kept"}, {"why": ""}]}},
+                                  {"outcome": KEPT}, {"why": ""}]}},
             {"find_holder": {
                 "try": {"steps": [
                     {"get_holder": {"call": GET_MODEL_CONNECTOR, "result": "holder", "args": {
@@ -399,39 +468,16 @@ def _register(run: ScheduledRun) -> dict[str, Any]:
                 # No version holds the alias.
                 "except": _on_not_found("check_holder_missing", [_assign("no_holder", holder=None)]),
             }},
-            {"weigh": {"switch": [
-                {"condition": "${holder_version == version.versionId}", "steps": [
-                    _assign("already_held", outcome="held")]},
-                # An unmeasured model takes no alias, not even one nobody holds.
-                {"condition": "${value == null}", "steps": [
-                    _assign("unknown_value", why=f"its {reg.metric} is unknown")]},
-                {"condition": "${holder == null}", "steps": [
-                    _assign("first_holder", outcome="moved", why="no version held it")]},
-                # A run registered late (or gated again) never takes an alias back from a newer version.
-                {"condition": "${int(holder_version) > int(version.versionId)}", "steps": [_assign(
-                    "newer_holder", why='${"version " + holder_version + ", newer, holds it"}')]},
-                {"condition": True, "steps": [
-                    {"read_holder_value": {"call": "read_metric", "args": {
-                        "artifact_uri": "${holder.artifactUri}"}, "result": "holder_value"}},
-                    {"compare": {"switch": [
-                        {"condition": "${holder_value == null}", "steps": [
-                            _assign("unknown_holder_value", why=holder_unknown)]},
-                        # A tie moves it: the newer model, as good by the definition's own metric.
-                        {"condition": f"${{value {better} holder_value}}", "steps": [
-                            _assign("no_worse", outcome="moved", why=no_worse)]},
-                        {"condition": True, "steps": [_assign("worse", why=worse)]},
-                    ]}},
-                ]},
-            ]}},
-            {"move_alias": {"switch": [{"condition": '${outcome == "moved"}', "steps": [
+            *_gate_switch(reg),
+            {"move_alias": {"switch": [{"condition": f'${{outcome == "{MOVED}"}}', "steps": [
                 {"merge_alias": {"call": MERGE_ALIASES_CONNECTOR, "args": {
                     "name": f"${{{_literal(model + '@')} + version.versionId}}", "region": run.region,
-                    "body": {"versionAliases": ["${alias}"]}}}}]}]}},
+                    "body": {"versionAliases": "${merges[alias]}"}}}}]}]}},
             {"log_gate": {"switch": [
-                {"condition": '${outcome == "moved"}', "steps": [_log("log_moved", "INFO", (
+                {"condition": f'${{outcome == "{MOVED}"}}', "steps": [_log("log_moved", "INFO", (
                     f'${{{_literal(reg.model_id + " version ")} + version.versionId + " (" + run + "): '
                     f'moved alias " + alias + " to it: " + why}}'))]},
-                {"condition": '${outcome == "kept"}', "steps": [_log("log_kept", "NOTICE", (
+                {"condition": f'${{outcome == "{KEPT}"}}', "steps": [_log("log_kept", "NOTICE", (
                     f'${{{_literal(reg.model_id + " version ")} + version.versionId + " (" + run + "): '
                     f'kept without alias " + alias + ": " + why}}'))]},
             ]}},
@@ -482,6 +528,12 @@ def _read_metric(metric: str) -> dict[str, Any]:
         {"pick": {"assign": [{"value": f'${{map.get(report, ["eval", {_literal(metric)}])}}'}]}},
         {"check_value": {"switch": [{"condition": "${value == null}", "steps": [
             _log("log_no_value", "WARNING", f"${{{missing} + where}}"), {"no_value": {"return": None}}]}]}},
+        # As run_job.py reads it: a number, or no value (a string, a boolean or a list is none).
+        {"check_number": {"switch": [{"condition": '${not(get_type(value) in ["integer", "double"])}',
+                                      "steps": [
+            _log("log_not_number", "WARNING",
+                 f'${{{_literal(f"eval.{metric} is not a number in ")} + where}}'),
+            {"not_number": {"return": None}}]}]}},
         {"found": {"return": "${value}"}},
     ]}
 

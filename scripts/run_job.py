@@ -23,8 +23,8 @@ on the trainer image (${infra.trainer_image}:<cpu|gpu|tpu>-${job.image_tag}) get
 when Artifact Registry lacks the tag; a job on a prebuilt image gets the trainer sdist uploaded by its hash.
 Plain gcloud config files work too, and so do the flags of `gcloud ai custom-jobs|hp-tuning-jobs create` that
 set fields of a definition (--service-account, --labels, --network, --kms-key, --args, --algorithm, ...): in
-either form of definition a flag fills in a field the file leaves out, is checked like that field in the file,
-and is refused in one line naming both where the file says otherwise.
+either form of definition a flag sets its field, is checked like that field in the file, and overrides the
+file's value as gcloud does (--args/--command replace every pool's), each override one line on stderr.
 
 Submitting is idempotent: each submission is labelled submission_hash=<hash of definition, code, overrides>
 and a live job with the same label is followed instead of creating a duplicate. Bad input prints one line
@@ -32,7 +32,8 @@ and a live job with the same label is followed instead of creating a duplicate. 
 any state but SUCCEEDED exits 1 with its error; Ctrl-C while following exits 130 and leaves the job running.
 Output that cannot be written (stdout on a full disk, a pipe whose reader exited) is one line and exit 1.
 Following prints the job's log entries from Cloud Logging as they arrive, each line prefixed with its replica
-(and trial) and severity; --no-logs follows the state alone. A tuning job followed to its end (in any state)
+(and trial) and severity; a failed read (quota, server error) is retried with backoff and resumes where it
+left off; --no-logs follows the state alone. A tuning job followed to its end (in any state)
 gets the report --local writes for its studies: a table of every trial, the best trial, parameter importance,
 study.json and study.png, in .local/reports/<job id>/ (--report-dir DIR moves it).
 

@@ -5,8 +5,9 @@ TensorFlow, so job tooling can read the flag parser cheaply.
 
 The top level is what every ``--model`` shares: the entry point (``task``), the generic training loop
 (``train``), flags (``config``), the runtime contract with the job tooling (``contract``, ``env``), sharding,
-callbacks, export, version shims (``compat``), the shared file readers (``data``), the CSV readers
-(``csv_schema``, ``csv_rows``, ``csv_scan``, ``csv_dataset``) and the cache of pre-training work (``kept``).
+callbacks, export, version shims (``compat``), the shared file readers (``input_files``), the CSV readers
+(``csv_schema``, ``csv_rows``, ``csv_scan``, ``csv_dataset``) and the on-disk cache of pre-training results
+(``result_cache``).
 Each model's own code is a package under ``trainer/models/``, registered in :mod:`trainer.models` against the
 interface of :mod:`trainer.models.base`.
 """

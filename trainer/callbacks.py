@@ -89,8 +89,8 @@ class EpochLogger(keras.callbacks.Callback):
 
 class PhaseTimer(keras.callbacks.Callback):
     """Wall time of the run's phases, for metrics.json and the scale benchmark: the first training step
-    (pipeline start-up, tracing, and any work a cache does before it can yield), then the steady training
-    rate (every later step, validation excluded)."""
+    (pipeline start-up, tracing, and any work an in-memory cache does before it can yield), then the steady
+    training rate (every later step, validation excluded)."""
 
     def __init__(self, global_batch: int):
         super().__init__()

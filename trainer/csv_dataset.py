@@ -69,7 +69,8 @@ def count_batches(scan: ScanResult, batch_size: int) -> int:
 def text_dataset(scan: ScanResult, schema: CsvSchema, *, batch_size: int,
                  transform: Callable | None = None, cache: bool | int = False, shuffle: bool = False,
                  seed: int = 0, repeat: bool = False, keep: tuple[int, int] = (0, 1), sharded: bool = False):
-    """The streaming pipeline: TextLineDataset -> batch -> (drop excluded lines, decode, transform) -> cache.
+    """The streaming pipeline: TextLineDataset -> batch -> (drop excluded lines, decode, transform) ->
+    in-memory cache.
 
     ``transform(features, label)`` runs inside the parallel map (the task's preprocessing), so with
     ``cache`` both parsing and preprocessing happen once and later epochs read ready tensors (``cache`` as a

@@ -11,7 +11,8 @@ the scan's ``excluded`` line numbers, which :func:`trainer.csv_dataset.text_data
 MAX_NON_DATA_LINES blank or comment lines are left out (each is a position the pipeline drops).
 
 Under sharding each worker scans its share and the workers combine what they found (:func:`scan_share`);
-completed scans are kept for the job's other trials and restarts (:class:`ScanKeeper`, :mod:`trainer.kept`).
+completed scans are cached on disk for the job's other trials and restarts (:class:`ScanCache`,
+:mod:`trainer.result_cache`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainer import kept
+from trainer import result_cache
 from trainer.csv_rows import FastPath, Validator, blocks
 from trainer.csv_schema import IMPLAUSIBLE, BadRow, CsvSchema, TooManyBadRows, too_many
 from trainer.input_files import DataError, name_files, unreadable
@@ -105,7 +106,7 @@ class _Sample:
 
 def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, flag: str = "",
              keep: tuple[int, int] = (0, 1), require_rows: bool = True, sample_size: int | None = None,
-             keeper: ScanKeeper | None = None) -> ScanResult:
+             scan_cache: ScanCache | None = None) -> ScanResult:
     """Validate every line of ``files``; raise TooManyBadRows (a DataError) at the first bad row beyond
     ``max_bad_rows``.
 
@@ -114,21 +115,21 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
     (counted over all ``files``) is ``i`` modulo ``n`` are this scan's; the others are neither checked nor
     counted (a worker's share when sharding by record, see trainer.sharding).
 
-    With a ``keeper``, a completed scan is kept in its folder, keyed by the files' identity (path, size,
-    modification time), the schema and the share; the job's later trials and restarts read it instead of the
-    data, and refuse or skip the same bad rows with the same lines (a scan that stopped at a bad row is not
-    kept, and nothing is written before ``keeper.flush()``).
+    With a ``scan_cache``, a completed scan is cached in its folder, keyed by the files' identity (path,
+    size, modification time), the schema and the share; the job's later trials and restarts read it instead
+    of the data, and refuse or skip the same bad rows with the same lines (a scan that stopped at a bad row is
+    not cached, and nothing is written before ``scan_cache.flush()``).
     """
-    if keeper is None:
+    if scan_cache is None:
         return _scan_files(files, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep,
                            require_rows=require_rows, sample_size=sample_size)
     size = QUANTILE_SAMPLE if sample_size is None else sample_size
-    path = f"{keeper.folder}/{_scan_key(files, schema, keep, size, flag)}.npz"
-    scan = _load_scan(path, files, claim=keeper.claim)
+    path = f"{scan_cache.folder}/{_scan_key(files, schema, keep, size, flag)}.npz"
+    scan = _load_scan(path, files, claim=scan_cache.claim)
     if scan is None:
         scan = _scan_files(files, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep,
                            require_rows=require_rows, sample_size=size)
-        keeper.pending.append((path, scan))
+        scan_cache.pending.append((path, scan))
         return scan
     logging.getLogger("trainer").info("%s: read the scan of %d file(s) from %s", flag or "data", len(files),
                                       path)
@@ -140,11 +141,11 @@ def scan_csv(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int = 0, 
 
 
 @dataclass
-class ScanKeeper:
-    """Where completed scans are kept (trainer.sharding.Shard.cache_dir), and those still to write: a task
+class ScanCache:
+    """Where completed scans are cached (trainer.sharding.Shard.cache_dir), and those still to write: a task
     writes them with :meth:`flush` once all its data was accepted, so bad data leaves nothing behind.
     ``claim``: a scan missed is claimed, and a run that misses one another run is scanning waits for it
-    (trainer.kept; ``trainer.kept.may_claim(shard)``)."""
+    (trainer.result_cache; ``trainer.result_cache.may_claim(shard)``)."""
 
     folder: str
     claim: bool = False
@@ -156,8 +157,8 @@ class ScanKeeper:
         self.pending.clear()
 
 
-_MAX_KEPT_SCAN_BYTES = 1 << 30  # a kept scan holds a bounded sample and the excluded lines' positions
-_SCAN_FORMAT = 1  # bump when what a scan checks or keeps changes: older kept scans are then not read
+_MAX_CACHED_SCAN_BYTES = 1 << 30  # a cached scan holds a bounded sample and the excluded lines' positions
+_SCAN_FORMAT = 1  # bump when what a scan checks or caches changes: older cached scans are then not read
 
 
 def _scan_key(files: Sequence[str], schema: CsvSchema, keep: tuple[int, int], sample_size: int,
@@ -167,36 +168,36 @@ def _scan_key(files: Sequence[str], schema: CsvSchema, keep: tuple[int, int], sa
     identity = []
     for path in files:
         try:
-            identity += kept.files_identity([path])
+            identity += result_cache.files_identity([path])
         except tf.errors.OpError as exc:
             raise unreadable(path, exc, flag) from None
-    return kept.key(_SCAN_FORMAT, repr(schema), list(keep), sample_size, identity)
+    return result_cache.key(_SCAN_FORMAT, repr(schema), list(keep), sample_size, identity)
 
 
 def _load_scan(path: str, files: Sequence[str], *, claim: bool = False) -> ScanResult | None:
-    """A kept scan, or None when there is none or it cannot be read (then the data is scanned again; with
-    ``claim``, under this run's claim: see trainer.kept)."""
-    raw = kept.read(path, _MAX_KEPT_SCAN_BYTES, "scan", claim=claim)
+    """A cached scan, or None when there is none or it cannot be read (then the data is scanned again; with
+    ``claim``, under this run's claim: see trainer.result_cache)."""
+    raw = result_cache.read(path, _MAX_CACHED_SCAN_BYTES, "scan", claim=claim)
     if raw is None:
         return None
     try:
-        kept_scan = np.load(io.BytesIO(raw), allow_pickle=False)
-        meta = json.loads(kept_scan["meta"].tobytes())
-        samples = kept_scan["samples"]
+        cached = np.load(io.BytesIO(raw), allow_pickle=False)
+        meta = json.loads(cached["meta"].tobytes())
+        samples = cached["samples"]
         return ScanResult(
             files=tuple(files), total_lines=meta["total_lines"], rows=meta["rows"],
-            positives=meta["positives"], total_bytes=meta["total_bytes"], excluded=kept_scan["excluded"],
+            positives=meta["positives"], total_bytes=meta["total_bytes"], excluded=cached["excluded"],
             bad_rows=tuple(BadRow(*b) for b in meta["bad_rows"]),
             stats={k: tuple(v) for k, v in meta["stats"].items()},
             samples={name: samples[:, k].copy() for k, name in enumerate(meta["names"])})
-    except kept.UNREADABLE as exc:
-        logging.getLogger("trainer").warning("not reading the kept scan %s (%s): scanning the data", path,
+    except result_cache.DECODE_ERRORS as exc:
+        logging.getLogger("trainer").warning("not reading the cached scan %s (%s): scanning the data", path,
                                              exc)
         return None
 
 
 def _save_scan(path: str, scan: ScanResult) -> None:
-    """Keep ``scan`` at ``path`` (see trainer.kept.write)."""
+    """Cache ``scan`` at ``path`` (see trainer.result_cache.write)."""
     names = list(scan.samples)
     meta = {"rows": scan.rows, "positives": scan.positives, "total_lines": scan.total_lines,
             "total_bytes": scan.total_bytes, "stats": scan.stats, "names": names,
@@ -205,12 +206,12 @@ def _save_scan(path: str, scan: ScanResult) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
              excluded=scan.excluded, samples=samples)
-    kept.write(path, buffer.getvalue(), "data scan")
+    result_cache.write(path, buffer.getvalue(), "data scan")
 
 
 def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, flag: str,
                 keep: tuple[int, int], require_rows: bool, sample_size: int | None) -> ScanResult:
-    """scan_csv without the kept scans: rows are checked a block at a time by
+    """scan_csv without the cached scans: rows are checked a block at a time by
     :class:`~trainer.csv_rows.FastPath`, and line by line only where it declines."""
     import tensorflow as tf
 
@@ -279,7 +280,7 @@ def _scan_files(files: Sequence[str], schema: CsvSchema, *, max_bad_rows: int, f
 
 def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: int = 0, flag: str = "",
                every_share: bool = False,
-               keeper: ScanKeeper | None = None) -> tuple[ScanResult, ScanResult, tuple[int, int]]:
+               scan_cache: ScanCache | None = None) -> tuple[ScanResult, ScanResult, tuple[int, int]]:
     """(this worker's scan, the whole data's, ``keep``) under ``shard`` (a trainer.sharding.Shard).
 
     Each worker scans only its share (its files, or with fewer files than workers its lines by position:
@@ -290,7 +291,7 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     worker's share must hold data rows (training repeats each share; an empty one never yields a batch).
     """
     if not shard.sharded:
-        scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag, keeper=keeper)
+        scan = scan_csv(files, schema, max_bad_rows=max_bad_rows, flag=flag, scan_cache=scan_cache)
         return scan, scan, (0, 1)
     mine, by_record = shard.files(files, flag)
     keep = (shard.index, shard.count) if by_record else (0, 1)
@@ -298,7 +299,7 @@ def scan_share(files: Sequence[str], schema: CsvSchema, shard, *, max_bad_rows: 
     local = None
     try:
         local = scan_csv(mine, schema, max_bad_rows=max_bad_rows, flag=flag, keep=keep, require_rows=False,
-                         sample_size=QUANTILE_SAMPLE // shard.count, keeper=keeper)
+                         sample_size=QUANTILE_SAMPLE // shard.count, scan_cache=scan_cache)
         part.update(rows=local.rows, positives=local.positives, bytes=local.total_bytes,
                     bad=[[b.file, b.line, b.reason] for b in local.bad_rows],
                     stats={k: list(v) for k, v in local.stats.items()},

@@ -142,10 +142,10 @@ def trial_id(environ: Mapping[str, str] = os.environ) -> str | None:
 
 
 def data_cache_dir(dirs: OutputDirs, environ: Mapping[str, str] = os.environ) -> str:
-    """Where what the trainer learnt from its input (trainer.csv_scan's scans) is kept for the job's other
-    trials and for a restart: beside the run's model folder, ``<base>/data-scans``, with ``<base>`` the
-    job's baseOutputDirectory (Vertex AI writes a trial's outputs to ``<base>/<trial id>/model``) or the
-    ``--job-dir``."""
+    """Where the trainer caches what it learnt from its input (trainer.result_cache: e.g. trainer.csv_scan's
+    scans) for the job's other trials and for a restart: beside the run's model folder,
+    ``<base>/data-scans``, with ``<base>`` the job's baseOutputDirectory (Vertex AI writes a trial's outputs
+    to ``<base>/<trial id>/model``) or the ``--job-dir``."""
     base = dirs.model.rstrip("/").rsplit("/", 1)[0]
     if trial_id(environ) and environ.get(MODEL_DIR, "").strip():
         base = base.rsplit("/", 1)[0]

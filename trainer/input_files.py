@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 
 # A scan reads files in blocks of this size, so memory stays flat on large inputs.
 _BLOCK_BYTES = 4 << 20
-# The share of the available memory one process's caches may take, divided among the cluster's processes
-# on the same host (see cache_budget).
+# The share of the available memory one process's in-memory caches may take, divided among the cluster's
+# processes on the same host (see cache_budget).
 _MEMORY_SHARE = 0.5
 # The longest line a scan reads (a file without line breaks would otherwise be read into memory whole).
 MAX_LINE_BYTES = 8 << 20
@@ -164,8 +164,8 @@ def complete_lines(path: str, flag: str):
 
 
 def cache_budget(limit_mb: int, environ: Mapping[str, str] = os.environ) -> int:
-    """Bytes one process may cache: ``limit_mb`` (the --cache-limit-mb flag), and at most a share of the
-    memory available on this machine divided among the cluster's processes that run on it (a local
+    """Bytes one process may cache in memory: ``limit_mb`` (the --cache-limit-mb flag), and at most a share of
+    the memory available on this machine divided among the cluster's processes that run on it (a local
     multi-worker run, or several trials of a local study, would otherwise each take the whole)."""
     budget = limit_mb << 20
     available = _available_memory()

@@ -41,8 +41,8 @@ class Shard:
     count: int = 1
     # bytes -> every worker's bytes in index order (a collective all-gather); None in a one-worker run.
     gather: Callable[[bytes], list[bytes]] | None = None
-    # Where a task may keep what it learnt from its share (e.g. trainer.csv_scan's scans) for the job's other
-    # trials and for a restart; None: nowhere.
+    # Where a task may cache what it learnt from its share (trainer.result_cache, e.g. trainer.csv_scan's
+    # scans) for the job's other trials and for a restart; None: nowhere.
     cache_dir: str | None = None
 
     def __post_init__(self):
@@ -182,7 +182,8 @@ def _untuned(options):
 
 # Batches a task's pipeline prefetches. Without autotuning, prefetch(AUTOTUNE)'s own tuner doubles its buffer
 # whenever the consumer finds it empty, with no memory budget (measured: +430 MB of float images for a fast
-# consumer of a 244 MB cache); a fixed buffer, behind maps that already run in parallel, keeps the step fed.
+# consumer of a 244 MB in-memory cache); a fixed buffer, behind maps that already run in parallel, keeps the
+# step fed.
 PREFETCH_BATCHES = 2
 
 

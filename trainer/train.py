@@ -49,7 +49,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
 
     import keras
 
-    from trainer import kept
+    from trainer import result_cache
     from trainer.callbacks import (
         DivergenceGuard,
         EpochLogger,
@@ -102,13 +102,13 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
 
         with strategy.scope():
             model = task.build_model(cfg, data)
-        if data.keep:
-            data.keep()
+        if data.write_cache:
+            data.write_cache()
     finally:
-        # Results this run claimed but did not keep (bad data refused, a model that failed to build, any
-        # exception) are given up, so a trial waiting for one computes it itself (trainer.kept). Several runs
-        # can share one interpreter (tests), where a claim left held would stall the next run's.
-        kept.release_claims()
+        # Results this run claimed but did not cache (bad data refused, a model that failed to build, any
+        # exception) are given up, so a trial waiting for one computes it itself (trainer.result_cache).
+        # Several runs can share one interpreter (tests), where a claim left held would stall the next run's.
+        result_cache.release_claims()
     if replicas > 1:
         fix_distributed_symbolic_build(model)
     if kind == "multi_worker":

@@ -6,8 +6,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from common.model_registry import (
+    ALIAS,
+    ALIAS_RULE,
+    DEFAULT_ALIAS,
+    MAX_ALIASES,
+    metric_label_key,
+    writer_labels,
+)
 from infra.cdk import Construct, TerraformResource
-from infra.config import LABEL_KEY, LABEL_VALUE, SERVICE_ACCOUNT_EMAIL
+from infra.config import LABEL_KEY, SERVICE_ACCOUNT_EMAIL
 from infra.constructs import validation as v
 from infra.google import (
     CloudSchedulerJob,
@@ -19,7 +27,6 @@ from infra.google import (
 from infra.schedules import (
     ATTEMPT_DEADLINE_S,
     GOALS,
-    JOB_LABEL,
     MAX_BACKOFF_S,
     MAX_RETRY_DURATION_S,
     MIN_BACKOFF_S,
@@ -33,9 +40,8 @@ EXECUTIONS_API = "https://workflowexecutions.googleapis.com/v1"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}[a-z0-9]$")
 ENV_VAR = re.compile(r"^[A-Z][A-Z0-9_]{0,39}$")
-# Vertex AI: a model id (UploadModelRequest.modelId) and a version alias (mergeVersionAliases).
+# Vertex AI: a model id (UploadModelRequest.modelId).
 MODEL_ID = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9-]$")
 
 
 @dataclass(frozen=True)
@@ -82,16 +88,20 @@ def check_registration(where: str, run: ScheduledRun) -> None:
                 "a model id: a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'")
     v.check_text(where, f"{name}.display_name", reg.display_name, 128)
     v.check(where, f"{name}.aliases", reg.aliases, isinstance(reg.aliases, tuple)
+            and len(reg.aliases) <= MAX_ALIASES and DEFAULT_ALIAS not in reg.aliases
             and all(v.matches(ALIAS, a) for a in reg.aliases) and len(set(reg.aliases)) == len(reg.aliases),
-            "a tuple of distinct version aliases such as production ([a-z][a-zA-Z0-9-]*, 2-128 characters)")
-    # The metric names a label of each version, beside the run's: the definition's labels leave them room.
-    v.check_str(where, f"{name}.metric", reg.metric, LABEL_KEY, "a metric id that is a label key")
+            f"a tuple of at most {MAX_ALIASES} distinct version aliases such as production ({ALIAS_RULE}), "
+            f"not {DEFAULT_ALIAS} (it moves with the first)")
+    # The metric names a label of each version (as a label key), beside the job's.
+    v.check(where, f"{name}.metric", reg.metric, isinstance(reg.metric, str) and reg.metric != ""
+            and v.matches(LABEL_KEY, metric_label_key(reg.metric)), "a metric id")
     v.check(where, f"{name}.goal", reg.goal, reg.goal in GOALS, " or ".join(GOALS))
     labels = dict(reg.labels) if isinstance(reg.labels, tuple) else None
-    most = v.MAX_LABELS - 2
+    reserved = writer_labels(reg.metric)
+    most = v.MAX_LABELS - len(reserved)
     v.check(where, f"{name}.labels", reg.labels, labels is not None and list(labels) == sorted(labels)
-            and len(labels) == len(reg.labels) <= most and not {JOB_LABEL, reg.metric} & set(labels),
-            f"(key, value) pairs sorted by key, at most {most}, none named {JOB_LABEL} or the metric")
+            and len(labels) == len(reg.labels) <= most and not set(reserved) & set(labels),
+            f"(key, value) pairs sorted by key, at most {most}, none named {', '.join(reserved)}")
     v.check_labels(where, labels)
     try:
         spec = json.loads(reg.container_spec)
@@ -103,9 +113,7 @@ def check_registration(where: str, run: ScheduledRun) -> None:
     display = run.body_dict().get("displayName")
     v.check(where, "run.body.displayName", display,
             isinstance(display, str) and run.run_id_placeholder in display,
-            "the run id (the placeholder): a registered version is found again by the run id in it")
-    v.check_str(where, "run.run_id_placeholder", run.run_id_placeholder.lower(), LABEL_VALUE,
-                f"a run id that, lowercased, is a label value ({JOB_LABEL}): at most 63 characters")
+            "the run id (the placeholder): the registration's results and log lines name the run by it")
 
 
 class ScheduledJob(Construct):

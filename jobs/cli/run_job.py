@@ -146,9 +146,10 @@ def add_gcloud_flags(p: argparse.ArgumentParser) -> None:
         return ", ".join(f.flag for f in FLAGS if f.kinds == kinds)
 
     about = (
-        "They fill in fields the file leaves out, in either form of definition (a plain gcloud config or one "
-        "with a kind: header), checked like the file's own; one that disagrees with the file is refused "
-        f"(change the file, or --set). custom-jobs only: {only(CUSTOM)}; hp-tuning-jobs only: {only(STUDY)}."
+        "They set their fields in either form of definition (a plain gcloud config or one with a kind: "
+        "header), checked like the file's own, and override the file's value as gcloud does (--args and "
+        "--command replace every pool's), each override one line on stderr. custom-jobs only: "
+        f"{only(CUSTOM)}; hp-tuning-jobs only: {only(STUDY)}."
     )
     gcloud = p.add_argument_group(
         "values gcloud takes as flags", "\n".join(textwrap.wrap(about, 78, break_on_hyphens=False))
@@ -240,6 +241,8 @@ def main(
             code_hash=code_hash,
             image_hash=image_hash,
         )
+        for override in job.flag_overrides:  # stderr: `--dry-run > plan.json` stays the request alone
+            print(override.note(job.file), file=err)
         if args.local:
             return _run_local(job, args, outputs, repo_root, out)
         if not args.no_wait and (args.report_dir is not None or not args.dry_run):

@@ -9,13 +9,17 @@ gs://). Jobs and builds cross this boundary as REST JSON (camelCase dicts), the 
 from __future__ import annotations
 
 import json
+import re
 import shutil
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from common.model_registry import LABEL_FILTER
 from jobs.definition.body import split_gs
 from jobs.definition.kinds import JOB_KINDS
 
@@ -210,11 +214,67 @@ LOGGING_READ_SCOPE = "https://www.googleapis.com/auth/logging.read"
 
 
 class LogReadError(RuntimeError):
-    """entries.list answered with an error: ``status`` is the API's (PERMISSION_DENIED, ...) or HTTP's."""
+    """entries.list failed: ``status`` is the API's (PERMISSION_DENIED, ...), HTTP's, or the connection's;
+    ``transient`` whether the same read may succeed later (quota, server errors, a dropped connection, a
+    timeout); ``retry_after`` the seconds the server asked to wait, where it said; ``denied`` whether the
+    credentials may not read logs at all (401, 403)."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(
+        self,
+        status: str,
+        message: str,
+        *,
+        transient: bool = False,
+        retry_after: float | None = None,
+        denied: bool = False,
+    ) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
+        self.transient = transient
+        self.retry_after = retry_after
+        self.denied = denied
+
+
+# Answers worth asking again: request timeout, quota (RESOURCE_EXHAUSTED) and every server error. Any other
+# 4xx (a bad filter, no such project, no permission) answers the same however often it is asked.
+_RETRYABLE_HTTP = frozenset({408, 429})
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)s")
+
+
+def log_read_error(code: int, reason: str, payload: Any, headers: Mapping[str, str]) -> LogReadError:
+    """entries.list's error answer as a LogReadError: the status and message of Google's JSON error body, and
+    the wait the server asked for, from a Retry-After header (seconds or an HTTP date) or the body's
+    google.rpc.RetryInfo (Google's APIs send the latter with RESOURCE_EXHAUSTED)."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    error = error if isinstance(error, dict) else {}
+    retry_after = _retry_after_header(headers.get("Retry-After"))
+    for detail in error.get("details") or []:
+        found = isinstance(detail, dict) and detail.get("@type") == _RETRY_INFO
+        delay = _DURATION.fullmatch(str(detail.get("retryDelay", ""))) if found else None
+        if delay and retry_after is None:
+            retry_after = float(delay.group(1))
+    return LogReadError(
+        str(error.get("status") or f"HTTP {code}"),
+        str(error.get("message") or reason or "no message"),
+        transient=code in _RETRYABLE_HTTP or code >= 500,
+        retry_after=retry_after,
+        denied=code in (401, 403),
+    )
+
+
+def _retry_after_header(value: str | None) -> float | None:
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None  # unreadable: the reader's own backoff applies
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 class CloudLogs:
@@ -222,7 +282,8 @@ class CloudLogs:
 
     google-cloud-logging is not among the dependencies, and one POST is all a reader needs: google-auth's
     AuthorizedSession carries the credentials. ``session`` makes it on first use, so a follow that streams
-    no logs (--no-logs) never looks for logging credentials.
+    no logs (--no-logs) never looks for logging credentials. Every failure is a LogReadError that says
+    whether asking again may help.
     """
 
     def __init__(self, session: Callable[[], Any], endpoint: str = LOGGING_ENDPOINT, timeout: float = 30.0):
@@ -233,8 +294,9 @@ class CloudLogs:
 
     def list(self, project: str, filter_: str, page_token: str = "") -> tuple[list[dict[str, Any]], str]:
         """One page of the project's entries matching ``filter_``, oldest first, and the next page's token."""
-        if self._session is None:
-            self._session = self._make_session()
+        import google.auth.exceptions
+        import requests
+
         request = {
             "resourceNames": [f"projects/{project}"],
             "filter": filter_,
@@ -243,17 +305,25 @@ class CloudLogs:
         }
         if page_token:
             request["pageToken"] = page_token
-        response = self._session.post(f"{self.endpoint}/v2/entries:list", json=request, timeout=self.timeout)
-        if response.status_code != 200:
-            try:
-                error = response.json().get("error") or {}
-            except ValueError:
-                error = {}
-            raise LogReadError(
-                str(error.get("status") or f"HTTP {response.status_code}"),
-                str(error.get("message") or response.reason or "no message"),
+        try:
+            if self._session is None:
+                self._session = self._make_session()
+            response = self._session.post(
+                f"{self.endpoint}/v2/entries:list", json=request, timeout=self.timeout
             )
-        page = response.json()
+            if response.status_code != 200:
+                try:
+                    payload = response.json()
+                except ValueError:
+                    payload = None
+                raise log_read_error(response.status_code, response.reason, payload, response.headers)
+            page = response.json()
+        except google.auth.exceptions.TransportError as exc:  # a token refresh that could not connect
+            raise LogReadError(type(exc).__name__, str(exc), transient=True) from exc
+        except google.auth.exceptions.GoogleAuthError as exc:  # no or refused credentials (a ValueError too)
+            raise LogReadError(type(exc).__name__, str(exc), denied=True) from exc
+        except (requests.RequestException, ValueError) as exc:  # no answer (reset, timeout), a cut-off body
+            raise LogReadError(type(exc).__name__, str(exc), transient=True) from exc
         return list(page.get("entries") or []), str(page.get("nextPageToken") or "")
 
 
@@ -300,7 +370,7 @@ class VertexModels:
         """The newest version of ``model`` labelled ``label=value``; None when there is none (or no model)."""
         from google.api_core.exceptions import NotFound
 
-        request = {"name": model, "filter": f'labels.{label}="{value}"'}
+        request = {"name": model, "filter": LABEL_FILTER.format(key=label, value=value)}
         try:
             pager = self.client.list_model_versions(request=request, timeout=self.CALL_TIMEOUT)
             versions = [_message_json(m) for m in pager]

@@ -422,6 +422,7 @@ def follow(
             if waited and logs.active:
                 _sleep(min(GRACE_SECONDS, POLL_SECONDS))
                 logs.poll()
+            logs.finish(_sleep)  # a read still failing gets its last retries
         if summary != last:
             print(line, file=out, flush=True)
             last = summary

@@ -4,12 +4,13 @@ The rules are jobs.definition.model_registry's; this module applies them through
 ModelService) and ``Clients.storage`` (metrics.json), in this order:
 
 1. only a job that SUCCEEDED registers; a study registers its best SUCCEEDED trial by the study's metric;
-2. a version of the registry model labelled ``vertex-job=<job id>`` is this job's, and is reused: a retried
-   run never uploads a second one;
+2. a version of the registry model labelled ``vertex_job=<job id>`` is this job's, and is reused: a retried
+   run never uploads a second one, nor does a ``--follow`` of a run the scheduled workflow registered;
 3. otherwise the model folder (``<baseOutputDirectory>/model``, a trial's ``<prefix>/<trial id>/model``) is
    uploaded as a new version (the model is created by the first upload), and its operation waited for;
-4. each alias goes through the evaluation gate: the new version's metrics.json against that of the version
-   holding the alias now; MergeVersionAliases moves it, or the output says why it stays.
+4. each alias goes through the evaluation gate (common.model_registry.GATE, the workflow's too): the new
+   version's metrics.json against that of the version holding the alias now; MergeVersionAliases moves it
+   (the first alias takes ``default`` along), or the output says why it stays.
 
 An upload never carries an alias, so a failure anywhere (the upload's operation failing, a lost connection,
 Ctrl-C between the upload and the gate) leaves no version holding an alias it did not earn: it is
@@ -21,28 +22,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from common.model_registry import (
+    DEFAULT_ALIAS,
+    JOB_LABEL,
+    aliases_to_merge,
+    job_label_value,
+    metric_label_value,
+    version_description,
+)
 from jobs.cloud import client as cloud
 from jobs.definition.body import is_gs
 from jobs.definition.compile import CompiledJob
 from jobs.definition.kinds import JOB_KINDS, runs_study
 from jobs.definition.model_registry import (
     JOB_ID_PLACEHOLDER,
-    JOB_LABEL,
     MAX_METRICS_BYTES,
     TRIAL_PLACEHOLDER,
     VALUE_PLACEHOLDER,
     Reading,
     RegistrySpec,
     best_trial,
-    encode_label_value,
     gate,
-    job_label_value,
     metrics_uri,
     model_dir,
     output_prefix,
     read_metric,
     upload_request,
-    version_description,
     version_labels,
 )
 
@@ -60,7 +65,7 @@ class Source:
     """Where a version comes from: the job (and trial) and the model folder it wrote."""
 
     job_name: str  # the job's resource name
-    job_id: str  # its vertex-job label value
+    job_id: str  # its vertex_job label value
     display_name: str
     artifact_uri: str
     trial_id: str | None = None
@@ -101,6 +106,7 @@ def preview_request(job: CompiledJob) -> dict[str, Any]:
         labels=version_labels(spec, JOB_ID_PLACEHOLDER, trial_id=trial, metric_value=VALUE_PLACEHOLDER),
         description=version_description(name, str(job.body.get("displayName", "")), trial),
         model_exists=False,
+        encryption=job.body.get("encryptionSpec"),
     )
 
 
@@ -133,18 +139,19 @@ def register(
         )
     else:
         reading = read_reading(storage, source.artifact_uri, spec.metric)
-        version = _upload(models, spec, job.parent, source, reading, out)
+        version = _upload(models, job, source, reading, out)
     for alias in spec.aliases:
         _gate_alias(models, storage, spec, model, version, reading, alias, out)
     return version
 
 
 def _upload(
-    models: cloud.VertexModels, spec: RegistrySpec, parent: str, source: Source, reading: Reading, out: TextIO
+    models: cloud.VertexModels, job: CompiledJob, source: Source, reading: Reading, out: TextIO
 ) -> str:
+    spec, parent = job.registry, job.parent
     model = spec.model_name(parent)
     exists = models.get(model) is not None
-    value = None if reading.value is None else encode_label_value(reading.value)
+    value = None if reading.value is None else metric_label_value(reading.value)
     request = upload_request(
         spec,
         parent,
@@ -152,6 +159,7 @@ def _upload(
         labels=version_labels(spec, source.job_id, trial_id=source.trial_id, metric_value=value),
         description=version_description(source.job_name, source.display_name, source.trial_id),
         model_exists=exists,
+        encryption=job.body.get("encryptionSpec"),
     )
     what = f"a new version of {model}" if exists else f"the first version of a new model {model}"
     print(f"registry: uploading {source.artifact_uri} as {what}", file=out, flush=True)
@@ -172,16 +180,22 @@ def _gate_alias(
 ) -> None:
     version_id = version.rsplit("@", 1)[-1]
     holder = models.get(f"{model}@{alias}")
-    if holder is not None and str(holder.get("versionId")) == version_id:
+    holder_id = None if holder is None else str(holder.get("versionId"))
+
+    def held() -> Reading:
+        return read_reading(storage, str(holder.get("artifactUri", "")), spec.metric)
+
+    decision = gate(spec.metric, spec.goal, version_id, reading, holder_id, held)
+    if decision.rule == "already_held":
         print(f"registry: alias {alias} is on version {version_id} already", file=out)
         return
-    held = None if holder is None else read_reading(storage, str(holder.get("artifactUri", "")), spec.metric)
-    decision = gate(spec.metric, spec.goal, reading, held)
     if decision.move:
-        models.merge_aliases(version, [alias])
-        print(f"registry: alias {alias} moved to version {version_id} ({decision.why})", file=out)
+        merged = aliases_to_merge(alias, spec.aliases)
+        models.merge_aliases(version, merged)
+        default = f"; it is the {DEFAULT_ALIAS} version now" if DEFAULT_ALIAS in merged else ""
+        print(f"registry: alias {alias} moved to version {version_id} ({decision.why}){default}", file=out)
         return
-    where = "not given" if holder is None else f"stays on version {holder.get('versionId')}"
+    where = "not given" if holder is None else f"stays on version {holder_id}"
     print(
         f"registry: alias {alias} {where}: {decision.why}; version {version_id} is kept without it", file=out
     )

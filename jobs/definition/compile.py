@@ -21,7 +21,7 @@ from jobs.definition import body as job_body
 from jobs.definition.body import GOALS
 from jobs.definition.deployment import DEPLOY_FIELD, DeployError, DeployPlan, parse_block
 from jobs.definition.errors import FieldError, JobError, one_of, short
-from jobs.definition.gcloud_flags import JobFlags, apply_flags
+from jobs.definition.gcloud_flags import FlagOverride, JobFlags, apply_flags
 from jobs.definition.kinds import CUSTOM_JOB, JOB_KINDS, KINDS, TUNING_JOB, runs_study, spec_field
 from jobs.definition.loader import Document
 from jobs.definition.model_registry import (
@@ -81,6 +81,8 @@ class CompiledJob:
     prefix: str = ""
     # {body path: gcloud flag} of the fields a flag set (jobs.definition.gcloud_flags): their errors name it.
     flagged: Mapping[str, str] = field(default_factory=dict)
+    # The file's values a flag changed (gcloud's precedence), each reported on stderr by run_job.py.
+    flag_overrides: tuple[FlagOverride, ...] = ()
 
     @property
     def parent(self) -> str:
@@ -160,7 +162,7 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
     deploy_block = data.pop(DEPLOY_FIELD, None) if "kind" in data else None
     kind, delivery, body, prefix, registry_block = _normalize(data, file)
     project = outputs.get("project", "")
-    flagged = apply_flags(body, kind, context.flags, document, prefix, project)
+    placed = apply_flags(body, kind, context.flags, document, prefix, project)
     _defaults(body, kind)
 
     region = context.flags.region or outputs.get("region", "")
@@ -221,7 +223,8 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
         document=document,
         image_hash=context.image_hash,
         prefix=prefix,
-        flagged=flagged,
+        flagged=placed.flagged,
+        flag_overrides=placed.overrides,
         registry=registry,
         deploy=deploy,
     )

@@ -24,9 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from common.model_registry import ALIAS, ALIAS_RULE
 from jobs.definition.errors import FieldError, one_of, short
 from jobs.definition.machines import FAMILIES, Family, example_types
-from jobs.definition.model_registry import ALIAS, ALIAS_RULE, MODEL_ID, MODEL_ID_RULE
+from jobs.definition.model_registry import MODEL_ID, MODEL_ID_RULE
 
 # DeployModelRequest.traffic_split's key for the model the request deploys (Vertex AI fills in its id).
 NEW = "0"

@@ -2,11 +2,12 @@
 definition, written once: this table builds run_job.py's flags, parses their values and places them in the
 body, where they are validated exactly like the same fields written in the file.
 
-A flag only fills in: the file keeps every value it has. A flag whose field the file already sets to another
-value is refused in one line naming both (the flag, and the field with its line), so a command line never
-silently disagrees with the reviewed definition (`--set` is the way to change a field the file has). Flags
-apply to both forms of definition alike: a plain gcloud config file, and one with the `kind:` header. Values
-are literal, as gcloud takes them: `${...}` in a flag is not a reference.
+gcloud's precedence: a flag overrides the file's value (gcloud builds the job from the config file, then sets
+each given flag's field on it; `--args` and `--command` replace every pool's). The override is never silent:
+each field a flag changes is reported (``FlagOverride``: the field with its line, the file's value and the
+flag's), and run_job.py prints one line on stderr for it; a flag that repeats the file's value changes and
+reports nothing. Flags apply to both forms of definition alike: a plain gcloud config file, and one with the
+`kind:` header. Values are literal, as gcloud takes them: `${...}` in a flag is not a reference.
 
 Left out, because they map onto no field of a config-file job: `--config` (JOB_FILE is the config),
 `--worker-pool-spec` (an alternative to the file's pools, not a value of them) and `--python-package-uris`
@@ -30,8 +31,8 @@ KMS_KEY = "projects/<p>/locations/<r>/keyRings/<ring>/cryptoKeys/<key>"
 _DELIMITER = re.compile(r"\^([^^]+)\^")
 # The references of jobs.definition.references: a flag's `${...}` gets a second `$`, so it stays literal.
 _REFERENCE_DOLLAR = re.compile(r"\$(?=\{[^}]*\})")
-# A conflict repeats two values, the file's and the flag's: each is shown shorter than a value alone.
-CONFLICT = 60
+# An override repeats two values, the file's and the flag's: each is shown shorter than a value alone.
+BOTH = 60
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,8 @@ FLAGS: tuple[GcloudFlag, ...] = (
         "--args",
         "{pool}.args",
         CUSTOM,
-        "every pool's program args, comma-separated (repeatable); `^:^` picks another delimiter",
+        "every pool's program args, replacing the file's: comma-separated (repeatable); `^:^` picks another "
+        "delimiter",
         "ARG",
         repeatable=True,
     ),
@@ -123,7 +125,7 @@ FLAGS: tuple[GcloudFlag, ...] = (
         "--command",
         "{container}.command",
         CUSTOM,
-        "every container pool's command (repeatable)",
+        "every container pool's command, replacing the file's (repeatable)",
         "COMMAND",
         repeatable=True,
     ),
@@ -206,7 +208,7 @@ def kms_key_name(flags: JobFlags, project: str, file: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Where:
-    """Where the file's values are: to name a conflicting field as the file writes it, with its line."""
+    """Where the file's values are: to name a field a flag overrides as the file writes it, with its line."""
 
     document: Document
     prefix: str  # body path prefix the file does not write (jobSpec. in a gcloud CustomJobSpec file)
@@ -218,14 +220,60 @@ class _Where:
         return path, f" (line {line})" if line else ""
 
 
+@dataclass(frozen=True)
+class FlagOverride:
+    """A field the file sets that a flag changed: what run_job.py reports on stderr."""
+
+    flag: str
+    field: str  # as the file writes it
+    line: str  # " (line N)" or ""
+    file_value: Any
+    flag_value: Any
+
+    def note(self, file: str) -> str:
+        there, here = _differing(self.file_value, self.flag_value)
+        field = f"{self.field}{self.line}"
+        return f"{file}: {self.flag} overrides {field}: {there} in the file, {here} from the flag"
+
+
+def _differing(old: Any, new: Any) -> tuple[str, str]:
+    """Both values as one line shows them; of two lists (args), only the items between what they share at
+    either end, so a changed epoch count is not cut off behind a long shared head."""
+    if not (isinstance(old, list) and isinstance(new, list)):
+        return short(old, BOTH), short(new, BOTH)
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+
+    def middle(items: list[Any]) -> str:
+        shown = [short(item, BOTH) for item in items[head : len(items) - tail]]
+        return "[" + ", ".join(["..."] * bool(head) + shown + ["..."] * bool(tail)) + "]"
+
+    return short(middle(old), BOTH * 2, quote=False), short(middle(new), BOTH * 2, quote=False)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """What the flags did to a body: {body path: flag} of every field they set, and the file's values they
+    changed."""
+
+    flagged: dict[str, str]
+    overrides: tuple[FlagOverride, ...]
+
+
 def apply_flags(
     body: dict[str, Any], kind: str, flags: JobFlags, document: Document, prefix: str, project: str
-) -> dict[str, str]:
-    """Place each given flag's value in ``body``; returns {body path: flag} of the fields the flags set."""
+) -> Placed:
+    """Place each given flag's value in ``body``, over the file's value where it has one (gcloud's
+    precedence)."""
     where = _Where(document, prefix)
     values = {f.dest: getattr(flags, f.dest) for f in FLAGS if f.field}
     values["kms_key"] = kms_key_name(flags, project, document.file)
     placed: dict[str, str] = {}
+    overrides: list[FlagOverride] = []
     for spec in FLAGS:
         value = values.get(spec.dest)
         if value in (None, False, ()):
@@ -239,30 +287,35 @@ def apply_flags(
                 f"omit it for a {kind}",
             )
         targets = _targets(body, kind, spec, value, document.file)
-        for path, new in targets:  # every target is checked before any is set: a refusal changes nothing
+        for path, _, _ in targets:  # every target is checked before any is set: a refusal changes nothing
             at, old = _lookup(body, path)
-            if old not in (None, "", [], {}) and (at != path or old != new):
+            if at != path and old not in (None, "", [], {}):
+                # A single value where the flag's field goes inside it (`jobSpec: 5`): nothing to override.
                 field, line = where.field(at)
-                there, here = short(old, CONFLICT), short(new, CONFLICT)
                 raise JobError(
                     document.file,
                     spec.flag,
-                    f"conflicts with {field}{line} in the file: {there} there, {here} here",
-                    f"one of them; to change the file's value, --set {field}=...",
+                    f"sets a field inside {field}{line}, which the file gives the single value {short(old)}",
+                    f"a mapping at {field}, or omit {spec.flag}",
                 )
-        for path, new in targets:
-            if _lookup(body, path)[1] != new:
-                _set(body, path, new)
-                placed[path] = spec.flag
-    return placed
+        for path, new, given in targets:
+            old = _lookup(body, path)[1]
+            if old == new:
+                continue
+            if old not in (None, "", [], {}):
+                overrides.append(FlagOverride(spec.flag, *where.field(path), old, given))
+            _set(body, path, new)
+            placed[path] = spec.flag
+    return Placed(placed, tuple(overrides))
 
 
 def _targets(
     body: dict[str, Any], kind: str, spec: GcloudFlag, value: Any, file: str
-) -> list[tuple[str, Any]]:
-    """(body path, value) of each field a flag sets: one, a label each, or one per worker pool."""
+) -> list[tuple[str, Any, Any]]:
+    """(body path, value, value as given) of each field a flag sets: one, a label each, or one per worker
+    pool."""
     if spec.dest == "labels":
-        return [(f"labels.{key}", _literal(item)) for key, item in value]
+        return [(f"labels.{key}", _literal(item), item) for key, item in value]
     if spec.dest in ("args", "command"):
         # gcloud sets args on every pool's program, and command on every container.
         pools = [p for p in job_pools(body, kind) if p.program_field]
@@ -272,8 +325,10 @@ def _targets(
             raise JobError(
                 file, spec.flag, "no worker pool runs a container", "omit it, or a containerSpec pool"
             )
-        return [(p.field(p.program_field, spec.dest), [_literal(v) for v in value]) for p in pools]
-    return [(spec.field.format(spec=spec_field(kind)), _literal(value))]
+        return [
+            (p.field(p.program_field, spec.dest), [_literal(v) for v in value], list(value)) for p in pools
+        ]
+    return [(spec.field.format(spec=spec_field(kind)), _literal(value), value)]
 
 
 def _literal(value: Any) -> Any:

@@ -8,10 +8,12 @@
       serving: trainer                                # the cpu trainer image running python -m serving
 
 ``compile_job`` parses it into ``CompiledJob.registry`` (a RegistrySpec); ``jobs.cloud.register`` executes it
-after the job ends and the scheduled workflow (infra/) reads the same spec. Everything here is pure and
-table-tested: the block's rules (Vertex AI's model id, alias and label rules), where a job's model lands, the
-best trial of a study, the version's labels, the UploadModelRequest body (--dry-run prints it with
-placeholders), reading a metric out of metrics.json, and the evaluation gate's decision.
+after the job ends and the scheduled workflow (infra/) reads the same spec. The registry rule itself (the
+version's identity and metric labels, the gate's rules, `default`) is common.model_registry's, which the
+workflow's generator follows too. Everything here is pure and table-tested: the block's rules (Vertex AI's
+model id, alias and label rules), where a job's model lands, the best trial of a study, the version's labels,
+the UploadModelRequest body (--dry-run prints it with placeholders), reading a metric out of metrics.json,
+and the evaluation gate's decision in words.
 """
 
 from __future__ import annotations
@@ -19,9 +21,24 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# The rule both registry writers follow (this executor and the scheduled workflow): one spelling of it.
+from common.model_registry import (
+    ALIAS,
+    ALIAS_RULE,
+    DEFAULT_ALIAS,
+    JOB_LABEL,
+    MAX_ALIASES,
+    MAX_LABELS,
+    MOVED,
+    TRIAL_LABEL,
+    decide,
+    metric_label_key,
+    writer_labels,
+)
 
 # Label rules are the Google Cloud ones infra's config already checks: one spelling of them.
 from infra.config import LABEL_KEY, LABEL_VALUE
@@ -36,16 +53,6 @@ FIELDS = ("model", "aliases", "labels", "metric", "serving")
 # UploadModelRequest.model_id: up to 63 characters of [a-z0-9_-], not starting with a digit or a hyphen.
 MODEL_ID = re.compile(r"[a-z_][a-z0-9_-]{0,62}")
 MODEL_ID_RULE = "1-63 lowercase letters, digits, _ or -, starting with a letter or _"
-# Model.version_aliases as the Model Registry documents it: a letter first, so never a version id (a number).
-ALIAS = re.compile(r"[a-z][a-z0-9-]{0,126}[a-z0-9]")
-ALIAS_RULE = "2-128 lowercase letters, digits or -, starting with a letter and not ending with -"
-# Vertex AI gives the first version `default` and keeps exactly one version holding it: not the gate's.
-RESERVED_ALIASES = ("default",)
-# Labels run_job.py puts on every version it uploads: the job (and trial) it came from. A retried
-# registration finds its version by the job label instead of uploading a second one.
-JOB_LABEL = "vertex-job"
-TRIAL_LABEL = "vertex-trial"
-MAX_LABELS = 64  # per resource, Google Cloud's limit
 LABEL_RULE = "lowercase letters, digits, _ and -, at most 63"
 # The serving container `serving: trainer` names: the trainer image's cpu variant running the repo's server.
 SERVING_TRAINER = "trainer"
@@ -97,7 +104,10 @@ class RegistrySpec:
         """The plan's words for the gate: 'gate alias production on recall_at_k MAXIMIZE'."""
         if not self.aliases:
             return f"no alias to move (metric {self.metric} {self.goal} labels the version)"
-        return f"gate alias {', '.join(self.aliases)} on {self.metric} {self.goal}"
+        return (
+            f"gate alias {', '.join(self.aliases)} on {self.metric} {self.goal} ({DEFAULT_ALIAS} moves with "
+            f"{self.aliases[0]})"
+        )
 
 
 def trainer_container_spec(image: str) -> dict[str, Any]:
@@ -156,14 +166,16 @@ def _aliases(value: Any) -> tuple[str, ...]:
     path = join(REGISTRY_FIELD, "aliases")
     if not isinstance(value, list):
         raise RegistryError(path, "must be a list", "[production], or leave it out")
+    if len(value) > MAX_ALIASES:
+        raise RegistryError(path, f"{len(value)} aliases", f"at most {MAX_ALIASES}")
     seen: list[str] = []
     for i, alias in enumerate(value):
         where = join(path, i)
-        if alias in RESERVED_ALIASES:
+        if alias == DEFAULT_ALIAS:
             raise RegistryError(
                 where,
-                f"{short(alias)} is the alias Vertex AI keeps on exactly one version (the first, until moved "
-                "by hand); the evaluation gate does not move it",
+                f"{short(alias)} is the alias Vertex AI keeps on exactly one version; it moves with the "
+                "first alias listed, never on its own",
                 "another alias, e.g. production",
             )
         if not isinstance(alias, str) or not ALIAS.fullmatch(alias):
@@ -208,17 +220,17 @@ def _labels(value: Any, metric: str) -> dict[str, str]:
     path = join(REGISTRY_FIELD, "labels")
     if not isinstance(value, dict):
         raise RegistryError(path, "must be a mapping", "key: value pairs")
-    reserved = (JOB_LABEL, TRIAL_LABEL, metric_label_key(metric))
+    reserved = writer_labels(metric)
     room = MAX_LABELS - len(reserved)
     if len(value) > room:
         raise RegistryError(
-            path, f"{len(value)} labels", f"at most {room} (run_job.py adds {', '.join(reserved)})"
+            path, f"{len(value)} labels", f"at most {room} (every version also gets {', '.join(reserved)})"
         )
     labels = {}
     for key, item in value.items():
         where = join(path, key)
         if key in reserved:
-            raise RegistryError(where, f"{short(key)} is set by run_job.py on every version", "another key")
+            raise RegistryError(where, f"{short(key)} is set on every version by the writers", "another key")
         if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
             raise RegistryError(where, "invalid label key", f"{LABEL_RULE}, starting with a letter")
         if isinstance(item, bool) or not isinstance(item, str | int) or not LABEL_VALUE.fullmatch(str(item)):
@@ -296,28 +308,10 @@ def best_trial(
 # --- the version ------------------------------------------------------------------------------------------
 
 
-def job_label_value(resource_name: str) -> str:
-    """The vertex-job label of a job: the last component of its resource name, lowercased."""
-    return resource_name.rstrip("/").rsplit("/", 1)[-1].lower()
-
-
-def metric_label_key(metric: str) -> str:
-    """A metric id as a label key: lowercase, other characters as _, a letter first, at most 63."""
-    key = re.sub(r"[^a-z0-9_-]", "_", metric.lower())
-    return (key if key[:1].isalpha() else f"m_{key}")[:63]
-
-
-def encode_label_value(value: float) -> str:
-    """A metric value as a label value (lowercase letters, digits, _ and -): 0.8712 -> 0_8712, 1e-05 stays."""
-    if not math.isfinite(value):
-        raise ValueError(f"{value} is not a finite number")
-    return format(value, ".6g").replace(".", "_").replace("+", "")
-
-
 def version_labels(
     spec: RegistrySpec, job_id: str, *, trial_id: str | None = None, metric_value: str | None = None
 ) -> dict[str, str]:
-    """The block's labels, the job (and trial) the version came from, and its metric as an encoded value."""
+    """The block's labels, the job (and trial) the version came from, and its metric as a label value."""
     labels = {**spec.labels, JOB_LABEL: job_id}
     if trial_id is not None:
         labels[TRIAL_LABEL] = trial_id
@@ -334,6 +328,7 @@ def upload_request(
     labels: Mapping[str, str],
     description: str,
     model_exists: bool,
+    encryption: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """UploadModelRequest in its JSON form: a new model (modelId) or a new version of it (parentModel).
 
@@ -352,12 +347,9 @@ def upload_request(
         "containerSpec": json.loads(json.dumps(spec.container_spec)),
         "labels": dict(labels),
     }
+    if encryption:  # encrypted like the job that trained it
+        request["model"]["encryptionSpec"] = dict(encryption)
     return request
-
-
-def version_description(job_name: str, display_name: str, trial_id: str | None = None) -> str:
-    trial = f", trial {trial_id}" if trial_id is not None else ""
-    return f"trained by {display_name} ({job_name}{trial})"
 
 
 # --- the evaluation gate ----------------------------------------------------------------------------------
@@ -367,7 +359,7 @@ def version_description(job_name: str, display_name: str, trial_id: str | None =
 class Reading:
     """A version's metric as read from its metrics.json: the value, or why there is none."""
 
-    value: float | None
+    value: float | None  # as metrics.json has it: an integer stays one (its label is its digits)
     problem: str = ""
 
 
@@ -389,24 +381,46 @@ def read_metric(data: bytes | None, uri: str, metric: str) -> Reading:
         return Reading(None, f"{uri} has no eval.{metric} (it has {one_of(sorted(evaluation)) or 'none'})")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return Reading(None, f"{uri} has eval.{metric} = {short(value)}, not a finite number")
-    return Reading(float(value))
+    return Reading(value)
 
 
 @dataclass(frozen=True)
 class Decision:
+    rule: str  # the common.model_registry.GATE rule that decided
     move: bool
     why: str
 
 
-def gate(metric: str, goal: str, new: Reading, holder: Reading | None) -> Decision:
-    """Whether an alias moves to the new version: when no version holds it, or when the new version's metric
-    is no worse than the holder's by ``goal`` (a tie moves it). Without a value to compare, it stays."""
-    if new.value is None:
-        return Decision(False, f"the new version's metric is unknown: {new.problem}")
-    if holder is None:
-        return Decision(True, f"{metric} {new.value:g}; no version held it")
-    if holder.value is None:
-        return Decision(False, f"the holder's metric is unknown: {holder.problem}")
-    better = new.value >= holder.value if goal == "MAXIMIZE" else new.value <= holder.value
-    relation = "no worse than" if better else "worse than"
-    return Decision(better, f"{metric} {new.value:g} is {relation} the holder's {holder.value:g} ({goal})")
+def gate(
+    metric: str,
+    goal: str,
+    version_id: str,
+    new: Reading,
+    holder_id: str | None,
+    holder: Callable[[], Reading],
+) -> Decision:
+    """Whether an alias moves to version ``version_id`` (``new`` its metric) from ``holder_id`` (None: no
+    version holds it), by the GATE rules both registry writers share; ``holder`` reads the holder's metric,
+    only when a rule needs it."""
+    held: list[Reading] = []
+
+    def holder_value() -> float | None:
+        held.append(holder())
+        return held[0].value
+
+    rule = decide(goal, version_id, new.value, holder_id, holder_value)
+    match rule.name:
+        case "already_held":
+            why = f"version {version_id} holds it already"
+        case "unknown_value":
+            why = f"the new version's metric is unknown: {new.problem}"
+        case "first_holder":
+            why = f"{metric} {new.value:g}; no version held it"
+        case "newer_holder":
+            why = f"version {holder_id}, newer, holds it"
+        case "unknown_holder_value":
+            why = f"the holder's metric is unknown: {held[0].problem}"
+        case _:
+            relation = "no worse than" if rule.outcome == MOVED else "worse than"
+            why = f"{metric} {new.value:g} is {relation} the holder's {held[0].value:g} ({goal})"
+    return Decision(rule.name, rule.outcome == MOVED, why)

@@ -4,7 +4,7 @@ switch (steps, return, raise), try/except, return, raise and `next: break`, and 
 literals, variables, attribute and `in` tests, comparisons, arithmetic, map and list literals, and the
 standard-library functions the program uses (sys.now, sys.get_env, time.format, time.parse, text.substring,
 text.replace_all_regex, text.split, text.to_lower, text.url_encode, json.decode, list.concat, map.get,
-map.merge, default, len, int, string).
+map.merge, default, len, int, string, get_type).
 
 Anything else (an unknown step key, function or connector) fails the test instead of being skipped, so a typo
 in the generated program cannot pass; where Workflows documents that it refuses something (a duplicate step
@@ -199,6 +199,13 @@ def _int(value: Any) -> int:
     return int(value)
 
 
+def _get_type(value: Any) -> str:
+    """get_type(): the Workflows name of a value's type."""
+    types = ((bool, "bool"), (int, "integer"), (float, "double"), (str, "string"), (bytes, "bytes"),
+             (list, "list"), (dict, "map"), (type(None), "null"))
+    return next(name for kind, name in types if isinstance(value, kind))
+
+
 def _len(value: Any) -> int:
     if not isinstance(value, list | dict | str):
         raise TypeError(f"len: {value!r} is not a list, a map or a string")
@@ -384,6 +391,7 @@ class Interpreter:
             "map": SimpleNamespace(get=_map_get, merge=_map_merge),
             "default": lambda value, fallback: fallback if value is None else value,
             "len": _len,
+            "get_type": _get_type,
             "int": _int,
             "string": _string,
             **variables,

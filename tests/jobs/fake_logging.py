@@ -4,13 +4,16 @@ paged the way the real method does it, every request recorded (body, when it cam
 
 Time is the job's poll count: an entry scripted at poll N is visible to reads made once the job has been
 polled N times; at (N, R) only from the R-th read after that poll on (0-based), which is how an entry
-ingested late, after the job's final state was seen, is scripted."""
+ingested late, after the job's final state was seen, is scripted. A request can be scripted to fail (by its
+place among all requests): an error answer with its headers, or ``RESET``, the connection closed with no
+answer at all."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
+RESET = "reset"  # a scripted failure: the server drops the connection without answering
 # The filter terms the logs reader writes: `field="value"` and `field>="value"`, joined by AND.
 _TERM = re.compile(r'([\w.]+)(>=|=)"([^"]*)"')
 
@@ -66,6 +69,8 @@ class FakeLogging:
     script: list[tuple[int | tuple[int, int], dict]] = field(default_factory=list)
     page_size: int = 1000  # the server's own page size cap, to exercise paging
     error: tuple[int, dict] | None = None  # every request answered with this (status, body)
+    # Request number (0-based, every request counts) -> its failure: (status, body, headers), or RESET.
+    failures: dict[int, tuple[int, dict, dict] | str] = field(default_factory=dict)
     requests: list[LogRequest] = field(default_factory=list)
 
     def write(self, when: int | tuple[int, int], *entries: dict) -> None:
@@ -79,11 +84,14 @@ class FakeLogging:
                 seen.setdefault(insert_id, (request.poll, request.read))
         return seen
 
-    def list_entries(self, body: dict, poll: int) -> tuple[int, dict]:
+    def list_entries(self, body: dict, poll: int) -> tuple[int, dict] | tuple[int, dict, dict] | str:
         token = body.get("pageToken")
         read = sum(1 for r in self.requests if r.poll == poll and not r.body.get("pageToken"))
         request = LogRequest(body, poll, read - 1 if token else read)
         self.requests.append(request)
+        failure = self.failures.get(len(self.requests) - 1)
+        if failure is not None:
+            return failure
         if self.error:
             return self.error
         terms = _TERM.findall(body.get("filter", ""))

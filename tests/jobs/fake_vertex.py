@@ -29,7 +29,7 @@ from jobs.cloud.client import (
 )
 from jobs.definition.image import VARIANTS
 from tests.jobs.fake_endpoints import FakeEndpoints
-from tests.jobs.fake_logging import FakeLogging
+from tests.jobs.fake_logging import RESET, FakeLogging
 from tests.jobs.helpers import IMAGE_HASH, OUTPUTS
 
 COLLECTIONS = ("customJobs", "hyperparameterTuningJobs")
@@ -91,9 +91,7 @@ class FakeVertex:
 
     def created(self) -> list[Request]:
         """The job creations (POSTs to a job collection)."""
-        return [
-            r for r in self.requests if r.method == "POST" and r.path.rsplit("/", 1)[-1] in COLLECTIONS
-        ]
+        return [r for r in self.requests if r.method == "POST" and r.path.rsplit("/", 1)[-1] in COLLECTIONS]
 
     def uploads(self) -> list[Request]:
         return [r for r in self.requests if r.method == "POST" and r.path.endswith("/models:upload")]
@@ -127,7 +125,7 @@ class FakeVertex:
     def add_image(self, image: str) -> None:
         self.tags.add(tag_resource_name(image))
 
-    def handle(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
+    def handle(self, method: str, path: str, query: dict, body: dict | None) -> tuple | str:
         if method == "POST" and path == "/v2/entries:list":  # Cloud Logging keeps its own record
             return self.logging.list_entries(body or {}, sum(self.polls[name] for name in self.jobs))
         self.requests.append(Request(method, path, query, body))
@@ -218,7 +216,6 @@ class FakeVertex:
             build["statusDetail"] = self.build_detail
         return 200, build
 
-
     def _model_service(self, method: str, path: str, query: dict, body: dict) -> tuple[int, dict]:
         if path.endswith("/models:upload"):
             return self._upload(path.removesuffix("/models:upload"), body)
@@ -286,10 +283,14 @@ def _not_found(path: str) -> tuple[int, dict]:
     return 404, {"error": {"code": 404, "message": f"no such resource {path}", "status": "NOT_FOUND"}}
 
 
-def send_json(handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
+def send_json(
+    handler: BaseHTTPRequestHandler, status: int, payload: dict, headers: dict | None = None
+) -> None:
     """Answer an HTTP request with a JSON body, as Google's JSON APIs do."""
     data = json.dumps(payload).encode()
     handler.send_response(status)
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(data)))
     handler.end_headers()
@@ -303,7 +304,11 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
-        send_json(self, *self.server.fake.handle(method, url.path, parse_qs(url.query), body))
+        answer = self.server.fake.handle(method, url.path, parse_qs(url.query), body)
+        if answer == RESET:  # no answer: the client sees the connection closed
+            self.close_connection = True
+            return
+        send_json(self, *answer)
 
     def do_GET(self):  # noqa: N802 - http.server naming
         self._reply("GET")

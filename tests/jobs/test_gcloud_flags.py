@@ -1,7 +1,7 @@
 """gcloud's job-creation flags on run_job.py (jobs/definition/gcloud_flags.py): each fills in the field it
 maps onto, is checked exactly like that field written in the file, is refused for the kind gcloud lacks it
-for, and a flag that disagrees with the file is one line naming both. In-process run_job.py --dry-run, no
-cloud."""
+for, and overrides the file's value as gcloud does, saying so in one line on stderr. In-process run_job.py
+--dry-run, no cloud."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from jobs.definition.gcloud_flags import JobFlags, split_list
-from tests.jobs.helpers import CUSTOM, GCLOUD_CUSTOM, OUTPUTS, TUNING, compile_text, run_cli
+from tests.jobs.helpers import CUSTOM, GCLOUD_CUSTOM, JOBS_DIR, OUTPUTS, TUNING, compile_text, run_cli
 
 RUNTIME = OUTPUTS["runtime_service_account"]
 KEY = "projects/demo-project/locations/us-central1/keyRings/ring/cryptoKeys/key"
@@ -125,6 +125,7 @@ def field(request: dict, path: str):
 def test_a_flag_fills_in_its_field(write_job, text, flags, path, value):
     rc, request, err, _ = dry_run(write_job, text, *flags)
     assert rc == 0, err
+    assert " overrides " not in err  # it filled in, or repeated the file's value: nothing to report
     got = field(request, path)
     if path == "labels":
         assert got == {**value, "submission_hash": got["submission_hash"]}
@@ -148,19 +149,6 @@ def test_a_flag_fills_in_its_field(write_job, text, flags, path, value):
             "is not a service account email",
         ),
         (BARE_CUSTOM, [], "serviceAccount", "or as --service-account EMAIL"),
-        (
-            GCLOUD_CUSTOM,
-            ["--service-account", "other@demo-project.iam.gserviceaccount.com"],
-            "--service-account",
-            f"conflicts with serviceAccount (line 7) in the file: {RUNTIME!r} there",
-        ),
-        (
-            CUSTOM,
-            ["--service-account", "other@demo-project.iam.gserviceaccount.com"],
-            "--service-account",
-            "conflicts with jobSpec.serviceAccount (line 14) in the file",
-        ),
-        (CUSTOM, ["--labels", "app=other"], "--labels", "conflicts with labels.app (line 3) in the file"),
         (CUSTOM, ["--labels", "Team=ml"], "--labels (labels.Team)", "invalid label key"),
         (CUSTOM, ["--labels", "team=ML"], "--labels (labels.team)", "invalid label value 'ML'"),
         (CUSTOM, ["--labels", "team"], "--labels", "'team' is not KEY=VALUE"),
@@ -174,12 +162,6 @@ def test_a_flag_fills_in_its_field(write_job, text, flags, path, value):
             "a HyperparameterTuningJob has no such field",
         ),
         (TUNING, ["--max-trial-count", "0"], "--max-trial-count", "0"),
-        (
-            TUNING,
-            ["--max-trial-count", "9"],
-            "--max-trial-count",
-            "conflicts with maxTrialCount (line 3) in the file: 4 there, 9 here",
-        ),
         (BARE_TUNING, ["--algorithm", "bayesian"], "--algorithm (studySpec.algorithm)", "BAYESIAN"),
         (
             GCLOUD_CUSTOM,
@@ -197,22 +179,22 @@ def test_a_flag_fills_in_its_field(write_job, text, flags, path, value):
         ),
         (CUSTOM, ["--command", "sh"], "--command", "no worker pool runs a container"),
         (
-            GCLOUD_CUSTOM,
-            ["--args=--num-epochs=2"],
-            "--args",
-            "conflicts with workerPoolSpecs.0.containerSpec.args (line 6) in the file",
-        ),
-        (
             NO_ARGS,
             [f"--args={DATA},--bogus=1"],
             "--args (workerPoolSpecs.0.containerSpec.args",
             "--bogus",
         ),  # the trainer's own parser runs on flag args as on the file's
         (
-            TUNING.replace("maxTrialCount: 4\n", "maxTrialCount: 4\ndisplayName: mine\n"),
-            ["--display-name", "theirs"],
-            "--display-name",
-            "conflicts with displayName (line 4)",
+            GCLOUD_CUSTOM,
+            ["--args=--num-epochs=2"],
+            "--args (workerPoolSpecs.0.containerSpec.args",
+            "the following arguments are required",
+        ),  # an overriding value is checked like the file's: the trainer needs its data
+        (
+            CUSTOM.replace("labels: {app: census}", "labels: census"),
+            ["--labels", "team=ml"],
+            "--labels",
+            "sets a field inside labels (line 3), which the file gives the single value 'census'",
         ),
         (
             GCLOUD_CUSTOM,
@@ -225,9 +207,6 @@ def test_a_flag_fills_in_its_field(write_job, text, flags, path, value):
         "account-not-listed",
         "account-not-email",
         "account-missing-names-the-flag",
-        "account-conflict-gcloud",
-        "account-conflict-headered",
-        "label-conflict",
         "label-key",
         "label-value",
         "label-syntax",
@@ -236,16 +215,15 @@ def test_a_flag_fills_in_its_field(write_job, text, flags, path, value):
         "algorithm-for-custom-job",
         "persistent-resource-for-study",
         "trial-count-zero",
-        "trial-count-conflict",
         "algorithm-unknown",
         "network-not-a-number",
         "kms-id-alone",
         "kms-part-alone",
         "kms-other-region",
         "command-without-container",
-        "args-conflict",
         "args-checked-by-trainer",
-        "display-name-conflict",
+        "args-override-checked-by-trainer",
+        "labels-not-a-mapping",
         "display-name-control",
     ],
 )
@@ -253,6 +231,96 @@ def test_bad_flag_values_are_one_line_naming_the_flag(write_job, text, flags, wh
     rc, request, err, path = dry_run(write_job, text, *flags)
     assert rc == 2 and request is None and err.count("\n") == 1, err
     assert err.startswith(f"{path}: {where}") and words in err and "; allowed: " in err, err
+
+
+OTHER = "other@demo-project.iam.gserviceaccount.com"
+
+
+@pytest.mark.parametrize(
+    "text, flags, path, value, note",
+    [
+        (
+            GCLOUD_CUSTOM.replace("${infra.runtime_service_account}", OTHER),
+            ["--service-account", RUNTIME],
+            "jobSpec.serviceAccount",
+            RUNTIME,
+            f"--service-account overrides serviceAccount (line 7): {OTHER!r} in the file, "
+            f"{RUNTIME!r} from the flag",
+        ),
+        (
+            CUSTOM,
+            ["--labels", "app=other,team=ml"],
+            "labels.app",
+            "other",
+            "--labels overrides labels.app (line 3): 'census' in the file, 'other' from the flag",
+        ),  # key by key: the file's other labels stay, team is filled in without a line
+        (
+            TUNING,
+            ["--max-trial-count", "9"],
+            "maxTrialCount",
+            9,
+            "--max-trial-count overrides maxTrialCount (line 3): 4 in the file, 9 from the flag",
+        ),
+        (
+            TUNING.replace("maxTrialCount: 4\n", "maxTrialCount: 4\ndisplayName: mine\n"),
+            ["--display-name", "theirs"],
+            "displayName",
+            "theirs",
+            "--display-name overrides displayName (line 4): 'mine' in the file, 'theirs' from the flag",
+        ),
+        (
+            GCLOUD_CUSTOM,
+            ["--args=--train-files=gs://demo-data/a.csv,--eval-files=gs://demo-data/c.csv,--num-epochs=2"],
+            "jobSpec.workerPoolSpecs.0.containerSpec.args",
+            ["--train-files=gs://demo-data/a.csv", "--eval-files=gs://demo-data/c.csv", "--num-epochs=2"],
+            "--args overrides workerPoolSpecs.0.containerSpec.args (line 6): "
+            "[..., '--eval-files=gs://demo-data/b.csv'] in the file, "
+            "[..., '--eval-files=gs://demo-data/c.csv', '--num-epochs=2'] from the flag",
+        ),  # the args are replaced whole, as gcloud does; the line shows where they differ
+    ],
+    ids=["service-account", "label", "trial-count", "display-name", "args"],
+)
+def test_a_flag_overrides_the_files_value_in_one_line_on_stderr(write_job, text, flags, path, value, note):
+    rc, request, err, file = dry_run(write_job, text, *flags)  # stdout parses as the request alone
+    assert rc == 0, err
+    assert field(request, path) == value
+    assert [line for line in err.splitlines() if " overrides " in line] == [f"{file}: {note}"]
+    if path == "labels.app":
+        assert field(request, "labels.team") == "ml"
+
+
+def test_args_and_command_replace_every_pools():
+    # census_multiworker.yaml: a chief and two workers sharing one args list through a YAML anchor.
+    path = JOBS_DIR / "census_multiworker.yaml"
+    args = [
+        "--model=wide_deep",
+        "--train-files=gs://demo-project-data/census/adult.data",
+        "--eval-files=gs://demo-project-data/census/adult.test",
+        "--num-epochs=2",
+        "--distribution=multi_worker",
+    ]
+    command = ["python3", "-m", "trainer.task"]
+    rc, out, err = run_cli([path, "--dry-run", "--args=" + ",".join(args), "--command", ",".join(command)])
+    assert rc == 0, err
+    pools = field(json.loads(out), "jobSpec.workerPoolSpecs")
+    assert len(pools) == 2
+    assert all(p["containerSpec"]["args"] == args and p["containerSpec"]["command"] == command for p in pools)
+    notes = [line for line in err.splitlines() if " overrides " in line]
+    assert [n.split(": ", 2)[1] for n in notes] == [
+        f"--args overrides jobSpec.workerPoolSpecs.{i}.containerSpec.args (line 21)" for i in (0, 1)
+    ]  # the file has no command: filled in, no line
+    assert all("'--num-epochs=8', '--train-batch-size=256'" in n and "'--num-epochs=2'" in n for n in notes)
+
+
+def test_the_request_hash_covers_what_the_flags_made():
+    # The same request whether the file says it or a flag overrides the file: same body, same submission.
+    epochs = GCLOUD_CUSTOM.replace("b.csv]", "b.csv, --num-epochs=2]")
+    flags = JobFlags(
+        args=("--train-files=gs://demo-data/a.csv", "--eval-files=gs://demo-data/b.csv", "--num-epochs=2")
+    )
+    by_flag, in_file = compile_text(GCLOUD_CUSTOM, flags=flags), compile_text(epochs)
+    assert by_flag.request() == in_file.request()
+    assert by_flag.submission_hash == in_file.submission_hash != compile_text(GCLOUD_CUSTOM).submission_hash
 
 
 def test_flags_enter_the_submission_hash():

@@ -10,15 +10,12 @@ import re
 
 import pytest
 
+from common.model_registry import JOB_LABEL, TRIAL_LABEL, metric_label_key, metric_label_value
 from jobs.definition.errors import JobError
 from jobs.definition.model_registry import (
-    JOB_LABEL,
-    TRIAL_LABEL,
     Reading,
     best_trial,
-    encode_label_value,
     gate,
-    metric_label_key,
     read_metric,
     upload_request,
     version_labels,
@@ -99,6 +96,9 @@ INVALID = [
         "registry.aliases.0",
         "keeps on exactly one version",
     ),
+    ("too-many-aliases", CUSTOM, block(aliases=[f"a{i}" for i in range(11)]), "registry.aliases", "most 10"),
+    # A hostile block fails on its count, before any alias is looked at (it once made a 68 KB plan line).
+    ("ten-thousand-aliases", CUSTOM, block(aliases=["p"] * 10_000), "registry.aliases", "10000 aliases"),
     ("alias-twice", CUSTOM, block(aliases=["prod", "prod"]), "registry.aliases.1", "listed twice"),
     ("label-key", CUSTOM, block(labels={"Team": "ml"}), "registry.labels.Team", "invalid label key"),
     ("label-value", CUSTOM, block(labels={"team": "ML"}), "registry.labels.team", "invalid label value"),
@@ -108,9 +108,9 @@ INVALID = [
         CUSTOM,
         block(labels={JOB_LABEL: "1"}),
         f"registry.labels.{JOB_LABEL}",
-        "set by run_job.py",
+        "set on every version",
     ),
-    ("metric-label", CUSTOM, block(labels={"auc": "1"}), "registry.labels.auc", "set by run_job.py"),
+    ("metric-label", CUSTOM, block(labels={"auc": "1"}), "registry.labels.auc", "set on every version"),
     (
         "too-many-labels",
         CUSTOM,
@@ -206,10 +206,15 @@ CLI_REFUSALS = [
     ("registry:\n  model: census\n  metric: {metricId: auc, goal: MAXIMIZE}\n"
      "  serving: us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest\n",
      "registry.serving", 7, "allowed: trainer (the trainer image's cpu variant"),
+    # 10,000 aliases: refused by their count, in a short line (once accepted: a 68 KB plan line).
+    ("registry:\n  model: census\n  aliases: [" + ", ".join(f"a{i:05}" for i in range(10_000)) + "]\n"
+     "  metric: {metricId: auc, goal: MAXIMIZE}\n", "registry.aliases", 6, "10000 aliases"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("registry, path, line, words", CLI_REFUSALS, ids=["unknown", "alias", "serving"])
+@pytest.mark.parametrize(
+    "registry, path, line, words", CLI_REFUSALS, ids=["unknown", "alias", "serving", "ten-thousand-aliases"]
+)
 def test_run_job_refuses_a_bad_block_in_one_line_before_any_cloud_call(
     write_job, registry, path, line, words
 ):
@@ -222,7 +227,7 @@ def test_run_job_refuses_a_bad_block_in_one_line_before_any_cloud_call(
 
     for args in ([], ["--dry-run"]):
         rc, out, err = run_cli([job, *args], factory=factory)
-        assert (rc, out, err.count("\n")) == (2, "", 1), err
+        assert (rc, out, err.count("\n")) == (2, "", 1) and len(err) < 500, err[:500]
         assert err.startswith(f"{job}: {path}: ") and f"(line {line})" in err and words in err, err
     assert calls == []
 
@@ -235,7 +240,7 @@ def test_the_upload_request_is_a_real_upload_model_request_without_aliases(exist
     from google.cloud.aiplatform_v1 import UploadModelRequest
 
     spec = check(CUSTOM, block(labels={"team": "ml"})).registry
-    labels = version_labels(spec, "1000", trial_id="3", metric_value=encode_label_value(0.9231))
+    labels = version_labels(spec, "1000", trial_id="3", metric_value=metric_label_value(0.9231))
     request = upload_request(
         spec, PARENT, artifact_uri="gs://b/t/run/3/model", labels=labels, description="d", model_exists=exists
     )
@@ -254,22 +259,24 @@ def test_the_upload_request_is_a_real_upload_model_request_without_aliases(exist
     "value, label",
     [
         (0.8712, "0_8712"),
-        (1.0, "1"),
-        (0.0, "0"),
+        (1.0, "1_0"),  # a double, as Workflows' string() writes it
+        (1, "1"),  # an integer in metrics.json stays one
+        (0.0, "0_0"),
         (-0.5, "-0_5"),
         (1e-05, "1e-05"),
-        (123456789.0, "1_23457e08"),
+        (123456789.0, "123456789_0"),
+        (1e22, "1e_22"),
+        (0.1 + 0.2, "0_30000000000000004"),  # the shortest round-trip form, never rounded
+        (10**70, None),  # 71 digits: over a label value's 63 characters, so no label
     ],
 )
 def test_metric_values_become_label_values(value, label):
     from infra.config import LABEL_VALUE
 
-    assert encode_label_value(value) == label and LABEL_VALUE.fullmatch(label)
+    assert metric_label_value(value) == label and (label is None or LABEL_VALUE.fullmatch(label))
 
 
-def test_non_finite_values_have_no_label_and_metric_ids_become_label_keys():
-    with pytest.raises(ValueError):
-        encode_label_value(float("nan"))
+def test_metric_ids_become_label_keys():
     assert [metric_label_key(m) for m in ("recall_at_k", "val/Accuracy", "1x")] == [
         "recall_at_k",
         "val_accuracy",
@@ -326,26 +333,35 @@ def test_the_best_trial_is_the_best_succeeded_one_by_the_goal():
 
 
 GATE = [
-    ("MAXIMIZE", 0.91, 0.90, True, "auc 0.91 is no worse than the holder's 0.9 (MAXIMIZE)"),
-    ("MAXIMIZE", 0.90, 0.90, True, "auc 0.9 is no worse than the holder's 0.9 (MAXIMIZE)"),
-    ("MAXIMIZE", 0.89, 0.90, False, "auc 0.89 is worse than the holder's 0.9 (MAXIMIZE)"),
-    ("MINIMIZE", 0.29, 0.30, True, "auc 0.29 is no worse than the holder's 0.3 (MINIMIZE)"),
-    ("MINIMIZE", 0.30, 0.30, True, "auc 0.3 is no worse than the holder's 0.3 (MINIMIZE)"),
-    ("MINIMIZE", 0.31, 0.30, False, "auc 0.31 is worse than the holder's 0.3 (MINIMIZE)"),
-    ("MAXIMIZE", 0.50, None, True, "auc 0.5; no version held it"),
-    ("MAXIMIZE", "no file", 0.90, False, "the new version's metric is unknown: no file"),
-    ("MAXIMIZE", "no file", None, False, "the new version's metric is unknown: no file"),
-    ("MAXIMIZE", 0.95, "no file", False, "the holder's metric is unknown: no file"),
+    ("MAXIMIZE", 0.91, "1", 0.90, True, "auc 0.91 is no worse than the holder's 0.9 (MAXIMIZE)"),
+    ("MAXIMIZE", 0.90, "1", 0.90, True, "auc 0.9 is no worse than the holder's 0.9 (MAXIMIZE)"),
+    ("MAXIMIZE", 0.89, "1", 0.90, False, "auc 0.89 is worse than the holder's 0.9 (MAXIMIZE)"),
+    ("MINIMIZE", 0.29, "1", 0.30, True, "auc 0.29 is no worse than the holder's 0.3 (MINIMIZE)"),
+    ("MINIMIZE", 0.30, "1", 0.30, True, "auc 0.3 is no worse than the holder's 0.3 (MINIMIZE)"),
+    ("MINIMIZE", 0.31, "1", 0.30, False, "auc 0.31 is worse than the holder's 0.3 (MINIMIZE)"),
+    ("MAXIMIZE", 0.50, None, None, True, "auc 0.5; no version held it"),
+    ("MAXIMIZE", "no file", "1", 0.90, False, "the new version's metric is unknown: no file"),
+    ("MAXIMIZE", "no file", None, None, False, "the new version's metric is unknown: no file"),
+    ("MAXIMIZE", 0.95, "1", "no file", False, "the holder's metric is unknown: no file"),
+    # A newer holder keeps it whatever the metrics, a tie included: a late registration takes nothing back.
+    ("MAXIMIZE", 0.90, "3", 0.90, False, "version 3, newer, holds it"),
+    ("MAXIMIZE", 0.99, "3", 0.10, False, "version 3, newer, holds it"),
+    ("MAXIMIZE", 0.10, "2", 0.90, False, "version 2 holds it already"),
 ]
 
 
-@pytest.mark.parametrize("goal, new, held, move, why", GATE)
-def test_the_gate_moves_an_alias_only_to_a_version_no_worse_than_its_holder(goal, new, held, move, why):
+@pytest.mark.parametrize("goal, new, holder_id, held, move, why", GATE)
+def test_the_gate_moves_an_alias_only_to_a_version_no_worse_than_an_older_holder(
+    goal, new, holder_id, held, move, why
+):
     def reading(value):
         return Reading(None, value) if isinstance(value, str) else Reading(value)
 
-    decision = gate("auc", goal, reading(new), None if held is None else reading(held))
+    reads = []
+    decision = gate("auc", goal, "2", reading(new), holder_id, lambda: reads.append(held) or reading(held))
     assert (decision.move, decision.why) == (move, why)
+    # The holder's metrics.json is read only when the metrics are compared.
+    assert len(reads) == (holder_id == "1" and not isinstance(new, str))
 
 
 def test_dry_run_of_a_study_names_the_best_trial_folder(write_job):

@@ -90,14 +90,17 @@ def test_the_alias_moves_only_to_a_version_no_worse_than_its_holder(tmp_path, he
         clients = server.factory(tmp_path)("demo-project", "us-central1")
         assert register(clients.models, clients.storage, job, remote, out) == f"{MODEL}@2"
     assert fake.holder(MODEL, "production") == holder
-    assert len(fake.merges()) == (holder == "2")
+    # `default` moves with the first alias, in the same call: an alias-less reference serves the gated best.
+    assert fake.holder(MODEL, "default") == holder
+    merged = [m.body["versionAliases"] for m in fake.merges()]
+    assert merged == ([["production", "default"]] if holder == "2" else [])
     assert words in out.getvalue(), out.getvalue()
     (upload,) = fake.uploads()
     assert upload.body["parentModel"] == MODEL and "modelId" not in upload.body  # a version of the model
     assert upload.body["model"]["artifactUri"] == artifact
     labels = upload.body["model"]["labels"]
-    assert labels["vertex-job"] == "1000" and labels["app"] == "census"
-    assert labels.get("auc") == (None if new is None else str(new).replace(".", "_"))
+    assert labels["vertex_job"] == "1000" and labels["app"] == "census"
+    assert labels.get("auc") == (None if new is None else repr(new).replace(".", "_"))
     assert "versionAliases" not in upload.body["model"]
 
 
@@ -121,7 +124,7 @@ def test_a_study_registers_its_best_trial_as_the_first_version(tmp_path):
     (upload,) = fake.uploads()
     assert upload.body["modelId"] == "census" and "parentModel" not in upload.body  # creates the model
     assert upload.body["model"]["artifactUri"] == best
-    assert upload.body["model"]["labels"] == {"vertex-job": "1000", "vertex-trial": "2", "accuracy": "0_861"}
+    assert upload.body["model"]["labels"] == {"vertex_job": "1000", "vertex_trial": "2", "accuracy": "0_861"}
     assert fake.holder(MODEL, "production") == "1" and fake.holder(MODEL, "default") == "1"
     assert "alias production moved to version 1 (accuracy 0.861; no version held it)" in out.getvalue()
 
@@ -183,7 +186,7 @@ def test_a_failed_upload_and_a_crash_before_the_gate_are_finished_by_follow_with
         # 3. Finds its version by the job label: no upload, the gate applied.
         rc, out, err = run_cli(argv, factory=factory)
         assert rc == 0, err
-        assert f"{MODEL}@1 is already this job's version (vertex-job=1000); not uploaded again" in out
+        assert f"{MODEL}@1 is already this job's version (vertex_job=1000); not uploaded again" in out
         assert "alias production moved to version 1 (auc 0.93; no version held it)" in out
         assert len(fake.uploads()) == 2 and len(fake.models[MODEL]) == 1
         assert fake.holder(MODEL, "production") == "1"

@@ -414,7 +414,7 @@ def test_ctrl_c_before_the_job_exists_says_a_rerun_is_safe(vertex, gcs_root, mon
         "invalid-field",
         "tab-indentation",
         "unresolvable-reference",
-        "flag-conflicts-with-file",
+        "flag-account-not-allowed",
     ],
 )
 def test_bad_input_touches_no_cloud(vertex, tmp_path, write_job, text, args):

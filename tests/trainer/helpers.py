@@ -27,11 +27,11 @@ def write_slice(src: Path, dst: Path, rows: int, *, keep_banner: bool = False) -
 
 
 def damaged(whole: bytes) -> list[bytes]:
-    """Ways a kept file goes bad: foreign bytes, empty (a power loss after the rename), truncated, one bit
+    """Ways a cached file goes bad: foreign bytes, empty (a power loss after the rename), truncated, one bit
     flipped in the middle."""
     flipped = bytearray(whole)
     flipped[len(whole) // 2] ^= 0x10
-    return [b"not a kept file", b"", whole[:len(whole) // 2], bytes(flipped)]
+    return [b"not a cached file", b"", whole[:len(whole) // 2], bytes(flipped)]
 
 
 def trainer_args(slice_: dict[str, Path], job_dir: Path | None, *extra: str) -> list[str]:

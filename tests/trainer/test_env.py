@@ -41,7 +41,7 @@ def test_output_dirs_follow_aip_variables():
     (None, {"AIP_MODEL_DIR": "gs://m/study/7/model/", "CLOUD_ML_TRIAL_ID": "7"}, "gs://m/study/data-scans"),
     ("/runs/job", {"CLOUD_ML_TRIAL_ID": "7"}, "/runs/job/data-scans"),  # a trial run by hand: its job dir
 ])
-def test_scans_are_kept_where_the_jobs_trials_and_restarts_find_them(job_dir, environ, expected):
+def test_scans_are_cached_where_the_jobs_trials_and_restarts_find_them(job_dir, environ, expected):
     if "AIP_MODEL_DIR" in environ:  # Vertex AI sets the three together
         base = environ["AIP_MODEL_DIR"].removesuffix("model/")
         environ = {**environ, "AIP_CHECKPOINT_DIR": base + "checkpoints/",

@@ -348,10 +348,10 @@ def test_a_bad_record_in_the_second_workers_share_fails_every_worker_alike(
     assert scans[0].records == scans[1].records == sum(s.share_records for s in scans) == good
 
 
-def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path, monkeypatch, caplog):
+def test_a_later_run_reuses_the_cached_checks_of_the_same_files_and_flags(tmp_path, monkeypatch, caplog):
     """A study's later trial (same files, same flags) reads neither headers nor pixels to check them: it
-    reports the same records, classes and skipped record, and still fills its cache. Changed data, or a
-    damaged kept file, is checked again."""
+    reports the same records, classes and skipped record, and still fills its in-memory cache. Changed data,
+    or a damaged cached file, is checked again."""
     from trainer.config import resolve_config
     from trainer.models import image_classifier
     from trainer.sharding import Shard
@@ -362,13 +362,13 @@ def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path
     evaluation = write_records(tmp_path / "eval.tfrecord", records[30:])
     cfg = resolve_config(["--model", "image_classifier", "--train-files", str(train), "--eval-files",
                           str(evaluation), "--channels", "1", "--max-bad-records", "1"])
-    shard = Shard(cache_dir=str(tmp_path / "kept"))
+    shard = Shard(cache_dir=str(tmp_path / "cache"))
     caplog.set_level("INFO", logger="trainer")
 
     def run():
         data = image_classifier.make_data(cfg, 8, 8, shard)
-        if data.keep:  # what the loop does once the data and the model were accepted
-            data.keep()
+        if data.write_cache:  # what the loop does once the data and the model were accepted
+            data.write_cache()
         return data.report, sum(int(y.shape[0]) for _, y in data.train)
 
     first, delivered = run()
@@ -380,18 +380,18 @@ def test_a_later_run_reuses_the_kept_checks_of_the_same_files_and_flags(tmp_path
     assert again == first and delivered_again == delivered == 30
     assert "the checks of a run before this one" in caplog.text
 
-    (old,) = (tmp_path / "kept").iterdir()
+    (old,) = (tmp_path / "cache").iterdir()
     write_records(train, records[:29])  # changed data: a different key, checked anew
     changed, _ = run()
     assert changed["train"]["records"] == 29 and not changed["train"]["skipped_records"]
-    (kept,) = set((tmp_path / "kept").iterdir()) - {old}
-    whole = kept.read_bytes()
-    # A damaged kept file: checked again with a warning, never a traceback, and replaced.
+    (cached,) = set((tmp_path / "cache").iterdir()) - {old}
+    whole = cached.read_bytes()
+    # A damaged cached file: checked again with a warning, never a traceback, and replaced.
     for bad in damaged(whole):
-        kept.write_bytes(bad)
+        cached.write_bytes(bad)
         caplog.clear()
         assert run()[0] == changed
-        assert "not reading the kept image scans" in caplog.text and kept.read_bytes() == whole
+        assert "not reading the cached image scans" in caplog.text and cached.read_bytes() == whole
 
 
 @pytest.mark.parametrize("small", [False, True], ids=["parallel", "record-by-record"])

@@ -8,7 +8,7 @@ import pytest
 
 from tests.trainer.helpers import CENSUS, damaged, write_slice
 from trainer.csv_dataset import count_batches, text_dataset
-from trainer.csv_scan import ScanKeeper, scan_csv
+from trainer.csv_scan import ScanCache, scan_csv
 from trainer.csv_schema import Column, CsvSchema
 from trainer.input_files import DataError, expand_files
 from trainer.models.census.data import PLAUSIBLE, SCHEMA
@@ -306,22 +306,22 @@ def test_a_scan_by_record_checks_and_counts_only_its_own_lines(tmp_path, census_
         scan_csv([str(bad)], SCHEMA, keep=(1, 2))
 
 
-def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, census_slice, monkeypatch):
+def test_a_cached_scan_is_read_by_later_runs_until_the_files_change(tmp_path, census_slice, monkeypatch):
     import trainer.csv_scan
 
     data = tmp_path / "adult.data"
     data.write_bytes(census_slice["train"].read_bytes())
-    kept = tmp_path / "scans"
+    folder = tmp_path / "scans"
 
     def scan(**kwargs):
-        keeper = ScanKeeper(str(kept))
-        result = scan_csv([str(data)], SCHEMA, keeper=keeper, **kwargs)
-        assert not any(kept.glob("*.partial-*"))
-        keeper.flush()
+        scans = ScanCache(str(folder))
+        result = scan_csv([str(data)], SCHEMA, scan_cache=scans, **kwargs)
+        assert not any(folder.glob("*.partial-*"))
+        scans.flush()
         return result
 
     first = scan()
-    (path,) = kept.iterdir()
+    (path,) = folder.iterdir()
 
     def no_scan(*args, **kwargs):
         raise AssertionError("scanned the data again")
@@ -333,12 +333,12 @@ def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, cens
     assert [getattr(again, k) for k in counts] == [getattr(first, k) for k in counts]
     assert again.stats == first.stats and again.excluded.tolist() == first.excluded.tolist()
     assert all(np.array_equal(again.samples[k], v) for k, v in first.samples.items())
-    # Another share of the same files, or changed files, are scanned (and kept) anew.
+    # Another share of the same files, or changed files, are scanned (and cached) anew.
     scan(keep=(1, 2))
     data.write_bytes(data.read_bytes() + GOOD_LINE + b"\n")
     assert scan().rows == first.rows + 1
-    assert len(list(kept.iterdir())) == 3
-    # A damaged kept scan is scanned again, with a warning, never trusted, and replaced.
+    assert len(list(folder.iterdir())) == 3
+    # A damaged cached scan is scanned again, with a warning, never trusted, and replaced.
     data.write_bytes(census_slice["train"].read_bytes())
     whole = path.read_bytes()
     for bad in damaged(whole):
@@ -347,25 +347,25 @@ def test_a_kept_scan_is_read_by_later_runs_until_the_files_change(tmp_path, cens
         assert path.read_bytes() == whole
 
 
-def test_a_kept_scan_refuses_and_skips_the_same_bad_rows(tmp_path, census_slice):
+def test_a_cached_scan_refuses_and_skips_the_same_bad_rows(tmp_path, census_slice):
     bad = insert_line(census_slice["train"], tmp_path / "bad.data", 300, BAD_LINE)
-    keeper = ScanKeeper(str(tmp_path / "scans"))
+    scans = ScanCache(str(tmp_path / "scans"))
     with pytest.raises(DataError) as fresh:
         scan_csv([str(bad)], SCHEMA)
-    assert scan_csv([str(bad)], SCHEMA, max_bad_rows=1, keeper=keeper).bad_rows  # kept, with its bad row
-    keeper.flush()
+    assert scan_csv([str(bad)], SCHEMA, max_bad_rows=1, scan_cache=scans).bad_rows  # cached, with its bad row
+    scans.flush()
     with pytest.raises(DataError) as reused:
-        scan_csv([str(bad)], SCHEMA, keeper=keeper)
+        scan_csv([str(bad)], SCHEMA, scan_cache=scans)
     assert str(reused.value) == str(fresh.value)
-    assert len(scan_csv([str(bad)], SCHEMA, max_bad_rows=5, keeper=keeper).bad_rows) == 1
+    assert len(scan_csv([str(bad)], SCHEMA, max_bad_rows=5, scan_cache=scans).bad_rows) == 1
 
 
 def test_a_place_the_job_cannot_write_costs_only_the_reuse(tmp_path, census_slice):
     blocked = tmp_path / "file"
     blocked.write_text("a file where the scans' folder would go")
-    keeper = ScanKeeper(str(blocked / "scans"))
-    assert scan_csv([str(census_slice["train"])], SCHEMA, keeper=keeper).rows == 2000
-    keeper.flush()  # a warning, not an error
+    scans = ScanCache(str(blocked / "scans"))
+    assert scan_csv([str(census_slice["train"])], SCHEMA, scan_cache=scans).rows == 2000
+    scans.flush()  # a warning, not an error
 
 
 def test_a_file_without_line_breaks_is_refused_without_reading_it_whole(tmp_path, monkeypatch):

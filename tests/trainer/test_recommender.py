@@ -291,20 +291,20 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, bad_input_runs):
 
 
 def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
-    from trainer.models.recommender.kept_results import kept_baselines
+    from trainer.models.recommender.cached_results import cached_baselines
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("userId,movieId,rating\n1,10,4\n")
-    folder = str(tmp_path / "kept")
+    folder = str(tmp_path / "cache")
     calls = []
 
     def baselines(flags, compute_value=0.25):
         def compute():
             calls.append(flags)
             return {"popularity": {"recall_at_k": compute_value}}
-        figures, keep = kept_baselines(folder, [str(ratings)], flags, compute)
-        if keep:  # what the loop does once the data and the model were accepted
-            keep()
+        figures, write = cached_baselines(folder, [str(ratings)], flags, compute)
+        if write:  # what the loop does once the data and the model were accepted
+            write()
         return figures
 
     first = baselines(["k", 10])
@@ -313,13 +313,13 @@ def test_baselines_are_computed_once_per_files_and_flags(tmp_path, caplog):
     ratings.write_text("userId,movieId,rating\n1,10,4\n2,10,5\n")  # changed data: computed again
     baselines(["k", 10])
     assert calls == [["k", 10], ["k", 5], ["k", 10]]
-    # Damaged kept figures are computed again, with a warning, never trusted.
-    for path in (tmp_path / "kept").iterdir():
+    # Damaged cached figures are computed again, with a warning, never trusted.
+    for path in (tmp_path / "cache").iterdir():
         path.write_text("[not figures")
     assert baselines(["k", 10], compute_value=0.5) == {"popularity": {"recall_at_k": 0.5}}
-    assert "not reading the kept baselines" in caplog.text
-    # Without a place to keep them (a plain local run), every run computes them.
-    assert kept_baselines(None, [str(ratings)], [], lambda: {"x": 1}) == ({"x": 1}, None)
+    assert "not reading the cached baselines" in caplog.text
+    # Without a place to cache them (a plain local run), every run computes them.
+    assert cached_baselines(None, [str(ratings)], [], lambda: {"x": 1}) == ({"x": 1}, None)
 
 
 def test_top_k_lists_too_large_to_export_are_refused_before_training(tmp_path, monkeypatch):
@@ -388,33 +388,33 @@ def test_the_item_item_part_is_eases_weights_scaled_and_neither_checkpointed_nor
         f"skipped: {items} items > --ease-max-items 10")
 
 
-def test_the_item_item_weights_are_kept_for_later_trials_and_checked_when_read(tmp_path, caplog):
+def test_the_item_item_weights_are_cached_for_later_trials_and_checked_when_read(tmp_path, caplog):
     import numpy as np
 
-    from trainer.models.recommender.kept_results import kept_item_item
+    from trainer.models.recommender.cached_results import cached_item_item
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("userId,movieId,rating\n1,10,4\n")
-    folder = str(tmp_path / "kept")
+    folder = str(tmp_path / "cache")
     calls = []
 
     def weights(num_items, value=1.0):
         def compute():
             calls.append(num_items)
             return np.full((num_items + 1, num_items + 1), value, np.float32)
-        got, keep = kept_item_item(folder, [str(ratings)], ["seed", 42], num_items, compute)
-        if keep:
-            keep()
+        got, write = cached_item_item(folder, [str(ratings)], ["seed", 42], num_items, compute)
+        if write:
+            write()
         return got
 
     first = weights(3)
-    assert (weights(3, value=2.0) == first).all() and calls == [3]  # a later trial reads the kept matrix
-    # Kept bytes of another shape (a damaged or foreign file under the same name) are never trusted.
-    (kept,) = (tmp_path / "kept").iterdir()
-    np.save(kept.open("wb"), np.zeros((2, 2), np.float32))
+    assert (weights(3, value=2.0) == first).all() and calls == [3]  # a later trial reads the cached matrix
+    # Cached bytes of another shape (a damaged or foreign file under the same name) are never trusted.
+    (cached,) = (tmp_path / "cache").iterdir()
+    np.save(cached.open("wb"), np.zeros((2, 2), np.float32))
     assert (weights(3, value=5.0) == 5).all() and calls == [3, 3]
-    assert "not reading the kept item-item weights" in caplog.text
-    kept.write_bytes(kept.read_bytes()[:100])  # a truncated file
+    assert "not reading the cached item-item weights" in caplog.text
+    cached.write_bytes(cached.read_bytes()[:100])  # a truncated file
     assert (weights(3, value=6.0) == 6).all() and calls == [3, 3, 3]
-    kept.write_bytes(b"")  # an empty one (a power loss after the rename)
+    cached.write_bytes(b"")  # an empty one (a power loss after the rename)
     assert (weights(3, value=7.0) == 7).all() and calls == [3, 3, 3, 3]

@@ -241,9 +241,10 @@ class TaskData:
     # Task-private values make_data hands to build_model and the serving functions (e.g. vocabularies);
     # not saved.
     state: dict[str, Any] = field(default_factory=dict)
-    # Writes what make_data computed for the job's later trials and restarts (trainer.kept); the loop calls
-    # it once the data and the model were accepted, so a refused run writes nothing.
-    keep: Callable[[], None] | None = None
+    # Writes what make_data computed to the on-disk cache for the job's later trials and restarts
+    # (trainer.result_cache); the loop calls it once the data and the model were accepted, so a refused run
+    # writes nothing.
+    write_cache: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)

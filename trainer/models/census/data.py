@@ -3,19 +3,19 @@ buckets, crosses, numeric columns), the preprocessing layer (with the piecewise-
 numeric columns) and the validated tf.data pipelines of ``make_data``.
 
 Preprocessing (vocabulary lookups, bucketising, crossing, normalising) is a Keras layer that runs in the
-tf.data pipeline during training, so it is computed once and cached and never sits in the training step
-(which is also what TPUs need), and is put back in front of the model for export. TensorFlow is imported
-inside the functions: the task package imports this module for its hooks.
+tf.data pipeline during training, so it is computed once and cached in memory and never sits in the training
+step (which is also what TPUs need), and is put back in front of the model for export. TensorFlow is
+imported inside the functions: the task package imports this module for its hooks.
 """
 
 from __future__ import annotations
 
-from trainer import kept
 from trainer.csv_dataset import count_batches, text_dataset
-from trainer.csv_scan import ScanKeeper, scan_share
+from trainer.csv_scan import ScanCache, scan_share
 from trainer.csv_schema import Column, CsvSchema
 from trainer.input_files import cache_budget, expand_files
 from trainer.models.base import TaskData
+from trainer.result_cache import may_claim
 from trainer.sharding import UNSHARDED, Shard
 
 # Plausible raw values per numeric column (inclusive): a row outside them is refused like a malformed row
@@ -190,12 +190,12 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     # Each worker scans its own share; counts, statistics and bad rows are the whole data's (see
     # trainer.sharding).
     bad = cfg.task.max_bad_rows
-    # Kept for the job's other trials and restarts; a scan another trial is computing is waited for.
-    keeper = ScanKeeper(shard.cache_dir, claim=kept.may_claim(shard)) if shard.cache_dir else None
+    # Cached on disk for the job's other trials and restarts; a scan another trial is computing is waited for.
+    scans = ScanCache(shard.cache_dir, claim=may_claim(shard)) if shard.cache_dir else None
     train_share, train_scan, train_keep = scan_share(train_files, SCHEMA, shard, max_bad_rows=bad,
-                                                     flag="--train-files", every_share=True, keeper=keeper)
+                                                     flag="--train-files", every_share=True, scan_cache=scans)
     eval_share, eval_scan, eval_keep = scan_share(eval_files, SCHEMA, shard, max_bad_rows=bad,
-                                                  flag="--eval-files", keeper=keeper)
+                                                  flag="--eval-files", scan_cache=scans)
     # Every statistic of the preprocessing (means, variances, bin edges) comes from the training split only.
     edges = numeric_edges(train_scan, cfg.task.numeric_bins) if cfg.task.numeric_bins else {}
     preprocessor = _preprocessor_class()(train_scan.stats, edges, name="census_preprocessor")
@@ -203,8 +203,8 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     def transform(features, label):
         return preprocessor(features), label
 
-    # Cached only when the preprocessed rows (mostly the float encodings: ~1.4 KB a row, ten times the
-    # text) fit the memory budget; otherwise each epoch parses the text again.
+    # Cached in memory only when the preprocessed rows (mostly the float encodings: ~1.4 KB a row, ten times
+    # the text) fit the memory budget; otherwise each epoch parses the text again.
     budget = cache_budget(cfg.cache_limit_mb)
     train = text_dataset(train_share, SCHEMA, batch_size=global_train_batch, transform=transform,
                          cache=budget, shuffle=True, seed=cfg.seed, repeat=cfg.steps_per_epoch is not None,
@@ -225,4 +225,4 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         train_steps = count_batches(train_scan, global_train_batch)
     return TaskData(train=train, eval=evaluation, train_rows=train_scan.rows, eval_rows=eval_scan.rows,
                     train_steps=train_steps, preprocessor=preprocessor, report=report, state={"edges": edges},
-                    keep=keeper.flush if keeper else None)
+                    write_cache=scans.flush if scans else None)

@@ -5,7 +5,7 @@ Input: shards in the flowers schema (``image/encoded`` JPEG or PNG, ``image/clas
 ``gs://``. The classes and their names come from the training data (or ``--num-classes``); evaluation uses the
 training data's classes. Every record is checked before training
 (:mod:`trainer.models.image_classifier.checks`: records and image headers first, then one decode); images that
-fit ``--cache-limit-mb`` and the machine's memory are cached as the first epoch reads them
+fit ``--cache-limit-mb`` and the machine's memory are cached in memory as the first epoch reads them
 (:mod:`trainer.models.image_classifier.data`). Under multi-worker training each worker reads, checks and
 decodes only its share of the training and evaluation files (:mod:`trainer.sharding`), and the log's ``data:``
 line says which share.
@@ -124,10 +124,10 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
               shard: Shard = UNSHARDED) -> TaskData:
 
     from trainer.input_files import DataError, cache_budget, expand_files
-    from trainer.kept import may_claim
     from trainer.models.image_classifier.checks import load_images, scan_images
     from trainer.models.image_classifier.data import image_dataset
-    from trainer.models.image_classifier.scan import keep_scans, kept_scans_path, load_kept_scans
+    from trainer.models.image_classifier.scan import cache_scans, cached_scans_path, load_cached_scans
+    from trainer.result_cache import may_claim
 
     task = cfg.task
     train_files = expand_files(cfg.train_files, "--train-files")
@@ -135,19 +135,19 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     common = {"channels": task.channels, "max_bad_records": task.max_bad_records, "shard": shard}
     # A trial or restart before this one may have checked the same files with the same flags: reuse its
     # scans only if every worker has its own (the checks below are collectives every worker must join). A
-    # one-worker run waits for a trial checking them now (trainer.kept's claims).
-    kept_path = kept_scans_path(shard.cache_dir, [train_files, eval_files],
-                                [task.channels, task.num_classes, task.max_bad_records, shard.index,
-                                 shard.count])
-    kept = load_kept_scans(kept_path, [train_files, eval_files], claim=may_claim(shard))
-    reuse = all(shard.exchange(kept is not None))
+    # one-worker run waits for a trial checking them now (trainer.result_cache's claims).
+    cache_path = cached_scans_path(shard.cache_dir, [train_files, eval_files],
+                                   [task.channels, task.num_classes, task.max_bad_records, shard.index,
+                                    shard.count])
+    cached_scans = load_cached_scans(cache_path, [train_files, eval_files], claim=may_claim(shard))
+    reuse = all(shard.exchange(cached_scans is not None))
     if reuse:
-        train_scan, eval_scan = kept
-        log.info("data: the checks of a run before this one, from %s", kept_path)
+        train_scan, eval_scan = cached_scans
+        log.info("data: the checks of a run before this one, from %s", cache_path)
     else:
         # Each worker checks only its share (shard) and the workers combine what they found. The first
-        # pass reads records and image headers only: the image size and what a cache would hold are known
-        # before any image is decoded.
+        # pass reads records and image headers only: the image size and what an in-memory cache would hold
+        # are known before any image is decoded.
         train_scan = scan_images(train_files, num_classes=task.num_classes or None, flag="--train-files",
                                  decode=False, **common)
         # Evaluation is labelled in the training data's classes: a label beyond them is a bad record there.
@@ -164,14 +164,14 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         # The data's size within the flag's range: 2048x2048 photos would otherwise size the model for them.
         size = (height if (height, width) == largest and MAX_IMAGE_SIZE >= height == width >= 8
                 else FALLBACK_IMAGE_SIZE)
-    # Where the share's preprocessed images fit this process's memory budget they are cached, filled by the
-    # first pass over the share as training reads it: nothing is decoded for the cache before the first
-    # step, whether this run checked the data (its second pass only validates) or reuses kept checks.
-    # Training data has the first claim on the budget.
+    # Where the share's preprocessed images fit this process's memory budget they are cached in memory,
+    # filled by the first pass over the share as training reads it: nothing is decoded for the in-memory
+    # cache before the first step, whether this run checked the data (its second pass only validates) or
+    # reuses cached checks. Training data has the first claim on the budget.
     budget = cache_budget(cfg.cache_limit_mb)
     held = train_scan.held_bytes(size, task.channels)
-    train_keep = held <= budget
-    eval_keep = eval_scan.held_bytes(size, task.channels) <= budget - (held if train_keep else 0)
+    train_in_memory = held <= budget
+    eval_in_memory = eval_scan.held_bytes(size, task.channels) <= budget - (held if train_in_memory else 0)
     if not reuse:
         train_scan = load_images(train_scan, **common)
         eval_scan = load_images(eval_scan, **common)
@@ -181,9 +181,9 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     # empty one included, in step.
     shard.require_records(train_scan.share_records, train_files, "--train-files")
     options = {"image_size": size, "channels": task.channels, "seed": cfg.seed}
-    train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_keep,
+    train = image_dataset(train_scan, batch_size=global_train_batch, training=True, cached=train_in_memory,
                           augment=task.augmentations(), repeat=cfg.steps_per_epoch is not None, **options)
-    evaluation = image_dataset(eval_scan, batch_size=global_eval_batch, cached=eval_keep, **options)
+    evaluation = image_dataset(eval_scan, batch_size=global_eval_batch, cached=eval_in_memory, **options)
     if shard.sharded:
         # tf.distribute splits each of a worker's global batches into one piece per replica of the cluster
         # and a worker takes one piece per step, so Keras, which runs as many steps as the dataset claims
@@ -194,8 +194,9 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         split: {"files": list(scan.files), "records": scan.records, "class_counts": list(scan.class_counts),
                 "skipped_records": [str(b) for b in scan.bad_records], "skipped": scan.bad_counts(),
                 "share": {**scan.share(), "worker": shard.index, "workers": shard.count,
-                          "cached": cache}}
-        for split, scan, cache in (("train", train_scan, train_keep), ("eval", eval_scan, eval_keep))
+                          "cached": in_memory}}
+        for split, scan, in_memory in (("train", train_scan, train_in_memory),
+                                       ("eval", eval_scan, eval_in_memory))
     }
     shares = []
     for split, entry in report.items():
@@ -217,7 +218,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     checked = [train_scan, eval_scan]
     return TaskData(train=train, eval=evaluation, train_rows=train_scan.records, eval_rows=eval_scan.records,
                     train_steps=max(1, math.ceil(train_scan.records / global_train_batch)), report=report,
-                    keep=None if reuse else lambda: keep_scans(kept_path, checked))
+                    write_cache=None if reuse else lambda: cache_scans(cache_path, checked))
 
 
 def build_model(cfg, data: TaskData):

@@ -4,15 +4,15 @@ they found with ``Shard.exchange``):
 
 1. :func:`scan_images` parses every record a read batch at a time in parallel tf.data (no Python per
    record): the features, the label (range, one text per label), and the image's format and size from its
-   header (:mod:`trainer.models.image_classifier.decoding`), which fixes the image size and what a cache would
-   hold before anything is decoded. A file whose batch fails to parse is re-read record by record in Python
-   to name the exact record and reason (:mod:`trainer.models.image_classifier.records`).
+   header (:mod:`trainer.models.image_classifier.decoding`), which fixes the image size and what an in-memory
+   cache would hold before anything is decoded. A file whose batch fails to parse is re-read record by
+   record in Python to name the exact record and reason (:mod:`trainer.models.image_classifier.records`).
 2. :func:`load_images` decodes every record once to check it (a JPEG at 1/8 scale, with the same verdict:
    see :func:`trainer.models.image_classifier.decoding.decoded_height`) and keeps no pixels. When the
    preprocessed images fit the cache budget, the training pipeline's first pass over the share decodes them
-   as it trains and fills the cache (:mod:`trainer.models.image_classifier.data`): nothing is decoded for the
-   cache before the first step, in a run that checks the data or one that reuses kept checks
-   (:func:`trainer.models.image_classifier.scan.load_kept_scans`).
+   as it trains and fills the in-memory cache (:mod:`trainer.models.image_classifier.data`): nothing is
+   decoded for it before the first step, in a run that checks the data or one that reuses cached checks
+   (:func:`trainer.models.image_classifier.scan.load_cached_scans`).
    ``scan_images(decode=True)`` runs both passes.
 
 A bad record is a one-line :class:`~trainer.input_files.DataError` naming the file and record, or is skipped
@@ -367,7 +367,7 @@ def scan_images(files: Sequence[str], *, channels: int = 3, num_classes: int | N
 def load_images(scan: ImageScan, *, channels: int, shard: Shard = UNSHARDED,
                 max_bad_records: int = 0) -> ImageScan:
     """Second pass: decode every good record of this worker's share once, in parallel, to check that it
-    decodes (no pixels are kept; the cache is filled by training's first pass, see
+    decodes (no pixels are kept; the in-memory cache is filled by training's first pass, see
     :func:`trainer.models.image_classifier.data.image_dataset`); the final scan.
 
     Undecodable records and the first pass's text conflicts count against ``max_bad_records`` together with

@@ -1,6 +1,6 @@
 """What the checks found in one split (:class:`ImageScan`: counts, classes, sizes, bad records, this worker's
-share), how the share's good records are read back by key, and how a checked scan is kept for the job's
-other trials and restarts (:mod:`trainer.kept`).
+share), how the share's good records are read back by key, and how a checked scan is cached on disk for the
+job's other trials and restarts (:mod:`trainer.result_cache`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainer import kept
+from trainer import result_cache
 from trainer.models.image_classifier.records import (
     BAD_LABEL,
     ENCODED,
@@ -74,9 +74,9 @@ class ImageScan:
         return self.total_bytes > _PHOTO_BYTES * max(1, self.total_records)
 
     def held_bytes(self, image_size: int, channels: int) -> int:
-        """Memory this worker's cache of preprocessed images takes: uint8 pixels when every image already
-        has the model's size (nothing to resize: the cache keeps the decoded bytes and scales per batch),
-        else the resized float32 images."""
+        """Memory this worker's in-memory cache of preprocessed images takes: uint8 pixels when every image
+        already has the model's size (nothing to resize: the in-memory cache holds the decoded bytes and
+        scales per batch), else the resized float32 images."""
         same = self.min_size == self.max_size == (image_size, image_size)
         return self.share_records * image_size * image_size * channels * (1 if same else 4)
 
@@ -104,35 +104,36 @@ class ImageScan:
         return text
 
 
-# Kept scans (trainer.kept): a study's trials and a restarted worker reuse the checked scans of the same files
-# and flags instead of reading and decoding every record again.
-_KEPT_FORMAT = 1  # bump when what a scan checks or keeps changes: older kept scans are then not read
-_MAX_KEPT_BYTES = 1 << 30
+# Cached scans (trainer.result_cache): a study's trials and a restarted worker reuse the checked scans of the
+# same files and flags instead of reading and decoding every record again.
+_CACHE_FORMAT = 1  # bump when what a scan checks or caches changes: older cached scans are then not read
+_MAX_CACHED_BYTES = 1 << 30
 _SCAN_FIELDS = ("records", "total_records", "total_bytes", "class_names", "class_counts", "min_size",
                 "max_size", "file_indices", "stride", "offset", "file_records", "local_records",
                 "records_read")
 
 
-def kept_scans_path(folder: str | None, splits: Sequence[Sequence[str]], depends: list) -> str | None:
-    """Where this worker's checked scans of ``splits`` (each a list of files) are kept, for ``depends``
+def cached_scans_path(folder: str | None, splits: Sequence[Sequence[str]], depends: list) -> str | None:
+    """Where this worker's checked scans of ``splits`` (each a list of files) are cached, for ``depends``
     (the flags the checks depend on and the worker's share); None when there is no place or a file cannot
-    be stat'ed (the scans are then simply not kept)."""
+    be stat'ed (the scans are then simply not cached)."""
     import tensorflow as tf
 
     if not folder:
         return None
     try:
-        identity = [kept.files_identity(files) for files in splits]
+        identity = [result_cache.files_identity(files) for files in splits]
     except tf.errors.OpError:
         return None
-    return f"{folder}/images-{kept.key(_KEPT_FORMAT, identity, repr(depends))}.npz"
+    return f"{folder}/images-{result_cache.key(_CACHE_FORMAT, identity, repr(depends))}.npz"
 
 
-def load_kept_scans(path: str | None, splits: Sequence[Sequence[str]], *,
-                    claim: bool = False) -> list[ImageScan] | None:
-    """The scans :func:`keep_scans` kept at ``path`` (decoded: nothing left to check), or None (with
-    ``claim``, a miss is claimed: another trial checking the same files is waited for, see trainer.kept)."""
-    raw = kept.read(path, _MAX_KEPT_BYTES, "image scans", claim=claim) if path else None
+def load_cached_scans(path: str | None, splits: Sequence[Sequence[str]], *,
+                      claim: bool = False) -> list[ImageScan] | None:
+    """The scans :func:`cache_scans` cached at ``path`` (decoded: nothing left to check), or None (with
+    ``claim``, a miss is claimed: another trial checking the same files is waited for, see
+    trainer.result_cache)."""
+    raw = result_cache.read(path, _MAX_CACHED_BYTES, "image scans", claim=claim) if path else None
     if raw is None:
         return None
     try:
@@ -145,14 +146,14 @@ def load_kept_scans(path: str | None, splits: Sequence[Sequence[str]], *,
                 files=tuple(files), excluded=arrays[f"excluded_{i}"], good_keys=arrays[f"good_{i}"],
                 bad_records=tuple(BadRecord(*b) for b in meta["bad_records"]), decoded=True, **values))
         return scans
-    except kept.UNREADABLE as exc:
-        logging.getLogger("trainer").warning("not reading the kept image scans %s (%s): checking the data",
+    except result_cache.DECODE_ERRORS as exc:
+        logging.getLogger("trainer").warning("not reading the cached image scans %s (%s): checking the data",
                                              path, exc)
         return None
 
 
-def keep_scans(path: str | None, scans: Sequence[ImageScan]) -> None:
-    """Keep the decoded (fully checked) ``scans`` at ``path`` for the job's later trials and restarts."""
+def cache_scans(path: str | None, scans: Sequence[ImageScan]) -> None:
+    """Cache the decoded (fully checked) ``scans`` at ``path`` for the job's later trials and restarts."""
     if not path:
         return
     metas, arrays = [], {}
@@ -162,7 +163,7 @@ def keep_scans(path: str | None, scans: Sequence[ImageScan]) -> None:
         arrays[f"excluded_{i}"], arrays[f"good_{i}"] = scan.excluded, scan.good_keys
     buffer = io.BytesIO()
     np.savez(buffer, meta=np.frombuffer(json.dumps(metas).encode(), np.uint8), **arrays)
-    kept.write(path, buffer.getvalue(), "image scans")
+    result_cache.write(path, buffer.getvalue(), "image scans")
 
 
 def encoded_batches(scan: ImageScan, *, shuffle_files: bool = False, seed: int = 0, in_order: bool = False,

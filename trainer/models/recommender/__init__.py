@@ -14,7 +14,7 @@ catalogue (softmax cross-entropy), with ``--l2`` on the factors a rating touches
 rows it touched, so its cost does not grow with the catalogue. For a catalogue of at most
 ``--ease-max-items`` items the score adds ``--item-item-scale`` times EASE's item-item weights summed over
 the items the user rated (computed once before training, the same matrix the EASE baseline scores with, and
-kept for the job's later trials and restarts); a larger catalogue uses the factors alone, saying so.
+cached for the job's later trials and restarts); a larger catalogue uses the factors alone, saying so.
 
 Metrics, on each eval user's held-out positives (ratings >= ``--positive-threshold`` of items the user did
 not rate in training; those items are never candidates): ``recall_at_k`` (the default tuning metric,
@@ -38,7 +38,7 @@ all-gather) and trains on its own 1/workers share of the training ratings (logge
 This module is the task (its flags and spec); :mod:`trainer.models.recommender.hooks` holds its data, model
 and export hooks, :mod:`trainer.models.recommender.data` the ratings (reading, split, vocabularies,
 baselines), :mod:`trainer.models.recommender.model` the model and its serving functions, and
-:mod:`trainer.models.recommender.kept_results` what a study keeps. It imports no TensorFlow at import time:
+:mod:`trainer.models.recommender.cached_results` what a study caches. It imports no TensorFlow at import time:
 the job tooling reads its spec.
 """
 

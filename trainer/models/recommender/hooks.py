@@ -1,6 +1,6 @@
 """The recommender's hooks (:class:`trainer.models.base.Task`): :func:`make_data` reads, splits and checks the
 ratings (:mod:`trainer.models.recommender.data`), deals this worker its share and computes or reads what a
-study keeps (:mod:`trainer.models.recommender.kept_results`); :func:`build_model`, :func:`serving_fn` and
+study caches (:mod:`trainer.models.recommender.cached_results`); :func:`build_model`, :func:`serving_fn` and
 :func:`more_signatures` build the model and its signatures (:mod:`trainer.models.recommender.model`).
 
 TensorFlow is imported inside the hooks: the task package imports this module for them.
@@ -14,10 +14,10 @@ import math
 import numpy as np
 
 from trainer.input_files import DataError, expand_files, name_files
-from trainer.kept import may_claim
 from trainer.models.base import TaskData
 from trainer.models.recommender import data as rd
-from trainer.models.recommender.kept_results import kept_baselines, kept_item_item
+from trainer.models.recommender.cached_results import cached_baselines, cached_item_item
+from trainer.result_cache import may_claim
 from trainer.sharding import PREFETCH_BATCHES, UNSHARDED, Shard, dataset_options, empty_share
 
 log = logging.getLogger("trainer")
@@ -130,15 +130,15 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
 
     # A random split's eval ratings come from the training files: each file is stat'ed once.
     files = list(dict.fromkeys([*given.sources, *evaluation.sources]))
-    keeps = []
+    cache_writes = []
     weights = None
     if task.item_item_scale > 0 and len(items) <= task.ease_max_items:
-        # Every worker scores its eval users and exports with it: each reads the kept matrix or computes it.
-        weights, keep_weights = kept_item_item(shard.cache_dir, files, [columns, split, cfg.seed],
-                                               len(items), lambda: rd.ease_weights(fit, len(items)),
-                                               claim=may_claim(shard))
+        # Every worker scores its eval users and exports with it: each reads the cached matrix or computes it.
+        weights, cache_weights = cached_item_item(shard.cache_dir, files, [columns, split, cfg.seed],
+                                                  len(items), lambda: rd.ease_weights(fit, len(items)),
+                                                  claim=may_claim(shard))
         if shard.index == 0:
-            keeps.append(keep_weights)
+            cache_writes.append(cache_weights)
         item_item = f"EASE's weights on {len(items)} items, scale {task.item_item_scale:g}"
     elif task.item_item_scale > 0:
         item_item = (f"skipped: {len(items)} items > --ease-max-items {task.ease_max_items} (a dense items x "
@@ -150,11 +150,11 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     if shard.index == 0:
         depends = [columns, split, cfg.seed, task.positive_threshold, task.ranking_k, task.eval_users,
                    task.ease_max_items]
-        baselines, keep_figures = kept_baselines(shard.cache_dir, files, depends, lambda: (
+        baselines, cache_figures = cached_baselines(shard.cache_dir, files, depends, lambda: (
             rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items, weights)),
             claim=may_claim(shard))
-        keeps.append(keep_figures)
-    keeps = [keep for keep in keeps if keep]
+        cache_writes.append(cache_figures)
+    cache_writes = [write for write in cache_writes if write]
     report = {
         "train": {"files": list(given.sources), "ratings": len(train), "users": len(users),
                   "items": len(items), "this_worker_ratings": len(mine)},
@@ -188,7 +188,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         preprocessor=lookup, report=report,
         state={"items": items.tolist(), "rated": rated, "num_users": len(users), "max_k": max_k,
                "popularity": np.bincount(fit.items, minlength=len(items) + 1), "item_item": weights},
-        keep=(lambda: [keep() for keep in keeps]) if keeps else None)
+        write_cache=(lambda: [write() for write in cache_writes]) if cache_writes else None)
 
 
 def build_model(cfg, data: TaskData):

@@ -1,5 +1,5 @@
 """trainer/models/image_classifier/data.py: the in-memory cache filled by the first pass over the share (no
-decode for the cache before the first step): it holds each record decoded and prepared to the model's size
+decode for it before the first step): it holds each record decoded and prepared to the model's size
 (checked against an oracle built here, record by record, from the files), later passes decode nothing, a
 pass cut short or a run resumed at a later epoch still fills it, and it is held once."""
 
@@ -170,8 +170,8 @@ def test_a_pass_cut_short_or_resumed_at_a_later_epoch_still_fills_the_cache(digi
 
 
 def test_a_run_decodes_each_record_once_before_its_first_step_and_a_reused_check_none(tmp_path, decodes):
-    """A study's first trial decodes each record once to check it (none for the cache); a later trial that
-    reuses its kept checks decodes nothing before training reads the first batch."""
+    """A study's first trial decodes each record once to check it (none for the in-memory cache); a later
+    trial that reuses its cached checks decodes nothing before training reads the first batch."""
     from trainer.config import resolve_config
     from trainer.models import image_classifier
     from trainer.sharding import Shard
@@ -182,7 +182,7 @@ def test_a_run_decodes_each_record_once_before_its_first_step_and_a_reused_check
     evaluation = write_records(tmp_path / "eval.tfrecord", records[30:])
     cfg = resolve_config(["--model", "image_classifier", "--train-files", str(train), "--eval-files",
                           str(evaluation), "--channels", "1", "--max-bad-records", "1"])
-    shard = Shard(cache_dir=str(tmp_path / "kept"))
+    shard = Shard(cache_dir=str(tmp_path / "cache"))
     batches = {}
     for trial in (1, 2):
         decodes.assign(0)
@@ -192,13 +192,13 @@ def test_a_run_decodes_each_record_once_before_its_first_step_and_a_reused_check
         checked = 30 + 9 if trial == 1 else 0
         assert int(decodes.numpy()) == checked, trial
         assert report["train"]["share"]["cached"] and report["eval"]["share"]["cached"]
-        if data.keep:
-            data.keep()
+        if data.write_cache:
+            data.write_cache()
         batches[trial] = [y.numpy().tolist() for _, y in data.train]
-        assert int(decodes.numpy()) == checked + 30  # the first epoch filled the cache
+        assert int(decodes.numpy()) == checked + 30  # the first epoch filled the in-memory cache
         assert [y.numpy().tolist() for _, y in data.train] != batches[trial]
         assert int(decodes.numpy()) == checked + 30
-    assert batches[1] == batches[2]  # the same seed: the same order, checks kept or not
+    assert batches[1] == batches[2]  # the same seed: the same order, checks cached or not
 
 
 _HELD = """

@@ -1,7 +1,7 @@
-"""trainer/kept.py's claims: two trials of a local study that miss the same pre-training result compute it
-once; the other waits for it and reads it. A holder that keeps nothing (bad data) lets the waiter compute
-(and refuse the same data with the same line); gs:// folders, multi-worker runs and folders that cannot be
-written take no claim; a run gives its claims up however it ends."""
+"""trainer/result_cache.py's claims: two trials of a local study that miss the same pre-training result
+compute it once; the other waits for it and reads it. A holder that caches nothing (bad data) lets the waiter
+compute (and refuse the same data with the same line); gs:// folders, multi-worker runs and folders that
+cannot be written take no claim; a run gives its claims up however it ends."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 from tests.helpers import subprocess_env
 from tests.trainer.helpers import REPO_ROOT, error_lines, trainer_args
-from tests.trainer.kept_race import WAITING
-from trainer import kept
+from tests.trainer.result_cache_race import WAITING
+from trainer import result_cache
 from trainer.sharding import Shard
 
 BAD_ROW = ("39, State-gov, not-a-number, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, "
@@ -25,12 +25,12 @@ BAD_ROW = ("39, State-gov, not-a-number, Bachelors, 13, Never-married, Adm-cleri
 
 def _trial(study: Path, n: int, signals: Path, train: Path, evaluation: Path) -> subprocess.Popen:
     """A local study's trial ``n`` of 2 (Vertex AI's variables, as jobs/local sets them: its cache is
-    ``study/data-scans``), as a process started now (tests/trainer/kept_race.py)."""
+    ``study/data-scans``), as a process started now (tests/trainer/result_cache_race.py)."""
     env = subprocess_env(AIP_MODEL_DIR=str(study / f"{n}/model"),
                          AIP_CHECKPOINT_DIR=str(study / f"{n}/checkpoints"),
                          AIP_TENSORBOARD_LOG_DIR=str(study / f"{n}/logs"), CLOUD_ML_TRIAL_ID=str(n))
     args = trainer_args({"train": train, "eval": evaluation}, None, "--num-epochs", "1")
-    return subprocess.Popen([sys.executable, "-m", "tests.trainer.kept_race", str(signals), str(n),
+    return subprocess.Popen([sys.executable, "-m", "tests.trainer.result_cache_race", str(signals), str(n),
                              str(3 - n), "--", *args[3:]], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=(signals / f"{n}.log").open("w"), text=True)
 
@@ -73,7 +73,7 @@ def races(tmp_path_factory, census_slice) -> dict[str, dict]:
 
 
 def test_two_trials_that_start_together_scan_the_data_once(races):
-    """The holder scans train and eval; the waiter logs one line, waits, and reads both scans it kept."""
+    """The holder scans train and eval; the waiter logs one line, waits, and reads both scans it cached."""
     race = races["good"]
     (h_status, h_out, h_log, h_scans), (w_status, w_out, w_log, w_scans) = race["holder"], race["waiter"]
     assert (h_status, w_status) == (0, 0), (h_log[-3000:], w_log[-3000:])
@@ -86,7 +86,7 @@ def test_two_trials_that_start_together_scan_the_data_once(races):
 
 
 def test_a_holder_refused_for_bad_data_leaves_the_waiter_to_refuse_it_the_same_way(races):
-    """Nothing is kept of bad data: the waiter scans it itself (exit 2, the same one line)."""
+    """Nothing is cached of bad data: the waiter scans it itself (exit 2, the same one line)."""
     race = races["bad"]
     (h_status, h_out, h_log, h_scans), (w_status, w_out, w_log, w_scans) = race["holder"], race["waiter"]
     assert (h_status, w_status) == (2, 2), (h_log[-3000:], w_log[-3000:])
@@ -101,20 +101,20 @@ def test_a_holder_refused_for_bad_data_leaves_the_waiter_to_refuse_it_the_same_w
 
 HOLDER = """
 import os, shutil, sys
-from trainer import kept
+from trainer import result_cache
 path, source = sys.argv[1], sys.argv[2]
-assert kept._claim(path, "test") and kept.held() == [path]
+assert result_cache._claim(path, "test") and result_cache.held() == [path]
 print("held", flush=True)
 sys.stdin.readline()
 if source:
     shutil.copyfile(source, path + ".partial")
     os.replace(path + ".partial", path)
-kept.release(path)
+result_cache.release(path)
 """
 
 
 class Holder:
-    """Another run's claim on ``path``, in a process of its own: ``let_go()`` keeps ``source``'s bytes there
+    """Another run's claim on ``path``, in a process of its own: ``let_go()`` caches ``source``'s bytes there
     (or, with none, nothing: a holder that failed) and releases the claim; it does so by itself as soon as
     this process logs that it waits for it."""
 
@@ -156,35 +156,35 @@ class Holder:
 @pytest.fixture(autouse=True)
 def no_claims_left():
     yield
-    leaked = kept.held()
-    kept.release_claims()
+    leaked = result_cache.held()
+    result_cache.release_claims()
     assert not leaked, f"claims left held: {leaked}"
 
 
-def test_a_claim_is_a_lock_file_beside_the_result_until_it_is_kept(tmp_path):
+def test_a_claim_is_a_lock_file_beside_the_result_until_it_is_cached(tmp_path):
     path = str(tmp_path / "scans" / "k.npz")
-    assert kept.read(path, 100, "scan", claim=True) is None  # a miss: claimed, and the folder made
-    assert kept.held() == [path] and Path(path + ".lock").exists()
+    assert result_cache.read(path, 100, "scan", claim=True) is None  # a miss: claimed, and the folder made
+    assert result_cache.held() == [path] and Path(path + ".lock").exists()
     # The same result missed twice by one run (train and eval of the same files) waits for no one.
-    assert kept.read(path, 100, "scan", claim=True) is None and kept.held() == [path]
-    kept.write(path, b"x", "scan")
-    assert kept.held() == [] and [p.name for p in (tmp_path / "scans").iterdir()] == ["k.npz"]
-    assert kept.read(path, 100, "scan", claim=True) == b"x" and kept.held() == []
-    kept.read(str(tmp_path / "a"), 1, "a", claim=True)
-    kept.read(str(tmp_path / "job/data-scans/b"), 1, "b", claim=True)  # makes job/data-scans
-    kept.read(str(tmp_path / "job/data-scans/c"), 1, "c", claim=True)
+    assert result_cache.read(path, 100, "scan", claim=True) is None and result_cache.held() == [path]
+    result_cache.write(path, b"x", "scan")
+    assert result_cache.held() == [] and [p.name for p in (tmp_path / "scans").iterdir()] == ["k.npz"]
+    assert result_cache.read(path, 100, "scan", claim=True) == b"x" and result_cache.held() == []
+    result_cache.read(str(tmp_path / "a"), 1, "a", claim=True)
+    result_cache.read(str(tmp_path / "job/data-scans/b"), 1, "b", claim=True)  # makes job/data-scans
+    result_cache.read(str(tmp_path / "job/data-scans/c"), 1, "c", claim=True)
     assert (tmp_path / "job/data-scans/b.lock").exists() and (tmp_path / "job/data-scans/c.lock").exists()
-    kept.release_claims()  # what trainer.train does however the run ends
-    # Nothing kept: the lock files go, and the folders a claim made (a refused run writes nothing).
-    assert kept.held() == [] and sorted(p.name for p in tmp_path.iterdir()) == ["scans"]
+    result_cache.release_claims()  # what trainer.train does however the run ends
+    # Nothing cached: the lock files go, and the folders a claim made (a refused run writes nothing).
+    assert result_cache.held() == [] and sorted(p.name for p in tmp_path.iterdir()) == ["scans"]
 
 
-def test_a_result_that_cannot_be_kept_leaves_no_partial_file_and_no_claim(tmp_path, caplog):
+def test_a_result_that_cannot_be_cached_leaves_no_partial_file_and_no_claim(tmp_path, caplog):
     path = tmp_path / "scans" / "k.npz"
-    assert kept.read(str(path), 100, "scan", claim=True) is None
+    assert result_cache.read(str(path), 100, "scan", claim=True) is None
     path.mkdir()  # the rename onto it fails, as a full disk fails the write
-    kept.write(str(path), b"x" * 1000, "scan")
-    assert "could not keep the scan" in caplog.text and kept.held() == []
+    result_cache.write(str(path), b"x" * 1000, "scan")
+    assert "could not cache the scan" in caplog.text and result_cache.held() == []
     assert sorted(p.name for p in (tmp_path / "scans").iterdir()) == ["k.npz"]  # no partial, no lock file
 
 
@@ -194,31 +194,31 @@ def test_a_run_that_misses_a_claimed_result_waits_for_it_and_reads_it(tmp_path, 
     source.write_bytes(b"the result")
     path = str(tmp_path / "k.npz")
     with Holder(path, str(source)):
-        assert kept.read(path, 100, "scan", claim=True) == b"the result"
+        assert result_cache.read(path, 100, "scan", claim=True) == b"the result"
     assert caplog.text.count(WAITING) == 1 and f"{WAITING} scan ({path}.lock)" in caplog.text
-    assert kept.held() == [] and not Path(path + ".lock").exists()
+    assert result_cache.held() == [] and not Path(path + ".lock").exists()
 
 
-def test_a_holder_that_keeps_nothing_hands_the_claim_on(tmp_path, caplog):
+def test_a_holder_that_caches_nothing_hands_the_claim_on(tmp_path, caplog):
     caplog.set_level("INFO", logger="trainer")
     path = str(tmp_path / "k.npz")
-    with Holder(path):  # failed: nothing kept, its lock file removed as it released it
-        assert kept.read(path, 100, "scan", claim=True) is None
-    assert WAITING in caplog.text and kept.held() == [path] and Path(path + ".lock").exists()
-    kept.write(path, b"x", "scan")
+    with Holder(path):  # failed: nothing cached, its lock file removed as it released it
+        assert result_cache.read(path, 100, "scan", claim=True) is None
+    assert WAITING in caplog.text and result_cache.held() == [path] and Path(path + ".lock").exists()
+    result_cache.write(path, b"x", "scan")
     assert not Path(path + ".lock").exists()
 
 
 def test_a_wedged_holder_is_waited_for_a_bounded_time(tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(kept, "WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(result_cache, "WAIT_SECONDS", 0.3)
     path = str(tmp_path / "k.npz")
     holder = Holder(path)  # not entered: it never lets go by itself
     try:
-        assert kept.read(path, 100, "scan", claim=True) is None and kept.held() == []
+        assert result_cache.read(path, 100, "scan", claim=True) is None and result_cache.held() == []
     finally:
         holder.let_go()
         holder.proc.wait()
-    assert "for over 0.3 s without keeping it" in caplog.text and "computing it here too" in caplog.text
+    assert "for over 0.3 s without caching it" in caplog.text and "computing it here too" in caplog.text
 
 
 def test_a_run_holding_a_claim_does_not_wait_for_another(tmp_path, caplog):
@@ -226,30 +226,31 @@ def test_a_run_holding_a_claim_does_not_wait_for_another(tmp_path, caplog):
     computes instead."""
     caplog.set_level("INFO", logger="trainer")
     mine, theirs = str(tmp_path / "mine"), str(tmp_path / "theirs")
-    assert kept.read(mine, 1, "scan", claim=True) is None
+    assert result_cache.read(mine, 1, "scan", claim=True) is None
     holder = Holder(theirs)
     try:
-        assert kept.read(theirs, 1, "scan", claim=True) is None and kept.held() == [mine]
+        assert result_cache.read(theirs, 1, "scan", claim=True) is None and result_cache.held() == [mine]
     finally:
         holder.let_go()
     assert WAITING not in caplog.text and "holds another claim and computes it too" in caplog.text
-    kept.release_claims()
+    result_cache.release_claims()
 
 
 def test_no_claim_where_it_cannot_work(tmp_path, caplog):
     """gs:// folders (trials on separate machines), folders that cannot be written (logged, the run goes
-    on) and multi-worker runs (collectives between computing and keeping) take no claim."""
-    assert not kept._claim("gs://bucket/study/data-scans/k.npz", "scan")
+    on) and multi-worker runs (collectives between computing and caching) take no claim."""
+    assert not result_cache._claim("gs://bucket/study/data-scans/k.npz", "scan")
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    assert kept.read(f"{blocked}/data-scans/k.npz", 1, "scan", claim=True) is None
+    assert result_cache.read(f"{blocked}/data-scans/k.npz", 1, "scan", claim=True) is None
     assert "could not claim the scan" in caplog.text
-    assert kept.held() == []
-    assert kept.may_claim(Shard(cache_dir="/x")) and not kept.may_claim(Shard(index=1, count=2))
+    assert result_cache.held() == []
+    assert result_cache.may_claim(Shard(cache_dir="/x"))
+    assert not result_cache.may_claim(Shard(index=1, count=2))
 
 
 def test_the_recommender_waits_for_the_baselines_and_item_item_weights(tmp_path):
-    from trainer.models.recommender.kept_results import kept_baselines, kept_item_item
+    from trainer.models.recommender.cached_results import cached_baselines, cached_item_item
 
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("user,item,rating\n1,2,5\n")
@@ -258,25 +259,25 @@ def test_the_recommender_waits_for_the_baselines_and_item_item_weights(tmp_path)
     def compute(value):
         return lambda: calls.append(value) or value
 
-    # Another folder's run kept the figures: the same name here, since the key is the files' and flags'.
-    figures, keep = kept_baselines(str(tmp_path / "other"), [str(ratings)], ["f"], compute({"pop": 1}))
-    keep()
+    # Another folder's run cached the figures: the same name here, since the key is the files' and flags'.
+    figures, write = cached_baselines(str(tmp_path / "other"), [str(ratings)], ["f"], compute({"pop": 1}))
+    write()
     (computed,) = (tmp_path / "other").iterdir()
-    folder = tmp_path / "kept"
+    folder = tmp_path / "cache"
     folder.mkdir()
     with Holder(str(folder / computed.name), str(computed)):
-        assert kept_baselines(str(folder), [str(ratings)], ["f"], compute({"x": 0}), claim=True) == (
+        assert cached_baselines(str(folder), [str(ratings)], ["f"], compute({"x": 0}), claim=True) == (
             {"pop": 1}, None)
     assert calls == [{"pop": 1}]
     np = pytest.importorskip("numpy")
     weights = np.ones((3, 3), np.float32)
-    _, keep = kept_item_item(str(tmp_path / "other"), [str(ratings)], ["w"], 2, compute(weights))
-    keep()
+    _, write = cached_item_item(str(tmp_path / "other"), [str(ratings)], ["w"], 2, compute(weights))
+    write()
     (computed,) = set((tmp_path / "other").iterdir()) - {tmp_path / "other" / computed.name}
     with Holder(str(folder / computed.name)):  # failed: this run computes them, under its own claim
-        got, keep = kept_item_item(str(folder), [str(ratings)], ["w"], 2, compute(weights * 2), claim=True)
-    assert (got == 2).all() and len(calls) == 3 and kept.held() == [str(folder / computed.name)]
-    keep()
+        got, write = cached_item_item(str(folder), [str(ratings)], ["w"], 2, compute(weights * 2), claim=True)
+    assert (got == 2).all() and len(calls) == 3 and result_cache.held() == [str(folder / computed.name)]
+    write()
 
 
 def test_the_image_classifier_waits_for_the_checks_of_the_same_files(tmp_path, monkeypatch, caplog):
@@ -293,12 +294,12 @@ def test_the_image_classifier_waits_for_the_checks_of_the_same_files(tmp_path, m
                           str(evaluation), "--channels", "1", "--num-classes", "10"])
     caplog.set_level("INFO", logger="trainer")
     data = image_classifier.make_data(cfg, 8, 8, Shard(cache_dir=str(tmp_path / "other")))
-    data.keep()
+    data.write_cache()
     (computed,) = (tmp_path / "other").iterdir()
-    (tmp_path / "kept").mkdir()
-    with monkeypatch.context() as m, Holder(str(tmp_path / "kept" / computed.name), str(computed)):
+    (tmp_path / "cache").mkdir()
+    with monkeypatch.context() as m, Holder(str(tmp_path / "cache" / computed.name), str(computed)):
         for name in ("scan_images", "load_images"):
             m.setattr(image_checks, name, lambda *a, **k: pytest.fail("checked the data again"))
-        again = image_classifier.make_data(cfg, 8, 8, Shard(cache_dir=str(tmp_path / "kept")))
-    assert again.keep is None and again.report == data.report
+        again = image_classifier.make_data(cfg, 8, 8, Shard(cache_dir=str(tmp_path / "cache")))
+    assert again.write_cache is None and again.report == data.report
     assert WAITING in caplog.text and "the checks of a run before this one" in caplog.text

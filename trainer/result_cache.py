@@ -1,26 +1,30 @@
-"""What a task keeps of its pre-training work for the job's other trials and restarts.
+"""The on-disk cache of a task's pre-training results, for the job's other trials and restarts.
 
 A tuning study's trials and a restarted worker read the same files again; what was computed from them before
 the first step (census's scans, the image classifier's checked scans, the recommender's baselines and
-item-item weights) is kept under ``Shard.cache_dir`` (:func:`trainer.env.data_cache_dir`), named by a key of
+item-item weights) is cached under ``Shard.cache_dir`` (:func:`trainer.env.data_cache_dir`), named by a key of
 the files' identity (path, size, modification time) and everything else the result depends on, so a changed
 file or flag is a different key, never a stale hit.
 
-Kept files are written whole (a local one synced to disk) and then renamed (a reader never sees half of one),
-and are a cache only: one that cannot be read, decoded (:data:`UNREADABLE`) or written is logged and the work
-is done again, and a run that computed it again replaces it.
+Cached files are written whole (a local one synced to disk) and then renamed (a reader never sees half of
+one), and nothing depends on them: one that cannot be read, decoded (:data:`DECODE_ERRORS`) or written is
+logged and the work is done again, and a run that computed it again replaces it.
+
+The input pipelines' in-memory caches (parsed rows or decoded images held for a run's later epochs, within
+``--cache-limit-mb``) are another thing, which lasts one run: they are called in-memory caches wherever the
+two could be confused.
 
 **Claims.** A local study runs trials in parallel: two trials that start together would both miss a result
 and both compute it (minutes and GBs each). ``read(..., claim=True)`` therefore claims a result it misses:
-an exclusive ``flock`` on ``<kept file>.lock``, one per result (not per folder), held from the miss until
-:func:`write` kept it or :func:`release_claims` gave it up (``trainer.train.run`` calls it in a ``finally``:
-a run refused for bad data, or that failed in any other way, keeps nothing and must let a waiting trial
+an exclusive ``flock`` on ``<cached file>.lock``, one per result (not per folder), held from the miss until
+:func:`write` cached it or :func:`release_claims` gave it up (``trainer.train.run`` calls it in a ``finally``:
+a run refused for bad data, or that failed in any other way, caches nothing and must let a waiting trial
 compute). A second run that misses a claimed result logs one line, waits (at most :data:`WAIT_SECONDS`, then
 computes anyway with a warning: a wedged holder never stalls a study) and reads it again; if the holder
-kept nothing, the waiter computes it itself (and refuses bad data with the same message). Process death
+cached nothing, the waiter computes it itself (and refuses bad data with the same message). Process death
 releases a flock by itself. The lock file is removed by its holder when it releases it (a taker checks that
 the file it locked is still the one at the path), and so are the folders its claim created when nothing was
-kept in them: a run refused for bad data writes nothing. Only a holder killed outright leaves its lock file,
+cached in them: a run refused for bad data writes nothing. Only a holder killed outright leaves its lock file,
 which the next claim of that result takes over and removes.
 
 What never claims, and computes as without claims:
@@ -29,7 +33,7 @@ What never claims, and computes as without claims:
   on one machine's file means nothing to another, and Cloud Storage has no advisory locks;
 - a folder that cannot be written or a lock that cannot be taken (read-only, no flock support): logged;
 - a multi-worker run (:func:`may_claim`): its workers run collectives (``Shard.exchange``) between
-  computing a result and keeping it, so a worker would hold a claim while it waits for its trial's other
+  computing a result and caching it, so a worker would hold a claim while it waits for its trial's other
   workers. Two such trials on one host could deadlock: trial A's worker 0 holds share 0's claim and waits
   in a collective for A's worker 1, which waits for share 1's claim held by B's worker 1, which waits in a
   collective for B's worker 0, which waits for share 0's claim. Each worker computes its share as before;
@@ -57,16 +61,16 @@ log = logging.getLogger("trainer")
 WAIT_SECONDS = 1800.0
 _POLL_SECONDS = (0.05, 0.25)  # the first and the longest pause between two tries of a busy claim
 
-# This process's claims, {kept file's path: (the lock file's descriptor, the folders the claim created,
+# This process's claims, {cached file's path: (the lock file's descriptor, the folders the claim created,
 # deepest first)}. A path claimed twice by one process (census's train and eval scans of the same files share
 # a key) is claimed once: flock conflicts between two open file descriptions even within one process, so a
 # second flock would wait for itself.
 _held: dict[str, tuple[int, list[str]]] = {}
 
-# What decoding a damaged or foreign kept file raises: np.load of an empty file (EOFError), of a truncated or
-# bit-flipped .npz (zipfile.BadZipFile), a missing or misshapen array, JSON that is not the format. A task's
-# decoder catches these and computes the result again; anything else is a bug and is not hidden.
-UNREADABLE = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile)
+# What decoding a damaged or foreign cached file raises: np.load of an empty file (EOFError), of a truncated
+# or bit-flipped .npz (zipfile.BadZipFile), a missing or misshapen array, JSON that is not the format. A
+# task's decoder catches these and computes the result again; anything else is a bug and is not hidden.
+DECODE_ERRORS = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile)
 
 
 def files_identity(files: Sequence[str]) -> list[list]:
@@ -81,7 +85,7 @@ def files_identity(files: Sequence[str]) -> list[list]:
 
 
 def key(*parts) -> str:
-    """A file name for a kept result that depends on ``parts`` (JSON-serialisable) and nothing else."""
+    """A file name for a cached result that depends on ``parts`` (JSON-serialisable) and nothing else."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -92,15 +96,15 @@ def may_claim(shard) -> bool:
 
 
 def read(path: str, max_bytes: int, what: str, *, claim: bool = False) -> bytes | None:
-    """The kept bytes at ``path``, or None when there are none or they cannot be read (logged).
+    """The cached bytes at ``path``, or None when there are none or they cannot be read (logged).
 
     ``claim``: on a miss, claim the right to compute it (see the module docstring), waiting for another run
-    that holds the claim and reading what it kept. None then means: compute it, and keep it with
+    that holds the claim and reading what it cached. None then means: compute it, and cache it with
     :func:`write` (which releases the claim) or give it up with :func:`release_claims`."""
     raw, missing = _read(path, max_bytes, what)
-    if not (missing and claim and _claim(path, what)):  # a kept file that cannot be read: computed unclaimed
+    if not (missing and claim and _claim(path, what)):  # a cached file that cannot be read: not claimed
         return raw
-    # Read again even when the claim was free: another run may have kept it and released between our miss
+    # Read again even when the claim was free: another run may have cached it and released between our miss
     # and our claim.
     raw, _ = _read(path, max_bytes, what)
     if raw is not None:
@@ -109,7 +113,7 @@ def read(path: str, max_bytes: int, what: str, *, claim: bool = False) -> bytes 
 
 
 def _read(path: str, max_bytes: int, what: str) -> tuple[bytes | None, bool]:
-    """(the kept bytes or None, whether there are none at ``path``)."""
+    """(the cached bytes or None, whether there are none at ``path``)."""
     import tensorflow as tf
 
     try:
@@ -120,12 +124,12 @@ def _read(path: str, max_bytes: int, what: str) -> tuple[bytes | None, bool]:
         with tf.io.gfile.GFile(path, "rb") as f:
             return f.read(), False
     except (tf.errors.OpError, OSError, ValueError) as exc:
-        log.warning("not reading the kept %s %s (%s): computing it again", what, path, exc)
+        log.warning("not reading the cached %s %s (%s): computing it again", what, path, exc)
         return None, False
 
 
 def write(path: str, data: bytes, what: str) -> None:
-    """Keep ``data`` at ``path`` and release this process's claim on it; a place the job cannot write to
+    """Cache ``data`` at ``path`` and release this process's claim on it; a place the job cannot write to
     only costs the later runs the work."""
     import tensorflow as tf
 
@@ -137,7 +141,7 @@ def write(path: str, data: bytes, what: str) -> None:
             with tf.io.gfile.GFile(partial, "wb") as f:
                 f.write(data)
         else:
-            # Synced before the rename: after a power loss the kept file is whole or absent, never the empty
+            # Synced before the rename: after a power loss the cached file is whole or absent, never the empty
             # file a journalling file system may otherwise leave under the new name.
             with open(partial, "wb") as f:
                 f.write(data)
@@ -147,7 +151,7 @@ def write(path: str, data: bytes, what: str) -> None:
     except (tf.errors.OpError, OSError) as exc:
         message = exc.message if isinstance(exc, tf.errors.OpError) else str(exc)
         lines = (message or "").strip().splitlines()
-        log.warning("could not keep the %s at %s: %s", what, path, lines[0] if lines else type(exc).__name__)
+        log.warning("could not cache the %s at %s: %s", what, path, lines[0] if lines else type(exc).__name__)
         try:  # a full disk must not keep a near-whole copy per failed run
             tf.io.gfile.remove(partial)
         except (tf.errors.OpError, OSError):
@@ -157,13 +161,13 @@ def write(path: str, data: bytes, what: str) -> None:
 
 
 def held() -> list[str]:
-    """The kept files' paths this process holds a claim on."""
+    """The paths of the results this process holds a claim on."""
     return list(_held)
 
 
 def release(path: str) -> None:
     """Give up this process's claim on ``path``, if it holds one (a run waiting for it goes on). The lock
-    file goes, and so do the folders the claim created if they are empty (nothing was kept): a run refused
+    file goes, and so do the folders the claim created if they are empty (nothing was cached): a run refused
     for bad data writes nothing."""
     fd, created = _held.pop(path, (None, []))
     if fd is None:
@@ -172,7 +176,7 @@ def release(path: str) -> None:
         os.unlink(_lock_path(path))  # while still locked: a taker that opened it sees it is gone and retries
         for folder in created:
             os.rmdir(folder)
-    except OSError:  # a folder holding something (what was kept) stays
+    except OSError:  # a folder holding something (what was cached) stays
         pass
     os.close(fd)  # releases the flock
 
@@ -236,7 +240,7 @@ def _claim(path: str, what: str) -> bool:
                     deadline = now + WAIT_SECONDS
                     log.info("waiting for another run computing the same %s (%s)", what, lock)
                 if now >= deadline:
-                    log.warning("another run has computed the same %s for over %g s without keeping it (%s): "
+                    log.warning("another run has computed the same %s for over %g s without caching it (%s): "
                                 "computing it here too", what, WAIT_SECONDS, lock)
                     os.close(fd)
                     return False

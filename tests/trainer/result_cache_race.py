@@ -1,13 +1,14 @@
-"""One trial of a race of two over the same data (tests/trainer/test_kept.py), as ``python -m trainer.task``.
+"""One trial of a race of two over the same data (tests/trainer/test_result_cache.py), as
+``python -m trainer.task``.
 
-    python -m tests.trainer.kept_race SIGNALS NAME OTHER -- ARGS...   # ARGS: what follows `-m trainer.task`
+    python -m tests.trainer.result_cache_race SIGNALS NAME OTHER -- ARGS...   # ARGS: after `-m trainer.task`
 
 The run is ``trainer.task.main(ARGS)`` with census's scan of a file (``trainer.csv_scan._scan_files``)
 counted: each call appends a line to ``SIGNALS/scans-NAME``. The race is made certain rather than likely: the
 first run to scan (the data missed, the scan claimed) writes its name to ``SIGNALS/claimed`` and scans only
 once the other run's log, ``SIGNALS/OTHER.log``, says it waits for that claim (at most 60 s). The race is over
-once the data is accepted and kept: a run stops where training would start (status 0, "stopped before
-training" on stdout), past the point where ``trainer.train`` keeps the results and gives its claims up. Last
+once the data is accepted and cached: a run stops where training would start (status 0, "stopped before
+training" on stdout), past the point where ``trainer.train`` caches the results and gives its claims up. Last
 on stdout: the claims this interpreter still holds once ``main`` returned (``held: []``), however the run
 ended (tests/trainer/cli_batch.py runs many mains in one interpreter).
 """
@@ -47,19 +48,19 @@ def main(signals: Path, name: str, other: str, argv: list[str]) -> int:
             time.sleep(0.05)
         return scan(*args, **kwargs)
 
-    def stop(*args, **kwargs):  # trainer.train reads the backup's epoch right after keeping the data's work
+    def stop(*args, **kwargs):  # trainer.train reads the backup's epoch right after caching the data's work
         raise Stop
 
     trainer.csv_scan._scan_files = counted
     trainer.callbacks.read_backup_epoch = stop
-    from trainer import kept
+    from trainer import result_cache
 
     try:
         status = task.main(argv)
     except Stop:
         print("stopped before training")
         status = 0
-    print(f"held: {kept.held()}")
+    print(f"held: {result_cache.held()}")
     return status
 
 
