@@ -279,7 +279,7 @@ BAD = [
     (["deploy", "census@production", "--endpoint", "nope"], "deploy: --endpoint: 'nope' is not an endpoint",
      "census"),
     (["deploy", "census", "--endpoint", "census"], "deploy: MODEL@ALIAS: 'census' is not a registry model and alias",
-     "<model>@<alias"),
+     "<model id>@<alias"),
     (["deploy", "census@production", "--endpoint", "census", "--traffic-split", "0=10,5000=80"],
      "deploy: --traffic-split: the shares sum to 90", "summing to 100"),
     (["deploy", "census@production", "--endpoint", "census", "--traffic-split", "0=10,77=90"],
