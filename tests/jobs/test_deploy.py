@@ -278,8 +278,8 @@ def test_a_failed_smoke_prediction_exits_1_naming_the_rollback(endpoints, tmp_pa
 BAD = [
     (["deploy", "census@production", "--endpoint", "nope"], "deploy: --endpoint: 'nope' is not an endpoint",
      "census"),
-    (["deploy", "census", "--endpoint", "census"], "deploy: MODEL@ALIAS: 'census' is not a registry model and alias",
-     "<model id>@<alias"),
+    (["deploy", "census", "--endpoint", "census"],
+     "deploy: MODEL@ALIAS: 'census' is not a registry model and alias", "<model id>@<alias"),
     (["deploy", "census@production", "--endpoint", "census", "--traffic-split", "0=10,5000=80"],
      "deploy: --traffic-split: the shares sum to 90", "summing to 100"),
     (["deploy", "census@production", "--endpoint", "census", "--traffic-split", "0=10,77=90"],
