@@ -29,10 +29,10 @@ from jobs.definition.body import is_gs, join
 from jobs.definition.errors import short
 from jobs.definition.kinds import CUSTOM_JOB, KINDS, runs_study, spec_field
 from jobs.local.spec import LocalRunError
+from trainer.contract import HP_METRIC_FILE, JOB_ID
 
 if TYPE_CHECKING:
     from jobs.local.preemption import Preemption
-from trainer.contract import HP_METRIC_FILE, JOB_ID
 
 _IMPORT_STDOUT = sys.stdout
 
@@ -103,7 +103,6 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream, pre
         raise LocalRunError("kind", f"{short(kind)}; use {' or '.join(KINDS)}")
     if not isinstance(body, dict):
         raise LocalRunError("body", "expected the compiled request body (a mapping)")
-
     image = outputs.get("trainer_image", "")
     if not runs_study(kind):
         job = spec.parse_job_spec(body.get(spec_field(kind)), spec_field(kind), image)
@@ -272,7 +271,12 @@ def _run_custom_job(
             while run.poll() is None and not preemption.due(run):
                 time.sleep(0.2)
             if run.poll() is None:
-                preempting.preempt(run, preemption, name, stream)
+                try:
+                    preempting.preempt(run, preemption, name, stream)
+                except RuntimeError as exc:  # a replica that cannot start again (launcher._spawn)
+                    run.terminate()
+                    print(f"job '{name}' failed: {exc}", file=stream)
+                    return 1
         rc = run.wait()
     except KeyboardInterrupt:
         run.terminate()
