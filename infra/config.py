@@ -106,6 +106,22 @@ class GithubConfig:
 
 
 @dataclass(frozen=True)
+class BatchPredictConfig:
+    """`schedules.<name>.batch_predict`: after a run registered its model, a batch prediction of what the
+    registry block's first alias names, with `run_job.py batch-predict`'s flags (same names, `_` for `-`).
+    Only shapes are checked here; the verb's own rules (URIs, machines, counts) run when jobs.schedule
+    compiles it, and `${infra.*}` / `${job.id}` in `input` and `output` are resolved there."""
+
+    input: tuple[str, ...]
+    output: str
+    machine_type: str | None = None  # None: the verb's default
+    starting_replica_count: int = 1
+    max_replica_count: int | None = None
+    batch_size: int | None = None  # None: the verb's default
+    signature: str = ""
+
+
+@dataclass(frozen=True)
 class ScheduleConfig:
     """`schedules.<name>`: run job file `job` (a CustomJob on a container) at `cron` in `time_zone`."""
 
@@ -116,6 +132,7 @@ class ScheduleConfig:
     # `--set PATH=VALUE` texts, as run_job.py takes them (VALUE as JSON, which is YAML).
     overrides: tuple[str, ...] = ()
     paused: bool = False
+    batch_predict: BatchPredictConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -355,7 +372,7 @@ def _days(path: Path, doc: dict[str, Any], key: str, default: int) -> int:
                   "a whole number of days from 1 to 3650")
 
 
-_SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused"}
+_SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused", "batch_predict"}
 
 
 def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
@@ -392,8 +409,40 @@ def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
                         "true or false")
         schedules.append(ScheduleConfig(
             name=name, job=_job_file(path, f"{field}.job", entry["job"]), cron=cron, time_zone=time_zone,
-            overrides=tuple(f"{key}={json.dumps(value)}" for key, value in overrides.items()), paused=paused))
+            overrides=tuple(f"{key}={json.dumps(value)}" for key, value in overrides.items()), paused=paused,
+            batch_predict=_batch_predict(path, f"{field}.batch_predict", entry.get("batch_predict"))))
     return tuple(schedules)
+
+
+_BATCH_KEYS = {"input", "output", "machine_type", "starting_replica_count", "max_replica_count", "batch_size",
+               "signature"}
+
+
+def _batch_predict(path: Path, field: str, raw: Any) -> BatchPredictConfig | None:
+    if raw is None:
+        return None
+    entry = _mapping(path, field, raw, _BATCH_KEYS, {"input", "output"})
+    text = _one_line(2048)
+    inputs = entry["input"] if isinstance(entry["input"], list) else [entry["input"]]
+    _check(path, f"{field}.input", inputs, lambda v: 0 < len(v) and all(map(text, v)),
+           "a gs:// JSONL URI or a list of them (${infra.<key>} and ${job.id} allowed)")
+    count = _positive_int(10**6)
+    optional = {
+        "machine_type": (text, "a Vertex AI machine type such as n1-standard-4"),
+        "starting_replica_count": (count, "an integer >= 1"),
+        "max_replica_count": (count, "an integer >= 1"),
+        "batch_size": (count, "an integer >= 1"),
+        "signature": (text, "a SavedModel signature name such as top_k"),
+    }
+    for key, (ok, allowed) in optional.items():
+        if key in entry:
+            _check(path, f"{field}.{key}", entry[key], ok, allowed)
+    return BatchPredictConfig(
+        input=tuple(inputs),
+        output=_check(path, f"{field}.output", entry["output"], text,
+                      "a gs:// folder (${infra.<key>} and ${job.id} allowed)"),
+        **{key: entry[key] for key in optional if key in entry},
+    )
 
 
 _ENDPOINT_KEYS = {"display_name", "description", "predictors", "request_response_logging",

@@ -26,6 +26,12 @@ registers nothing. A run whose registration failed (the execution fails)
 is registered by a later execution of the schedule that still lists it (`recent`): the next day's run, or one
 started by hand. The duplicate path registers nothing: the execution that started that run is registering
 it, and two executions registering one run at once could both upload.
+
+A schedule with `batch_predict:` (`ScheduledRun.batch`) then creates a BatchPredictionJob of
+`<model>@<first alias>`: the request `run_job.py batch-predict` builds for the same flags (compiled by the
+jobs layer with this run's id and start time as placeholders), sent once this run is registered, whether or
+not the gate moved the alias: it predicts with whatever version the alias names then. Only where the alias
+names no version (this run has no metric and none held it) is there nothing to run; that is logged.
 """
 
 from __future__ import annotations
@@ -72,6 +78,12 @@ EXECUTION_ID_VAR = "GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID"  # set by Workflows in e
 RUN_ID = "run_id"  # the workflow variable holding this run's job id
 SUCCEEDED = "JOB_STATE_SUCCEEDED"
 
+# Batch prediction after registration (schedules with batch_predict): the connector waits for the job's end.
+BATCH_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.batchPredictionJobs.create"
+BATCH_TIMEOUT_S = 86400
+# Where the batch request's display name has the run's start time (run_job.py's "%Y%m%d-%H%M%S").
+BATCH_STAMP_PLACEHOLDER = "YYYYMMDD-HHMMSS"
+
 # Model Registry (schedules with a registration). The upload connector waits for the upload's long-running
 # operation; `models/<id>@<alias>` names the version holding an alias; mergeVersionAliases adds an alias to
 # a version (moving it from the one holding it).
@@ -110,6 +122,20 @@ class ScheduledRegistration:
 
 
 @dataclass(frozen=True)
+class ScheduledBatch:
+    """A schedule's batch prediction (`batch_predict:`, compiled by the jobs layer): `body` is the
+    BatchPredictionJob `run_job.py batch-predict --dry-run` prints for `model@alias` (canonical JSON text),
+    with the run id placeholder in its input and output where the config has ${job.id}, and
+    BATCH_STAMP_PLACEHOLDER where the dry-run has its time stamp."""
+
+    body: str
+    model: str  # "<model id>@<alias>", as the body names it
+
+    def body_dict(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
 class ScheduledRun:
     """One schedule, compiled: the CreateCustomJobRequest a run sends, with the job id left as a placeholder.
 
@@ -132,6 +158,7 @@ class ScheduledRun:
     label: str  # the label key holding submission_hash (jobs.definition.compile.SUBMISSION_LABEL)
     timeout_s: int
     registration: ScheduledRegistration | None = None
+    batch: ScheduledBatch | None = None
 
     def body_dict(self) -> dict[str, Any]:
         return json.loads(self.body)
@@ -229,8 +256,7 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
         {"create_and_wait": {
             "call": CREATE_CONNECTOR,
             "args": {"parent": "${parent}", "region": run.region, "body": body,
-                     "connector_params": {"timeout": lookback, "polling_policy": {
-                         "initial_delay": 60, "multiplier": 1.5, "max_delay": 600}}},
+                     "connector_params": {"timeout": lookback, "polling_policy": _polling()}},
             "result": "finished",
         }},
         {"check_state": {"switch": [{
@@ -241,13 +267,21 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
     done = {"run": "${finished.name}", "state": "${finished.state}", "duplicate": False}
     if run.registration is None:
         return {"main": {"steps": [*steps, {"done": {"return": done}}]}}
+    done = {**done, "registered": "${registered}"}
+    batch = _batch_predict(run, substitutions) if run.batch else []
+    if run.batch:
+        done["batch_prediction"] = "${batch_prediction}"
     # Only once the job succeeded (a failed one raised above): nothing of a failed run is registered.
     return {
-        "main": {"steps": [*steps, *_register_runs(run),
-                           {"done": {"return": {**done, "registered": "${registered}"}}}]},
+        "main": {"steps": [*steps, *_register_runs(run), *batch, {"done": {"return": done}}]},
         "register": _register(run),
         "read_metric": _read_metric(run.registration.metric),
     }
+
+
+def _polling() -> dict[str, Any]:
+    """How a connector polls a Vertex AI job it waits for (a new dict each time: no YAML alias)."""
+    return {"initial_delay": 60, "multiplier": 1.5, "max_delay": 600}
 
 
 def _seconds(field: str) -> str:
@@ -326,6 +360,42 @@ def _register_runs(run: ScheduledRun) -> list[dict[str, Any]]:
         }}},
         {"register_run": {"call": "register", "args": {"job": "${finished}"}, "result": "outcome"}},
         {"note_run": {"assign": [{"registered": "${list.concat(registered, outcome)}"}]}},
+    ]
+
+
+def _batch_predict(run: ScheduledRun, substitutions: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Main's steps after this run registered (`outcome`, its registration; a failed one raised): the batch
+    prediction of what the first alias names now, run_job.py batch-predict's request with this run's id and
+    start time. The alias names nothing only when the gate kept it and no version held it."""
+    assert run.batch is not None and run.registration is not None
+    first = "outcome.aliases[0]"
+    body = _substitute(run.batch.body_dict(), {
+        **substitutions,
+        BATCH_STAMP_PLACEHOLDER: 'text.substring(stamp, 0, 8) + "-" + text.substring(stamp, 9, 15)'})
+    name = _literal(run.batch.model)
+    return [
+        _assign("init_batch", batch_prediction=None, batch_version="${outcome.version}"),
+        # Kept: the alias stays where it was (on nothing, if the gate found no holder).
+        {"find_batch_version": {"switch": [{"condition": f'${{{first}.outcome == "{KEPT}"}}', "steps": [
+            _assign("take_holder", batch_version=f"${{{first}.holder}}")]}]}},
+        {"check_batch": {"switch": [
+            {"condition": "${batch_version == null}", "steps": [_log("log_no_batch", "NOTICE", (
+                f'${{"no batch prediction: " + {name} + " names no version (" + outcome.run + '
+                '" has no metric)"}'))]},
+            {"condition": True, "steps": [
+                _log("log_batch", "INFO", f'${{"batch prediction of " + {name} + " (version " + batch_version + '
+                                          '") for " + outcome.run}'),
+                {"create_batch": {"call": BATCH_CONNECTOR, "result": "predicted", "args": {
+                    "parent": "${parent}", "region": run.region, "body": body,
+                    "connector_params": {"timeout": BATCH_TIMEOUT_S, "polling_policy": _polling()}}}},
+                {"check_batch_state": {"switch": [{
+                    "condition": f'${{predicted.state != "{SUCCEEDED}"}}',
+                    "raise": '${"batch prediction " + predicted.name + " ended " + predicted.state}'}]}},
+                _assign("note_batch", batch_prediction={
+                    "name": "${predicted.name}", "state": "${predicted.state}", "version": "${batch_version}",
+                    "output": '${map.get(predicted, ["outputInfo", "gcsOutputDirectory"])}'}),
+            ]},
+        ]}},
     ]
 
 

@@ -6,7 +6,10 @@ Each schedule's job file goes through the very compile and validation `run_job.p
 a deploy knows, the TensorBoard's id, the stack hands the workflow as a reference). The only difference from
 the dry-run request is the job id, a placeholder each run replaces with its own (see infra/schedules.py).
 A definition's `registry:` block becomes the run's `registration`: the workflow registers each successful
-run's model as the definition asks (run_job.py does the same after a job it submitted).
+run's model as the definition asks (run_job.py does the same after a job it submitted). A schedule's
+`batch_predict:` becomes the run's `batch`: the request `run_job.py batch-predict <model>@<first alias>`
+builds from the same flags (jobs.api.batch_request), with `${infra.*}` resolved, `${job.id}` the run id
+placeholder and the display name's time a placeholder too, both filled in by each run.
 
     from infra.config import load_environment
     from jobs.schedule import compile_schedules
@@ -24,7 +27,13 @@ from pathlib import Path
 
 from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
 from infra.outputs import planned_outputs
-from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRegistration, ScheduledRun
+from infra.schedules import (
+    BATCH_STAMP_PLACEHOLDER,
+    VERTEX_DEFAULT_TIMEOUT_S,
+    ScheduledBatch,
+    ScheduledRegistration,
+    ScheduledRun,
+)
 from jobs.api import REPO_ROOT
 from jobs.definition.body import duration_seconds
 from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
@@ -115,7 +124,41 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
         label=SUBMISSION_LABEL,
         timeout_s=math.ceil(seconds) if seconds is not None and seconds >= 0 else VERTEX_DEFAULT_TIMEOUT_S,
         registration=registration_of(job.registry),
+        batch=_batch(cfg, schedule, job, outputs, placeholder),
     )
+
+
+def _batch(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, outputs, placeholder: str):
+    """`schedules.<name>.batch_predict` -> ScheduledBatch, through batch-predict's own request builder; a
+    flag the verb refuses is refused here, naming the config's key for it."""
+    from jobs import api
+    from jobs.definition.references import resolve
+
+    batch = schedule.batch_predict
+    if batch is None:
+        return None
+    field = f"schedules.{schedule.name}.batch_predict"
+    if job.registry is None or not job.registry.aliases:
+        raise ConfigError(cfg.source, field, f"{schedule.job} moves no alias in the Model Registry; allowed: "
+                                             "a job file whose registry: block has aliases (the batch runs "
+                                             "on the first)")
+    model = f"{job.registry.model_id}@{job.registry.aliases[0]}"
+    namespaces = {"infra": outputs, "job": {"id": placeholder}}
+    try:
+        inputs = [resolve(uri, namespaces, cfg.source, f"{field}.input") for uri in batch.input]
+        output = resolve(batch.output, namespaces, cfg.source, f"{field}.output")
+        request = api.batch_request(
+            model, inputs, output, outputs=outputs, now=_NO_CLOCK, stamp=BATCH_STAMP_PLACEHOLDER,
+            machine_type=batch.machine_type or api.DEFAULT_MACHINE,
+            starting_replicas=batch.starting_replica_count, max_replicas=batch.max_replica_count,
+            batch_size=batch.batch_size or api.DEFAULT_BATCH_SIZE, signature=batch.signature,
+        )
+    except JobError as exc:
+        # The verb names its flag (--machine-type); the config's key is the flag's name with "_".
+        key = exc.path if exc.path.startswith(field) else f"{field}.{exc.path.lstrip('-').replace('-', '_')}"
+        raise ConfigError(cfg.source, key, f"{exc.problem}" + (f"; allowed: {exc.allowed}" if exc.allowed
+                                                                else "")) from None
+    return ScheduledBatch(body=json.dumps(request["batchPredictionJob"], sort_keys=True), model=model)
 
 
 def registration_of(registry) -> ScheduledRegistration | None:

@@ -31,6 +31,7 @@ from infra.schedules import (
     MAX_RETRY_DURATION_S,
     MIN_BACKOFF_S,
     RETRY_COUNT,
+    ScheduledBatch,
     ScheduledRegistration,
     ScheduledRun,
     workflow_source,
@@ -77,6 +78,8 @@ class ScheduledJobProps:
         v.check_kms_key(where, self.kms_key, self.run.region)
         if self.run.registration is not None:
             check_registration(where, self.run)
+        if self.run.batch is not None:
+            check_batch(where, self.run)
 
 
 def check_registration(where: str, run: ScheduledRun) -> None:
@@ -114,6 +117,18 @@ def check_registration(where: str, run: ScheduledRun) -> None:
     v.check(where, "run.body.displayName", display,
             isinstance(display, str) and run.run_id_placeholder in display,
             "the run id (the placeholder): the registration's results and log lines name the run by it")
+
+
+def check_batch(where: str, run: ScheduledRun) -> None:
+    """A batch prediction predicts with the registry's first alias of this schedule's own model, in its
+    project: what the runner's grants and the workflow's order (after registering) are for."""
+    batch, reg = run.batch, run.registration
+    v.check(where, "run.batch", batch, isinstance(batch, ScheduledBatch) and reg is not None
+            and len(reg.aliases) > 0, "an infra.schedules.ScheduledBatch, on a run that registers with an alias")
+    model = f"{run.parent}/models/{reg.model_id}@{reg.aliases[0]}"
+    v.check(where, "run.batch.body.model", batch.body_dict().get("model"),
+            batch.body_dict().get("model") == model and batch.model == f"{reg.model_id}@{reg.aliases[0]}",
+            f"{model}: the version the gate's first alias names")
 
 
 class ScheduledJob(Construct):

@@ -1,0 +1,153 @@
+"""A schedule's `batch_predict:` (jobs.schedule -> infra.schedules): the shipped dev schedule's program in the
+Workflows test interpreter registers its run, then creates the BatchPredictionJob `run_job.py batch-predict
+--dry-run` prints for the same model@alias, input and output (this run's id in both, its start time in the
+display name), on whatever version the gate left the alias on; and a `batch_predict:` the verb would refuse
+is one line naming the config's key."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+import yaml
+
+import jobs.cloud.plan
+from infra.config import ConfigError, load_environment, parse_environment
+from infra.schedules import (
+    BATCH_CONNECTOR,
+    CREATE_CONNECTOR,
+    GET_MODEL_CONNECTOR,
+    LIST_CONNECTOR,
+    LIST_VERSIONS_CONNECTOR,
+    MERGE_ALIASES_CONNECTOR,
+    READ_OBJECT_CONNECTOR,
+    UPLOAD_CONNECTOR,
+)
+from jobs.schedule import compile_schedules
+from tests.common.test_model_registry import DAY, EXECUTION, START, Project, dev  # noqa: F401 - fixture
+from tests.infra.workflows_interpreter import Interpreter
+from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
+from tests.jobs.helpers import run_cli
+
+
+def execute(project: Project, program: dict, index: int, value: float | None) -> tuple[dict, list[dict]]:
+    """A scheduled execution that trains job `index` (its recall_at_k `value`): what it returns and the
+    batch prediction requests it sent."""
+    job, now = project.train(index, value)
+    sent: list[dict] = []
+
+    def create_batch(args: dict) -> dict:
+        sent.append(args)
+        name = f"{args['parent']}/batchPredictionJobs/{700 + index}"
+        folder = args["body"]["outputConfig"]["gcsDestination"]["outputUriPrefix"] + "prediction-x"
+        return {**args["body"], "name": name, "state": "JOB_STATE_SUCCEEDED",
+                "outputInfo": {"gcsOutputDirectory": folder}}
+
+    connectors = {
+        LIST_CONNECTOR: lambda args: {},
+        CREATE_CONNECTOR: lambda args: job,
+        LIST_VERSIONS_CONNECTOR: project.list_versions,
+        GET_MODEL_CONNECTOR: project.get_model,
+        UPLOAD_CONNECTOR: project.upload,
+        MERGE_ALIASES_CONNECTOR: project.merge,
+        READ_OBJECT_CONNECTOR: project.read_object,
+        BATCH_CONNECTOR: create_batch,
+    }
+    env = {"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": EXECUTION, "TENSORBOARD": project.outputs["tensorboard"]}
+    return Interpreter(program, now=now, env=env, connectors=connectors).run(), sent
+
+
+def dry_run(outputs: dict, run_id: str, now: float) -> dict:
+    """What `run_job.py batch-predict` prints for dev.yaml's batch_predict with this run's id, at its start."""
+    rc, out, err = run_cli(
+        ["batch-predict", "recommender@production", "--env", "dev", "--signature", "top_k", "--dry-run",
+         "--input", f"gs://acme-ml-dev-models/recommender/{run_id}/model/users.jsonl",
+         "--output", f"gs://acme-ml-dev-models/recommender-batch/{run_id}/"],
+        outputs=outputs, now=datetime.fromtimestamp(now, timezone.utc))
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_a_scheduled_run_registers_then_predicts_with_what_the_alias_names(dev, tmp_path, monkeypatch):
+    monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
+    run, program, outputs = dev
+    assert run.batch is not None, "dev.yaml's recommender-daily has batch_predict"
+    with FakeVertexServer(FakeVertex()) as server:
+        project = Project(run, outputs, tmp_path, server)
+        # The first run takes production; a worse one is kept without it; both batches run on production.
+        for index, value, moved, version in ((0, 0.30, "moved", "1"), (1, 0.20, "kept", "1")):
+            result, sent = execute(project, program, index, value)
+            assert result["registered"][-1]["aliases"][0]["outcome"] == moved
+            job = project.jobs[index]
+            run_id = job["displayName"]
+            assert [{"parent": args["parent"], "batchPredictionJob": args["body"]} for args in sent] == [
+                dry_run(outputs, run_id, START + index * DAY)]
+            assert sent[0]["body"]["displayName"] == (
+                f"recommender-production-batch-{run_id.split('-', 1)[1][:15]}")
+            assert result["batch_prediction"] == {
+                "name": f"{run.parent}/batchPredictionJobs/{700 + index}", "state": "JOB_STATE_SUCCEEDED",
+                "version": version,
+                "output": f"gs://acme-ml-dev-models/recommender-batch/{run_id}/prediction-x"}
+            # Registered before it predicted: the request names the alias the gate had just decided.
+            assert project.holder("production") == version
+
+
+def test_no_batch_while_the_alias_names_no_version(dev, tmp_path, monkeypatch):
+    """A first run without a metric is registered without the alias: there is nothing to predict with."""
+    run, program, outputs = dev
+    with FakeVertexServer(FakeVertex()) as server:
+        project = Project(run, outputs, tmp_path, server)
+        result, sent = execute(project, program, 0, None)
+    assert sent == [] and result["batch_prediction"] is None
+    assert result["registered"][-1]["aliases"][0] == {
+        "alias": "production", "outcome": "kept", "holder": None, "holder_value": None}
+
+
+CONFIG = """
+project_id: sched-proj-1
+project_number: "400000000004"
+region: europe-west4
+name_prefix: sched
+state_bucket: sched-tfstate
+github: {owner: o, repository: r, repository_id: 4}
+schedules:
+  daily:
+    job: JOB
+    cron: "0 3 * * *"
+    batch_predict: {input: "${infra.data_bucket}/users/*.jsonl", output: "${infra.models_bucket}/b/${job.id}/"}
+"""
+
+
+@pytest.mark.parametrize(("job", "key", "value", "field", "problem"), [
+    ("jobs/recommender.yaml", "machine_type", "ct5lp-hightpu-4t", "machine_type", "is a TPU machine"),
+    ("jobs/recommender.yaml", "max_replica_count", 0, "max_replica_count", "got 0; allowed: an integer >= 1"),
+    ("jobs/recommender.yaml", "batch_size", 5000, "batch_size", "1..1000"),
+    ("jobs/recommender.yaml", "signature", "top k", "signature", "is not a signature name"),
+    ("jobs/recommender.yaml", "input", "${infra.models_bucket}/users.csv", "input",
+     "is not a JSONL file in Cloud Storage"),
+    ("jobs/recommender.yaml", "output", "${job.image_tag}/", "output", "unknown reference ${job.image_tag}"),
+    ("jobs/census_gpu.yaml", "signature", "top_k", "", "moves no alias in the Model Registry"),
+])
+def test_a_batch_the_verb_refuses_names_the_config_key(tmp_path, monkeypatch, job, key, value, field,
+                                                       problem):
+    doc = yaml.safe_load(CONFIG.replace("JOB", "jobs/recommender.yaml"))
+    doc["schedules"]["daily"]["job"] = job
+    doc["schedules"]["daily"]["batch_predict"][key] = value
+    (tmp_path / "sched.yaml").write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("INFRA_ENVIRONMENTS_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as refused:
+        compile_schedules(parse_environment("sched", doc, tmp_path / "sched.yaml"))
+    line = str(refused.value)
+    where = "schedules.daily.batch_predict" + (f".{field}" if field else "")
+    assert line.startswith(f"{tmp_path / 'sched.yaml'}: field '{where}': ") and problem in line, line
+    assert "\n" not in line
+
+
+def test_the_shipped_batch_reads_the_users_the_run_exported():
+    (run,) = compile_schedules(load_environment("dev"))
+    body = run.batch.body_dict()
+    assert body["inputConfig"]["gcsSource"]["uris"] == [
+        f"gs://acme-ml-dev-models/recommender/{run.run_id_placeholder}/model/users.jsonl"]
+    assert run.body_dict()["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"] == (
+        f"gs://acme-ml-dev-models/recommender/{run.run_id_placeholder}")
