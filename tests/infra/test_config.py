@@ -178,7 +178,20 @@ _DELETE = object()
         ("schedules.nightly.job", _DELETE, "schedules.nightly.job", "required"),
         ("schedules.nightly.paused", "yes", "schedules.nightly.paused", "true or false"),
         ("schedules.nightly.set", ["a=1"], "schedules.nightly.set", "a mapping of field path"),
-        ("schedules.nightly.retries", 3, "schedules.nightly.retries", "allowed: cron, job, paused, set"),
+        ("schedules.nightly.retries", 3, "schedules.nightly.retries",
+         "allowed: batch_predict, cron, job, paused, set"),
+        # batch_predict's shapes (the verb's own rules: tests/jobs/test_scheduled_batch.py).
+        ("schedules.nightly.batch_predict", ["gs://b/u.jsonl"], "schedules.nightly.batch_predict",
+         "a mapping with keys"),
+        ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl"}, "schedules.nightly.batch_predict.output",
+         "required"),
+        ("schedules.nightly.batch_predict", {"input": [], "output": "gs://b/o/"},
+         "schedules.nightly.batch_predict.input", "a gs:// JSONL URI or a list of them"),
+        ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl", "output": "gs://b/o/", "k": 10},
+         "schedules.nightly.batch_predict.k", "unknown key; allowed: batch_size, input, machine_type"),
+        ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl", "output": "gs://b/o/",
+                                             "batch_size": True},
+         "schedules.nightly.batch_predict.batch_size", "an integer >= 1"),
         ("schedules.Nightly", {"job": "jobs/recommender.yaml", "cron": "0 3 * * *"}, "schedules.Nightly",
          "2-30 lowercase letters"),
         ("schedules", ["nightly"], "schedules", "a mapping of schedule name"),
@@ -255,6 +268,14 @@ def test_schedules_load_with_defaults_and_overrides(env_dir):
             nightly.paused) == ("nightly", "jobs/recommender.yaml", "30 2 * * *", "Etc/UTC", (), False)
     # `set` values become run_job.py --set texts (VALUE as JSON, which run_job.py reads as YAML).
     assert weekly.overrides == ('jobSpec.workerPoolSpecs.0.machineSpec.machineType="n1-standard-8"',)
+    assert nightly.batch_predict is None
+    # batch_predict: one input or a list, the verb's defaults where a key is left out.
+    doc["schedules"]["nightly"]["batch_predict"] = {"input": "gs://b/u.jsonl", "output": "gs://b/o/",
+                                                    "batch_size": 8}
+    batch = load_environment_from(env_dir, doc).schedules[0].batch_predict
+    assert (batch.input, batch.output, batch.machine_type, batch.starting_replica_count,
+            batch.max_replica_count, batch.batch_size, batch.signature) == (
+        ("gs://b/u.jsonl",), "gs://b/o/", None, 1, None, 8, "")
     assert (weekly.time_zone, weekly.paused) == ("Europe/Berlin", True)
     del doc["schedules"]
     assert load_environment_from(env_dir, doc).schedules == ()

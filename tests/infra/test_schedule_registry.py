@@ -16,6 +16,7 @@ import yaml
 from infra.naming import resource_names
 from infra.outputs import planned_outputs
 from infra.schedules import (
+    BATCH_CONNECTOR,
     CREATE_CONNECTOR,
     GET_MODEL_CONNECTOR,
     LIST_CONNECTOR,
@@ -218,6 +219,11 @@ class Cloud:
         self.storage = FakeStorage()
         self.registry = FakeRegistry(run.parent)
         self.vertex = TrainingVertex(self.storage, value, outcome=outcome)
+        self.batch_state = "JOB_STATE_SUCCEEDED"  # how the batch prediction after registration ends
+
+    def batch_predict(self, args: dict) -> dict:
+        """batchPredictionJobs.create, returning the job once it ended (the connector waits for it)."""
+        return {**args["body"], "name": f"{self.run.parent}/batchPredictionJobs/5", "state": self.batch_state}
 
     def execute(self, program, now=NOW, execution=EXECUTION):
         self.vertex.now = now
@@ -228,7 +234,7 @@ class Cloud:
                         LIST_VERSIONS_CONNECTOR: self.registry.list_versions,
                         GET_MODEL_CONNECTOR: self.registry.get, UPLOAD_CONNECTOR: self.registry.upload,
                         MERGE_ALIASES_CONNECTOR: self.registry.merge,
-                        READ_OBJECT_CONNECTOR: self.storage.get})
+                        READ_OBJECT_CONNECTOR: self.storage.get, BATCH_CONNECTOR: self.batch_predict})
         try:
             return interpreter.run(), interpreter
         finally:
@@ -536,3 +542,20 @@ def test_a_registration_the_registry_would_refuse_fails_synthesis(weekly, config
     with pytest.raises(PropsError, match=re.escape(f"field '{field}'")):
         props.validate("ScheduledJob 'x'")
     dataclasses.replace(props, run=run).validate("ScheduledJob 'x'")  # the scenario's own passes
+
+
+def test_a_batch_prediction_that_fails_fails_the_execution_after_the_registration(weekly):
+    """The batch runs once the run is registered and gated: its failure leaves the version and the alias
+    where the gate put them, and fails the execution (the batch is not retried by a later one)."""
+    run, program, planned = weekly
+    cloud = Cloud(run, value=0.3)
+    cloud.batch_state = "JOB_STATE_FAILED"
+    with pytest.raises(WorkflowRaised) as failed:
+        cloud.execute(program)
+    assert failed.value.value == f"batch prediction {run.parent}/batchPredictionJobs/5 ended JOB_STATE_FAILED"
+    assert cloud.registry.holder("production") == "1"
+    (sent,) = cloud.calls(BATCH_CONNECTOR)
+    rid = run_id(run)
+    assert sent["body"]["model"] == f"{run.parent}/models/{MODEL}@production"
+    assert sent["body"]["inputConfig"]["gcsSource"]["uris"] == [f"{model_dir(planned, rid)}/users.jsonl"]
+    assert sent["body"]["displayName"] == f"recommender-production-batch-{rid[len(run.job_name) + 1:][:15]}"

@@ -14,19 +14,8 @@ import yaml
 
 import jobs.cloud.plan
 from infra.config import ConfigError, load_environment, parse_environment
-from infra.schedules import (
-    BATCH_CONNECTOR,
-    CREATE_CONNECTOR,
-    GET_MODEL_CONNECTOR,
-    LIST_CONNECTOR,
-    LIST_VERSIONS_CONNECTOR,
-    MERGE_ALIASES_CONNECTOR,
-    READ_OBJECT_CONNECTOR,
-    UPLOAD_CONNECTOR,
-)
 from jobs.schedule import compile_schedules
-from tests.common.test_model_registry import DAY, EXECUTION, START, Project, dev  # noqa: F401 - fixture
-from tests.infra.workflows_interpreter import Interpreter
+from tests.common.test_model_registry import DAY, START, Project, dev  # noqa: F401 - dev: a fixture
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import run_cli
 
@@ -34,28 +23,9 @@ from tests.jobs.helpers import run_cli
 def execute(project: Project, program: dict, index: int, value: float | None) -> tuple[dict, list[dict]]:
     """A scheduled execution that trains job `index` (its recall_at_k `value`): what it returns and the
     batch prediction requests it sent."""
-    job, now = project.train(index, value)
-    sent: list[dict] = []
-
-    def create_batch(args: dict) -> dict:
-        sent.append(args)
-        name = f"{args['parent']}/batchPredictionJobs/{700 + index}"
-        folder = args["body"]["outputConfig"]["gcsDestination"]["outputUriPrefix"] + "prediction-x"
-        return {**args["body"], "name": name, "state": "JOB_STATE_SUCCEEDED",
-                "outputInfo": {"gcsOutputDirectory": folder}}
-
-    connectors = {
-        LIST_CONNECTOR: lambda args: {},
-        CREATE_CONNECTOR: lambda args: job,
-        LIST_VERSIONS_CONNECTOR: project.list_versions,
-        GET_MODEL_CONNECTOR: project.get_model,
-        UPLOAD_CONNECTOR: project.upload,
-        MERGE_ALIASES_CONNECTOR: project.merge,
-        READ_OBJECT_CONNECTOR: project.read_object,
-        BATCH_CONNECTOR: create_batch,
-    }
-    env = {"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": EXECUTION, "TENSORBOARD": project.outputs["tensorboard"]}
-    return Interpreter(program, now=now, env=env, connectors=connectors).run(), sent
+    _, now = project.train(index, value)
+    before = len(project.batches)
+    return project.workflow(program, index, now, new=True), project.batches[before:]
 
 
 def dry_run(outputs: dict, run_id: str, now: float) -> dict:
@@ -86,7 +56,7 @@ def test_a_scheduled_run_registers_then_predicts_with_what_the_alias_names(dev, 
             assert sent[0]["body"]["displayName"] == (
                 f"recommender-production-batch-{run_id.split('-', 1)[1][:15]}")
             assert result["batch_prediction"] == {
-                "name": f"{run.parent}/batchPredictionJobs/{700 + index}", "state": "JOB_STATE_SUCCEEDED",
+                "name": f"{run.parent}/batchPredictionJobs/{701 + index}", "state": "JOB_STATE_SUCCEEDED",
                 "version": version,
                 "output": f"gs://acme-ml-dev-models/recommender-batch/{run_id}/prediction-x"}
             # Registered before it predicted: the request names the alias the gate had just decided.
