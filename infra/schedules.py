@@ -383,8 +383,8 @@ def _batch_predict(run: ScheduledRun, substitutions: Mapping[str, str]) -> list[
                 f'${{"no batch prediction: " + {name} + " names no version (" + outcome.run + '
                 '" has no metric)"}'))]},
             {"condition": True, "steps": [
-                _log("log_batch", "INFO", f'${{"batch prediction of " + {name} + " (version " + batch_version + '
-                                          '") for " + outcome.run}'),
+                _log("log_batch", "INFO", f'${{"batch prediction of " + {name} + " (version " + '
+                                          'batch_version + ") for " + outcome.run}'),
                 {"create_batch": {"call": BATCH_CONNECTOR, "result": "predicted", "args": {
                     "parent": "${parent}", "region": run.region, "body": body,
                     "connector_params": {"timeout": BATCH_TIMEOUT_S, "polling_policy": _polling()}}}},

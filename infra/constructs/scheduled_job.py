@@ -124,7 +124,7 @@ def check_batch(where: str, run: ScheduledRun) -> None:
     project: what the runner's grants and the workflow's order (after registering) are for."""
     batch, reg = run.batch, run.registration
     v.check(where, "run.batch", batch, isinstance(batch, ScheduledBatch) and reg is not None
-            and len(reg.aliases) > 0, "an infra.schedules.ScheduledBatch, on a run that registers with an alias")
+            and len(reg.aliases) > 0, "an infra.schedules.ScheduledBatch, of a run registered with an alias")
     model = f"{run.parent}/models/{reg.model_id}@{reg.aliases[0]}"
     v.check(where, "run.batch.body.model", batch.body_dict().get("model"),
             batch.body_dict().get("model") == model and batch.model == f"{reg.model_id}@{reg.aliases[0]}",

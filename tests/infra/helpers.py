@@ -62,10 +62,10 @@ def scenario_batch(planned, cfg, placeholder):
     return ScheduledBatch(model="recommender@production", body=json.dumps({
         "displayName": f"recommender-production-batch-{BATCH_STAMP_PLACEHOLDER}",
         "model": f"{parent}/models/recommender@production",
-        "inputConfig": {"instancesFormat": "jsonl",
-                        "gcsSource": {"uris": [f"{planned['models_bucket']}/x/{placeholder}/model/users.jsonl"]}},
-        "outputConfig": {"predictionsFormat": "jsonl",
-                         "gcsDestination": {"outputUriPrefix": f"{planned['models_bucket']}/b/{placeholder}/"}},
+        "inputConfig": {"instancesFormat": "jsonl", "gcsSource": {
+            "uris": [f"{planned['models_bucket']}/x/{placeholder}/model/users.jsonl"]}},
+        "outputConfig": {"predictionsFormat": "jsonl", "gcsDestination": {
+            "outputUriPrefix": f"{planned['models_bucket']}/b/{placeholder}/"}},
         "dedicatedResources": {"machineSpec": {"machineType": "n1-standard-4"}, "startingReplicaCount": 1,
                                "maxReplicaCount": 1},
         "manualBatchTuningParameters": {"batchSize": 64},

@@ -183,8 +183,8 @@ _DELETE = object()
         # batch_predict's shapes (the verb's own rules: tests/jobs/test_scheduled_batch.py).
         ("schedules.nightly.batch_predict", ["gs://b/u.jsonl"], "schedules.nightly.batch_predict",
          "a mapping with keys"),
-        ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl"}, "schedules.nightly.batch_predict.output",
-         "required"),
+        ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl"},
+         "schedules.nightly.batch_predict.output", "required"),
         ("schedules.nightly.batch_predict", {"input": [], "output": "gs://b/o/"},
          "schedules.nightly.batch_predict.input", "a gs:// JSONL URI or a list of them"),
         ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl", "output": "gs://b/o/", "k": 10},

@@ -29,7 +29,7 @@ def execute(project: Project, program: dict, index: int, value: float | None) ->
 
 
 def dry_run(outputs: dict, run_id: str, now: float) -> dict:
-    """What `run_job.py batch-predict` prints for dev.yaml's batch_predict with this run's id, at its start."""
+    """What `run_job.py batch-predict` prints for dev.yaml's batch_predict, this run's id, at its start."""
     rc, out, err = run_cli(
         ["batch-predict", "recommender@production", "--env", "dev", "--signature", "top_k", "--dry-run",
          "--input", f"gs://acme-ml-dev-models/recommender/{run_id}/model/users.jsonl",
@@ -39,7 +39,7 @@ def dry_run(outputs: dict, run_id: str, now: float) -> dict:
     return json.loads(out)
 
 
-def test_a_scheduled_run_registers_then_predicts_with_what_the_alias_names(dev, tmp_path, monkeypatch):
+def test_a_scheduled_run_registers_then_predicts_with_what_the_alias_names(dev, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setattr(jobs.cloud.plan, "POLL_SECONDS", 0)
     run, program, outputs = dev
     assert run.batch is not None, "dev.yaml's recommender-daily has batch_predict"
@@ -63,7 +63,7 @@ def test_a_scheduled_run_registers_then_predicts_with_what_the_alias_names(dev, 
             assert project.holder("production") == version
 
 
-def test_no_batch_while_the_alias_names_no_version(dev, tmp_path, monkeypatch):
+def test_no_batch_while_the_alias_names_no_version(dev, tmp_path):  # noqa: F811
     """A first run without a metric is registered without the alias: there is nothing to predict with."""
     run, program, outputs = dev
     with FakeVertexServer(FakeVertex()) as server:
@@ -85,7 +85,9 @@ schedules:
   daily:
     job: JOB
     cron: "0 3 * * *"
-    batch_predict: {input: "${infra.data_bucket}/users/*.jsonl", output: "${infra.models_bucket}/b/${job.id}/"}
+    batch_predict:
+      input: "${infra.data_bucket}/users/*.jsonl"
+      output: "${infra.models_bucket}/b/${job.id}/"
 """
 
 
