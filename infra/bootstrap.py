@@ -27,6 +27,7 @@ from infra.constructs.project_services import ProjectServices, ProjectServicesPr
 from infra.constructs.runtime_identity import RUNTIME_DESCRIPTION, RUNTIME_PROJECT_ROLES, RuntimeIdentity
 from infra.constructs.schedule_runner import (
     BATCH_PERMISSIONS,
+    DEPLOY_PERMISSIONS,
     REGISTRY_PERMISSIONS,
     SCHEDULER_DESCRIPTION,
     SCHEDULER_PERMISSIONS,
@@ -107,7 +108,8 @@ class BootstrapStack(TerraformStack):
                 role_id=names.scheduler_role_id,
                 permissions=SCHEDULER_PERMISSIONS + (
                     REGISTRY_PERMISSIONS if any(run.registration for run in schedules) else ()) + (
-                    BATCH_PERMISSIONS if any(run.batch for run in schedules) else ()),
+                    BATCH_PERMISSIONS if any(run.batch for run in schedules) else ()) + (
+                    DEPLOY_PERMISSIONS if any(run.deploy for run in schedules) else ()),
                 depends_on=tuple(enabled),
             ))
         runtime_actors = actors + (

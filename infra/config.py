@@ -122,6 +122,23 @@ class BatchPredictConfig:
 
 
 @dataclass(frozen=True)
+class CanaryConfig:
+    """`schedules.<name>.deploy`: once the gate moved the registry block's first alias to a run's version,
+    deploy it to endpoint `endpoint` (a name of `endpoints:`) with `run_job.py deploy`'s flags (same names,
+    `_` for `-`); `traffic` is its share, the models there keep theirs of the rest. The verb's rules run
+    when jobs.schedule compiles it."""
+
+    endpoint: str
+    traffic: int = 100
+    machine_type: str | None = None  # None: the verb's default
+    accelerator_type: str | None = None
+    accelerator_count: int | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    cpu_target: int | None = None
+
+
+@dataclass(frozen=True)
 class ScheduleConfig:
     """`schedules.<name>`: run job file `job` (a CustomJob on a container) at `cron` in `time_zone`."""
 
@@ -133,6 +150,7 @@ class ScheduleConfig:
     overrides: tuple[str, ...] = ()
     paused: bool = False
     batch_predict: BatchPredictConfig | None = None
+    deploy: CanaryConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -372,7 +390,7 @@ def _days(path: Path, doc: dict[str, Any], key: str, default: int) -> int:
                   "a whole number of days from 1 to 3650")
 
 
-_SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused", "batch_predict"}
+_SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused", "batch_predict", "deploy"}
 
 
 def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
@@ -410,7 +428,8 @@ def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
         schedules.append(ScheduleConfig(
             name=name, job=_job_file(path, f"{field}.job", entry["job"]), cron=cron, time_zone=time_zone,
             overrides=tuple(f"{key}={json.dumps(value)}" for key, value in overrides.items()), paused=paused,
-            batch_predict=_batch_predict(path, f"{field}.batch_predict", entry.get("batch_predict"))))
+            batch_predict=_batch_predict(path, f"{field}.batch_predict", entry.get("batch_predict")),
+            deploy=_canary(path, f"{field}.deploy", entry.get("deploy"))))
     return tuple(schedules)
 
 
@@ -443,6 +462,25 @@ def _batch_predict(path: Path, field: str, raw: Any) -> BatchPredictConfig | Non
                       "a gs:// folder (${infra.<key>} and ${job.id} allowed)"),
         **{key: entry[key] for key in optional if key in entry},
     )
+
+
+_CANARY_INTEGERS = ("traffic", "accelerator_count", "min_replicas", "max_replicas", "cpu_target")
+
+
+def _canary(path: Path, field: str, raw: Any) -> CanaryConfig | None:
+    if raw is None:
+        return None
+    known = {"endpoint", "machine_type", "accelerator_type", *_CANARY_INTEGERS}
+    entry = _mapping(path, field, raw, known, {"endpoint"})
+    _check(path, f"{field}.endpoint", entry["endpoint"], _str_matching(ENDPOINT_NAME),
+           "the name of one of this file's endpoints")
+    for key in ("machine_type", "accelerator_type"):
+        if key in entry:
+            _check(path, f"{field}.{key}", entry[key], _one_line(128), "a name such as n1-standard-4")
+    for key in _CANARY_INTEGERS:
+        if key in entry:
+            _check(path, f"{field}.{key}", entry[key], _positive_int(100), "an integer from 1 to 100")
+    return CanaryConfig(**entry)
 
 
 _ENDPOINT_KEYS = {"display_name", "description", "predictors", "request_response_logging",

@@ -9,7 +9,9 @@ A definition's `registry:` block becomes the run's `registration`: the workflow 
 run's model as the definition asks (run_job.py does the same after a job it submitted). A schedule's
 `batch_predict:` becomes the run's `batch`: the request `run_job.py batch-predict <model>@<first alias>`
 builds from the same flags (jobs.api.batch_request), with `${infra.*}` resolved, `${job.id}` the run id
-placeholder and the display name's time a placeholder too, both filled in by each run.
+placeholder and the display name's time a placeholder too, both filled in by each run. Its `deploy:`
+becomes the run's `deploy`: what `run_job.py deploy <model>@<first alias> --endpoint NAME` sends that does
+not depend on the endpoint's state, with the rule's constants the workflow computes the rest by.
 
     from infra.config import load_environment
     from jobs.schedule import compile_schedules
@@ -31,6 +33,7 @@ from infra.schedules import (
     BATCH_STAMP_PLACEHOLDER,
     VERTEX_DEFAULT_TIMEOUT_S,
     ScheduledBatch,
+    ScheduledDeploy,
     ScheduledRegistration,
     ScheduledRun,
 )
@@ -134,7 +137,53 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
         timeout_s=math.ceil(seconds) if seconds is not None and seconds >= 0 else VERTEX_DEFAULT_TIMEOUT_S,
         registration=registration_of(job.registry),
         batch=_batch(cfg, schedule, job, outputs, placeholder),
+        deploy=_canary(cfg, schedule, job),
     )
+
+
+def _gated_alias(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, key: str, what: str) -> str:
+    """`<model>@<first alias>` of the job file's registry block, which `key` of the schedule acts on."""
+    if job.registry is None or not job.registry.aliases:
+        raise ConfigError(cfg.source, f"schedules.{schedule.name}.{key}",
+                          f"{schedule.job} moves no alias in the Model Registry; allowed: a job file whose "
+                          f"registry: block has aliases ({what} the first)")
+    return f"{job.registry.model_id}@{job.registry.aliases[0]}"
+
+
+def _canary(cfg: EnvironmentConfig, schedule: ScheduleConfig, job) -> ScheduledDeploy | None:
+    """`schedules.<name>.deploy` -> ScheduledDeploy, by run_job.py deploy's rules; a setting they refuse is
+    refused here, naming the config's key."""
+    from infra.outputs import endpoint_resource_names
+    from jobs import api
+    from jobs.definition import deployment as rule
+
+    canary = schedule.deploy
+    if canary is None:
+        return None
+    field = f"schedules.{schedule.name}.deploy"
+    model = _gated_alias(cfg, schedule, job, "deploy", "the canary deploys")
+    keys = {"endpoint": "endpoint", "traffic": "traffic", "machineType": "machine_type",
+            "acceleratorType": "accelerator_type", "acceleratorCount": "accelerator_count",
+            "minReplicaCount": "min_replicas", "maxReplicaCount": "max_replicas",
+            "cpuUtilizationTarget": "cpu_target"}
+    settings = {name: getattr(canary, key) for name, key in keys.items() if getattr(canary, key) is not None}
+    try:
+        names = {name: f"{field}.{key}" for name, key in keys.items()}
+        ref, spec = api.deploy_settings(model, settings, names)
+    except JobError as exc:
+        raise ConfigError(cfg.source, exc.path, f"{exc.problem}; allowed: {exc.allowed}") from None
+    endpoints = endpoint_resource_names(cfg)
+    if canary.endpoint not in endpoints:
+        known = ", ".join(endpoints) or "none: add it to endpoints:"
+        raise ConfigError(cfg.source, f"{field}.endpoint",
+                          f"{canary.endpoint!r} is not an endpoint of this environment; allowed: {known}")
+    request = rule.deploy_request(spec, ref, job.parent, endpoints[canary.endpoint], {}, {})
+    deployed_model = {k: v for k, v in request["deployedModel"].items() if k != "displayName"}
+    return ScheduledDeploy(
+        endpoint=endpoints[canary.endpoint], endpoint_name=canary.endpoint, model=model,
+        deployed_model=json.dumps(deployed_model, sort_keys=True), traffic=spec.traffic, new_key=rule.NEW,
+        record_prefix=f"{ref}{rule.RECORD}", record_none=rule.RECORD_NONE,
+        max_display_name=rule.MAX_DISPLAY_NAME)
 
 
 def _batch(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, outputs, placeholder: str):
@@ -147,11 +196,7 @@ def _batch(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, outputs, place
     if batch is None:
         return None
     field = f"schedules.{schedule.name}.batch_predict"
-    if job.registry is None or not job.registry.aliases:
-        raise ConfigError(cfg.source, field, f"{schedule.job} moves no alias in the Model Registry; allowed: "
-                                             "a job file whose registry: block has aliases (the batch runs "
-                                             "on the first)")
-    model = f"{job.registry.model_id}@{job.registry.aliases[0]}"
+    model = _gated_alias(cfg, schedule, job, "batch_predict", "the batch runs on")
     namespaces = {"infra": outputs, "job": {"id": placeholder}}
     try:
         inputs = [resolve(uri, namespaces, cfg.source, f"{field}.input") for uri in batch.input]

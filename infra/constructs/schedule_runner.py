@@ -38,6 +38,13 @@ BATCH_PERMISSIONS = (
     "aiplatform.batchPredictionJobs.create",
     "aiplatform.batchPredictionJobs.get",
 )
+# What a canary deploy adds, only where some schedule has `deploy:`: read the endpoint (what it serves and its
+# split) and deploy to it (deployModel: the connector polls its operation). The request names no service
+# account, so the model serves as Vertex AI's own: no actAs. Not undeploy: rollback stays a person's.
+DEPLOY_PERMISSIONS = (
+    "aiplatform.endpoints.deploy",
+    "aiplatform.endpoints.get",
+)
 # The workflow's log lines (call logging of errors, sys.log) are written as this account.
 SCHEDULER_PROJECT_ROLES = ("roles/logging.logWriter",)
 SCHEDULER_DESCRIPTION = "Identity of the scheduled retraining runs (Cloud Scheduler + Workflows, infra/)"

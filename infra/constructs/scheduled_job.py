@@ -32,6 +32,7 @@ from infra.schedules import (
     MIN_BACKOFF_S,
     RETRY_COUNT,
     ScheduledBatch,
+    ScheduledDeploy,
     ScheduledRegistration,
     ScheduledRun,
     workflow_source,
@@ -80,6 +81,8 @@ class ScheduledJobProps:
             check_registration(where, self.run)
         if self.run.batch is not None:
             check_batch(where, self.run)
+        if self.run.deploy is not None:
+            check_deploy(where, self.run)
 
 
 def check_registration(where: str, run: ScheduledRun) -> None:
@@ -129,6 +132,20 @@ def check_batch(where: str, run: ScheduledRun) -> None:
     v.check(where, "run.batch.body.model", batch.body_dict().get("model"),
             batch.body_dict().get("model") == model and batch.model == f"{reg.model_id}@{reg.aliases[0]}",
             f"{model}: the version the gate's first alias names")
+
+
+def check_deploy(where: str, run: ScheduledRun) -> None:
+    """A canary deploys the first alias of this schedule's own model, to an endpoint of its project."""
+    canary, reg = run.deploy, run.registration
+    v.check(where, "run.deploy", canary, isinstance(canary, ScheduledDeploy) and reg is not None
+            and len(reg.aliases) > 0, "an infra.schedules.ScheduledDeploy, of a run registered with an alias")
+    model = f"{run.parent}/models/{reg.model_id}@{reg.aliases[0]}"
+    v.check(where, "run.deploy.deployed_model.model", canary.deployed_model_dict().get("model"),
+            canary.deployed_model_dict().get("model") == model, f"{model}: the version the gate moved")
+    v.check(where, "run.deploy.endpoint", canary.endpoint,
+            canary.endpoint.startswith(f"{run.parent}/endpoints/"),
+            f"{run.parent}/endpoints/<id>: an endpoint of this project and region")
+    v.check(where, "run.deploy.traffic", canary.traffic, 1 <= canary.traffic <= 100, "1..100")
 
 
 class ScheduledJob(Construct):

@@ -160,7 +160,7 @@ class Project:
         )
         assert rc == 0, err
 
-    def workflow(self, program: dict, index: int, now: float, new: bool) -> dict:
+    def workflow(self, program: dict, index: int, now: float, new: bool, more=None) -> dict:
         """A new job: an execution of the schedule that creates it. An earlier one: the program's `register`
         subworkflow called with it, as a later execution registers an earlier run."""
         if not new:
@@ -195,6 +195,7 @@ class Project:
             MERGE_ALIASES_CONNECTOR: self.merge,
             READ_OBJECT_CONNECTOR: self.read_object,
             BATCH_CONNECTOR: self.batch_predict,
+            **(more or {}),  # a test's own connectors (a schedule's endpoint)
         }
         env = {"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": EXECUTION, "TENSORBOARD": self.outputs["tensorboard"]}
         return Interpreter(program, now=now, env=env, connectors=connectors).run()

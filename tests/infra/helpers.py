@@ -47,8 +47,26 @@ def scenario_runs(cfg) -> tuple:
             body=json.dumps(body, sort_keys=True), job_name=schedule.name, run_id_placeholder=placeholder,
             submission_hash=f"hash-{schedule.name}", label="submission_hash", timeout_s=7200,
             registration=scenario_registration(planned) if schedule.name == REGISTERING else None,
-            batch=scenario_batch(planned, cfg, placeholder) if schedule.name == REGISTERING else None))
+            batch=scenario_batch(planned, cfg, placeholder) if schedule.name == REGISTERING else None,
+            deploy=scenario_deploy(cfg) if schedule.name == REGISTERING else None))
     return tuple(runs)
+
+
+def scenario_deploy(cfg):
+    """The registering schedule's canary, as jobs.schedule compiles `deploy:` (all the traffic of the first
+    endpoint: a share below 100 is refused on an endpoint that serves nothing yet)."""
+    import json
+
+    from infra.outputs import endpoint_resource_names
+    from infra.schedules import ScheduledDeploy
+
+    name, endpoint = next(iter(endpoint_resource_names(cfg).items()))
+    parent = f"projects/{cfg.project_id}/locations/{cfg.region}"
+    return ScheduledDeploy(
+        endpoint=endpoint, endpoint_name=name, model="recommender@production", traffic=100, new_key="0",
+        deployed_model=json.dumps({"model": f"{parent}/models/recommender@production", "dedicatedResources": {
+            "machineSpec": {"machineType": "n1-standard-4"}, "minReplicaCount": 1, "maxReplicaCount": 1}}),
+        record_prefix="recommender@production; previous traffic ", record_none="none", max_display_name=128)
 
 
 def scenario_batch(planned, cfg, placeholder):

@@ -179,7 +179,12 @@ _DELETE = object()
         ("schedules.nightly.paused", "yes", "schedules.nightly.paused", "true or false"),
         ("schedules.nightly.set", ["a=1"], "schedules.nightly.set", "a mapping of field path"),
         ("schedules.nightly.retries", 3, "schedules.nightly.retries",
-         "allowed: batch_predict, cron, job, paused, set"),
+         "allowed: batch_predict, cron, deploy, job, paused, set"),
+        ("schedules.nightly.deploy", {"traffic": 10}, "schedules.nightly.deploy.endpoint", "required"),
+        ("schedules.nightly.deploy", {"endpoint": "recommender", "traffic": 101},
+         "schedules.nightly.deploy.traffic", "an integer from 1 to 100"),
+        ("schedules.nightly.deploy", {"endpoint": "Recommender"}, "schedules.nightly.deploy.endpoint",
+         "the name of one of this file's endpoints"),
         # batch_predict's shapes (the verb's own rules: tests/jobs/test_scheduled_batch.py).
         ("schedules.nightly.batch_predict", ["gs://b/u.jsonl"], "schedules.nightly.batch_predict",
          "a mapping with keys"),

@@ -18,6 +18,8 @@ from infra.outputs import planned_outputs
 from infra.schedules import (
     BATCH_CONNECTOR,
     CREATE_CONNECTOR,
+    DEPLOY_CONNECTOR,
+    GET_ENDPOINT_CONNECTOR,
     GET_MODEL_CONNECTOR,
     LIST_CONNECTOR,
     LIST_VERSIONS_CONNECTOR,
@@ -220,6 +222,13 @@ class Cloud:
         self.registry = FakeRegistry(run.parent)
         self.vertex = TrainingVertex(self.storage, value, outcome=outcome)
         self.batch_state = "JOB_STATE_SUCCEEDED"  # how the batch prediction after registration ends
+        self.endpoint = {"deployedModels": [], "trafficSplit": {}}  # the canary's, serving nothing yet
+        self.deploys: list[dict] = []
+
+    def deploy(self, args: dict) -> dict:
+        """endpoints.deployModel, once the model serves."""
+        self.deploys.append(args)
+        return {"deployedModel": {"id": str(len(self.deploys))}}
 
     def batch_predict(self, args: dict) -> dict:
         """batchPredictionJobs.create, returning the job once it ended (the connector waits for it)."""
@@ -234,7 +243,8 @@ class Cloud:
                         LIST_VERSIONS_CONNECTOR: self.registry.list_versions,
                         GET_MODEL_CONNECTOR: self.registry.get, UPLOAD_CONNECTOR: self.registry.upload,
                         MERGE_ALIASES_CONNECTOR: self.registry.merge,
-                        READ_OBJECT_CONNECTOR: self.storage.get, BATCH_CONNECTOR: self.batch_predict})
+                        READ_OBJECT_CONNECTOR: self.storage.get, BATCH_CONNECTOR: self.batch_predict,
+                        GET_ENDPOINT_CONNECTOR: lambda args: self.endpoint, DEPLOY_CONNECTOR: self.deploy})
         try:
             return interpreter.run(), interpreter
         finally:
@@ -554,6 +564,7 @@ def test_a_batch_prediction_that_fails_fails_the_execution_after_the_registratio
         cloud.execute(program)
     assert failed.value.value == f"batch prediction {run.parent}/batchPredictionJobs/5 ended JOB_STATE_FAILED"
     assert cloud.registry.holder("production") == "1"
+    assert len(cloud.deploys) == 1  # the canary went first: the gate moved the alias
     (sent,) = cloud.calls(BATCH_CONNECTOR)
     rid = run_id(run)
     assert sent["body"]["model"] == f"{run.parent}/models/{MODEL}@production"
