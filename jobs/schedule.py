@@ -94,13 +94,14 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
             "allowed: a job on a container image (trainer.delivery: container), e.g. the trainer image",
         )
     if job.deploy is not None:
-        # The workflow registers; deploying from it is not written yet, and a block it ignored would mislead.
+        # A scheduled run deploys by its schedule's deploy: only (a canary, when the gate moved the alias); a
+        # block it ignored would mislead.
         raise ConfigError(
             schedule.job,
             "deploy",
-            f"a scheduled run registers its model but does not deploy it yet (scheduled by {cfg.source} "
-            f"{field}); allowed: no deploy block in a scheduled definition (run_job.py deploy "
-            f"{job.deploy.ref} --endpoint {job.deploy.spec.endpoint} after a run)",
+            f"a scheduled run does not run a definition's deploy block (scheduled by {cfg.source} "
+            f"{field}); allowed: no deploy block in a scheduled definition, and the schedule's own "
+            f"schedules.{schedule.name}.deploy for a canary (infra/README.md)",
         )
     # Each run must name its own job and write its own output directory: both carry ${job.id}.
     spec = job.body.get(spec_field(job.kind), {})
