@@ -18,6 +18,7 @@ from jobs.schedule import compile_schedules
 from tests.common.test_model_registry import DAY, START, Project, dev  # noqa: F401 - dev: a fixture
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import run_cli
+from tests.jobs.test_schedule import CONFIG
 
 
 def execute(project: Project, program: dict, index: int, value: float | None) -> tuple[dict, list[dict]]:
@@ -74,21 +75,8 @@ def test_no_batch_while_the_alias_names_no_version(dev, tmp_path):  # noqa: F811
         "alias": "production", "outcome": "kept", "holder": None, "holder_value": None}
 
 
-CONFIG = """
-project_id: sched-proj-1
-project_number: "400000000004"
-region: europe-west4
-name_prefix: sched
-state_bucket: sched-tfstate
-github: {owner: o, repository: r, repository_id: 4}
-schedules:
-  daily:
-    job: JOB
-    cron: "0 3 * * *"
-    batch_predict:
-      input: "${infra.data_bucket}/users/*.jsonl"
-      output: "${infra.models_bucket}/b/${job.id}/"
-"""
+# test_schedule's environment, its daily schedule predicting.
+BATCH = {"input": "${infra.data_bucket}/users/*.jsonl", "output": "${infra.models_bucket}/b/${job.id}/"}
 
 
 @pytest.mark.parametrize(("job", "key", "value", "field", "problem"), [
@@ -103,9 +91,9 @@ schedules:
 ])
 def test_a_batch_the_verb_refuses_names_the_config_key(tmp_path, monkeypatch, job, key, value, field,
                                                        problem):
-    doc = yaml.safe_load(CONFIG.replace("JOB", "jobs/recommender.yaml"))
-    doc["schedules"]["daily"]["job"] = job
-    doc["schedules"]["daily"]["batch_predict"][key] = value
+    doc = yaml.safe_load(CONFIG)
+    daily = {**doc["schedules"]["daily"], "job": job, "batch_predict": {**BATCH, key: value}}
+    doc["schedules"] = {"daily": daily}
     (tmp_path / "sched.yaml").write_text(yaml.safe_dump(doc))
     monkeypatch.setenv("INFRA_ENVIRONMENTS_DIR", str(tmp_path))
     with pytest.raises(ConfigError) as refused:
