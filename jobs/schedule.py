@@ -81,6 +81,15 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
             f"{schedule.job} installs the trainer sdist (trainer.delivery: python-package); "
             "allowed: a job on a container image (trainer.delivery: container), e.g. the trainer image",
         )
+    if job.deploy is not None:
+        # The workflow registers; deploying from it is not written yet, and a block it ignored would mislead.
+        raise ConfigError(
+            schedule.job,
+            "deploy",
+            f"a scheduled run registers its model but does not deploy it yet (scheduled by {cfg.source} "
+            f"{field}); allowed: no deploy block in a scheduled definition (run_job.py deploy "
+            f"{job.deploy.ref} --endpoint {job.deploy.spec.endpoint} after a run)",
+        )
     # Each run must name its own job and write its own output directory: both carry ${job.id}.
     spec = job.body.get(spec_field(job.kind), {})
     per_run = {
