@@ -73,9 +73,9 @@ ENDPOINT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 BIGQUERY_TABLE = re.compile(
     r"^bq://(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])\.(?P<dataset>[A-Za-z0-9_]{1,1024})"
     r"\.(?P<table>[A-Za-z0-9_]{1,1024})$")
-# `study_prefixes`: a folder of the models bucket, ending in '/' so that census-tuning/ never also matches
-# census-tuning-grid/ (a lifecycle prefix is matched as plain text).
-STUDY_PREFIX = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}(/[a-z0-9][a-z0-9._-]{0,62}){0,7}/$")
+# A folder of a bucket as a lifecycle prefix (`study_prefixes`), ending in '/' so that census-tuning/ never
+# also matches census-tuning-grid/ (a lifecycle prefix is matched as plain text).
+BUCKET_FOLDER = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}(/[a-z0-9][a-z0-9._-]{0,62}){0,7}/$")
 MAX_STUDY_PREFIXES = 50
 KMS_KEY = re.compile(
     r"^projects/(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])/locations/(?P<location>[a-z0-9-]+)"
@@ -170,8 +170,8 @@ class EnvironmentConfig:
     noncurrent_retention_days: int = 30
     registry_keep_versions: int = 10
     registry_untagged_retention_days: int = 7
-    # Models bucket lifecycle (infra/README.md, "Retention"): cached pre-training results (data-scans/) and the
-    # study folders listed are deleted this many days after they were written.
+    # Models bucket lifecycle (infra/README.md, "Retention"): cached pre-training results (data-scans/) and
+    # the study folders listed are deleted this many days after they were written.
     result_cache_retention_days: int = 7
     study_prefixes: tuple[str, ...] = ()
     study_retention_days: int = 30
@@ -372,12 +372,13 @@ def _study_prefixes(path: Path, raw: Any) -> tuple[str, ...]:
     _check(path, "study_prefixes", raw, lambda v: isinstance(v, list) and len(v) <= MAX_STUDY_PREFIXES,
            f"a list of at most {MAX_STUDY_PREFIXES} folders of the models bucket such as census-tuning/")
     for i, prefix in enumerate(raw):
-        _check(path, f"study_prefixes[{i}]", prefix, _str_matching(STUDY_PREFIX),
+        _check(path, f"study_prefixes[{i}]", prefix, _str_matching(BUCKET_FOLDER),
                "a folder of the models bucket ending in '/', such as census-tuning/ (lowercase letters, "
                "digits, '.', '_' or '-')")
-        if raw.index(prefix) != i:
-            raise ConfigError(path, f"study_prefixes[{i}]", f"{prefix!r} repeats study_prefixes"
-                                                             f"[{raw.index(prefix)}]; allowed: each folder once")
+        first = raw.index(prefix)
+        if first != i:
+            raise ConfigError(path, f"study_prefixes[{i}]",
+                              f"{prefix!r} repeats study_prefixes[{first}]; allowed: each folder once")
     return tuple(raw)
 
 

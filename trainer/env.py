@@ -141,8 +141,9 @@ def trial_id(environ: Mapping[str, str] = os.environ) -> str | None:
     return environ.get(TRIAL_ID) or None
 
 
-# The folder of cached pre-training results. On Cloud Storage it is one top-level prefix of the bucket (infra's
-# models bucket expires it by that prefix: infra/constructs/buckets.py), elsewhere a folder beside the model's.
+# The folder of cached pre-training results. On Cloud Storage it is one top-level prefix of the bucket
+# (infra's models bucket expires it by that prefix: infra/constructs/buckets.py), elsewhere one beside the
+# model's.
 DATA_SCANS = "data-scans"
 
 

@@ -4,7 +4,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from infra.cdk import Construct, TerraformResource, TerraformResourceLifecycle
-from infra.config import BUCKET_NAME, MAX_STUDY_PREFIXES, STUDY_PREFIX
+from infra.config import BUCKET_FOLDER, BUCKET_NAME, MAX_STUDY_PREFIXES
 from infra.constructs import Grant, checkov_skip
 from infra.constructs import validation as v
 from infra.google import (
@@ -69,20 +69,21 @@ class BucketProps:
         v.check_bool(where, "protect_from_destroy", self.protect_from_destroy)
         if self.expire_after_days is not None:
             v.check_positive(where, "expire_after_days", self.expire_after_days, 3650)
-        v.check(where, "expiring_folders", self.expiring_folders,
-                isinstance(self.expiring_folders, tuple) and len(self.expiring_folders) <= MAX_EXPIRING_FOLDERS,
+        folders = self.expiring_folders
+        v.check(where, "expiring_folders", folders,
+                isinstance(folders, tuple) and len(folders) <= MAX_EXPIRING_FOLDERS,
                 f"a tuple of at most {MAX_EXPIRING_FOLDERS} FolderExpiry (GCS: 100 lifecycle rules a bucket)")
-        for i, expiry in enumerate(self.expiring_folders):
-            name = f"expiring_folders[{i}]"
+        for i, expiry in enumerate(folders):
+            field_ = f"expiring_folders[{i}]"
             prefixes = expiry.prefixes if isinstance(expiry, FolderExpiry) else None
-            v.check(where, f"{name}.prefixes", prefixes, isinstance(prefixes, tuple)
+            v.check(where, f"{field_}.prefixes", prefixes, isinstance(prefixes, tuple)
                     and 0 < len(prefixes) <= MAX_STUDY_PREFIXES,
                     f"a FolderExpiry of 1-{MAX_STUDY_PREFIXES} folders")
             for j, prefix in enumerate(prefixes):
                 # Never '' or '/': a prefix rule with no folder would expire the whole bucket.
-                v.check_str(where, f"{name}.prefixes[{j}]", prefix, STUDY_PREFIX, "a folder ending in '/'")
-                v.check_once(where, f"{name}.prefixes", prefixes, j, "folder")
-            v.check_positive(where, f"{name}.days", expiry.days, 3650)
+                v.check_str(where, f"{field_}.prefixes[{j}]", prefix, BUCKET_FOLDER, "a folder ending in '/'")
+                v.check_once(where, f"{field_}.prefixes", prefixes, j, "folder")
+            v.check_positive(where, f"{field_}.days", expiry.days, 3650)
         v.check_kms_key(where, self.kms_key, self.location)
 
 
