@@ -73,6 +73,10 @@ ENDPOINT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 BIGQUERY_TABLE = re.compile(
     r"^bq://(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])\.(?P<dataset>[A-Za-z0-9_]{1,1024})"
     r"\.(?P<table>[A-Za-z0-9_]{1,1024})$")
+# A folder of a bucket as a lifecycle prefix (`study_prefixes`), ending in '/' so that census-tuning/ never
+# also matches census-tuning-grid/ (a lifecycle prefix is matched as plain text).
+BUCKET_FOLDER = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}(/[a-z0-9][a-z0-9._-]{0,62}){0,7}/$")
+MAX_STUDY_PREFIXES = 50
 KMS_KEY = re.compile(
     r"^projects/(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])/locations/(?P<location>[a-z0-9-]+)"
     r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}$"
@@ -201,6 +205,11 @@ class EnvironmentConfig:
     noncurrent_retention_days: int = 30
     registry_keep_versions: int = 10
     registry_untagged_retention_days: int = 7
+    # Models bucket lifecycle (infra/README.md, "Retention"): cached pre-training results (data-scans/) and
+    # the study folders listed are deleted this many days after they were written.
+    result_cache_retention_days: int = 7
+    study_prefixes: tuple[str, ...] = ()
+    study_retention_days: int = 30
     schedules: tuple[ScheduleConfig, ...] = ()
     endpoints: tuple[EndpointConfig, ...] = ()
     source: str = ""
@@ -299,6 +308,7 @@ _TOP_OPTIONAL = {
     "job_submitters", "job_service_accounts", "labels", "kms_key", "staging_retention_days",
     "noncurrent_retention_days",
     "registry_keep_versions", "registry_untagged_retention_days", "schedules", "endpoints",
+    "result_cache_retention_days", "study_prefixes", "study_retention_days",
 }
 _GITHUB_REQUIRED = {"owner", "repository", "repository_id"}
 
@@ -379,6 +389,9 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
         registry_keep_versions=_check(path, "registry_keep_versions", doc.get("registry_keep_versions", 10),
                                       _positive_int(1000), "an integer from 1 to 1000"),
         registry_untagged_retention_days=_days(path, doc, "registry_untagged_retention_days", 7),
+        result_cache_retention_days=_days(path, doc, "result_cache_retention_days", 7),
+        study_prefixes=_study_prefixes(path, doc.get("study_prefixes") or []),
+        study_retention_days=_days(path, doc, "study_retention_days", 30),
         schedules=_schedules(path, doc.get("schedules") or {}),
         endpoints=_endpoints(path, doc.get("endpoints") or {}, doc["name_prefix"]),
         source=str(path),
@@ -388,6 +401,20 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
 def _days(path: Path, doc: dict[str, Any], key: str, default: int) -> int:
     return _check(path, key, doc.get(key, default), _positive_int(3650),
                   "a whole number of days from 1 to 3650")
+
+
+def _study_prefixes(path: Path, raw: Any) -> tuple[str, ...]:
+    _check(path, "study_prefixes", raw, lambda v: isinstance(v, list) and len(v) <= MAX_STUDY_PREFIXES,
+           f"a list of at most {MAX_STUDY_PREFIXES} folders of the models bucket such as census-tuning/")
+    for i, prefix in enumerate(raw):
+        _check(path, f"study_prefixes[{i}]", prefix, _str_matching(BUCKET_FOLDER),
+               "a folder of the models bucket ending in '/', such as census-tuning/ (lowercase letters, "
+               "digits, '.', '_' or '-')")
+        first = raw.index(prefix)
+        if first != i:
+            raise ConfigError(path, f"study_prefixes[{i}]",
+                              f"{prefix!r} repeats study_prefixes[{first}]; allowed: each folder once")
+    return tuple(raw)
 
 
 _SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused", "batch_predict", "deploy"}
