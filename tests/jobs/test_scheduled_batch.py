@@ -14,6 +14,7 @@ import yaml
 
 import jobs.cloud.plan
 from infra.config import ConfigError, load_environment, parse_environment
+from infra.outputs import planned_outputs
 from jobs.schedule import compile_schedules
 from tests.common.test_model_registry import DAY, START, Project, dev  # noqa: F401 - dev: a fixture
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
@@ -33,8 +34,8 @@ def dry_run(outputs: dict, run_id: str, now: float) -> dict:
     """What `run_job.py batch-predict` prints for dev.yaml's batch_predict, this run's id, at its start."""
     rc, out, err = run_cli(
         ["batch-predict", "recommender@production", "--env", "dev", "--signature", "top_k", "--dry-run",
-         "--input", f"gs://acme-ml-dev-models/recommender/{run_id}/model/users.jsonl",
-         "--output", f"gs://acme-ml-dev-models/recommender-batch/{run_id}/"],
+         "--input", f"{outputs['models_bucket']}/recommender/{run_id}/model/users.jsonl",
+         "--output", f"{outputs['models_bucket']}/recommender-batch/{run_id}/"],
         outputs=outputs, now=datetime.fromtimestamp(now, timezone.utc))
     assert rc == 0, err
     return json.loads(out)
@@ -59,7 +60,7 @@ def test_a_scheduled_run_registers_then_predicts_with_what_the_alias_names(dev, 
             assert result["batch_prediction"] == {
                 "name": f"{run.parent}/batchPredictionJobs/{701 + index}", "state": "JOB_STATE_SUCCEEDED",
                 "version": version,
-                "output": f"gs://acme-ml-dev-models/recommender-batch/{run_id}/prediction-x"}
+                "output": f"{outputs['models_bucket']}/recommender-batch/{run_id}/prediction-x"}
             # Registered before it predicted: the request names the alias the gate had just decided.
             assert project.holder("production") == version
 
@@ -105,9 +106,11 @@ def test_a_batch_the_verb_refuses_names_the_config_key(tmp_path, monkeypatch, jo
 
 
 def test_the_shipped_batch_reads_the_users_the_run_exported():
-    (run,) = compile_schedules(load_environment("dev"))
+    cfg = load_environment("dev")
+    (run,) = compile_schedules(cfg)
+    models = planned_outputs(cfg)["models_bucket"]
     body = run.batch.body_dict()
     assert body["inputConfig"]["gcsSource"]["uris"] == [
-        f"gs://acme-ml-dev-models/recommender/{run.run_id_placeholder}/model/users.jsonl"]
+        f"{models}/recommender/{run.run_id_placeholder}/model/users.jsonl"]
     assert run.body_dict()["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"] == (
-        f"gs://acme-ml-dev-models/recommender/{run.run_id_placeholder}")
+        f"{models}/recommender/{run.run_id_placeholder}")

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from infra.config import ConfigError, load_environment, parse_environment
-from infra.outputs import endpoint_resource_names
+from infra.outputs import endpoint_resource_names, planned_outputs
 from infra.schedules import DEPLOY_CONNECTOR, GET_ENDPOINT_CONNECTOR, workflow_source
 from jobs.definition.deployment import (
     DeployError,
@@ -31,7 +31,7 @@ from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 
 DEV = load_environment("dev")
 ENDPOINT = endpoint_resource_names(DEV)["recommender"]
-PARENT = "projects/acme-ml-dev/locations/us-central1"
+PARENT = f"projects/{DEV.project_id}/locations/{DEV.region}"
 MODEL = f"{PARENT}/models/recommender"
 
 
@@ -64,7 +64,7 @@ def by_workflow(program: dict, state: dict, version: str) -> dict | None:
     if not sent:
         return None
     (args,) = sent
-    assert args["region"] == "us-central1"
+    assert args["region"] == DEV.region
     return {"endpoint": args["endpoint"], **args["body"]}
 
 
@@ -115,8 +115,7 @@ def test_the_schedule_deploys_only_when_the_gate_moved_the_alias(dev, tmp_path, 
     run = compiled(tmp_path, monkeypatch, {"endpoint": "recommender", "traffic": 100,
                                            "machine_type": "n1-standard-2"})
     assert dataclasses.replace(run, deploy=None) == shipped  # only the canary is new
-    program = yaml.safe_load(workflow_source(run, {"projects/acme-ml-dev/locations/us-central1/tensorboards/"
-                                                   "PENDING_DEPLOY": "TENSORBOARD"}))
+    program = yaml.safe_load(workflow_source(run, {planned_outputs(DEV)["tensorboard"]: "TENSORBOARD"}))
     endpoint = served()
     deploys: list[dict] = []
 
