@@ -606,9 +606,12 @@ def batch_request(
     max_replicas: int | None,
     batch_size: int,
     signature: str,
+    stamp: str | None = None,
 ) -> dict:
     """The CreateBatchPredictionJobRequest (JSON form) of a registry version in ``outputs``' project and
-    region, run as the environment's runtime account: what --dry-run prints and the submit sends."""
+    region, run as the environment's runtime account: what --dry-run prints and the submit sends. ``stamp``
+    is the display name's time (default: ``now``'s); a schedule's is a placeholder each run fills in
+    (jobs.schedule)."""
     from jobs.definition.batch_prediction import BatchError, batch_spec
     from jobs.definition.batch_prediction import batch_request as request
     from jobs.definition.schema import SchemaError
@@ -621,7 +624,7 @@ def batch_request(
         return request(
             spec,
             parent=parent,
-            display_name=f"{spec.model}-{spec.alias}-batch-{now.strftime('%Y%m%d-%H%M%S')}",
+            display_name=f"{spec.model}-{spec.alias}-batch-{stamp or now.strftime('%Y%m%d-%H%M%S')}",
             service_account=str(outputs.get("runtime_service_account", "")),
             labels={"model": spec.model},
         )

@@ -175,6 +175,8 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
             "distribution": kind, "replicas": replicas, "train_seconds": round(train_seconds, 3),
             "phases": timings,
         })
+        for name, text in (task.export_files(data) if task.export_files else {}).items():
+            write_text(f"{target}/{name}", text)
     else:
         shutil.rmtree(scratch, ignore_errors=True)
     return RunResult(metrics=metrics, history=epoch_logger.history, initial_epoch=initial_epoch,

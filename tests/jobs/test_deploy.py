@@ -440,6 +440,6 @@ def test_a_scheduled_definition_with_a_deploy_block_is_refused_not_silently_left
     monkeypatch.setenv(ENVIRONMENTS_DIR_VAR, str(folder))
     cfg = load_environment("dev")  # its job must be the repository's; the checkout's has the block
     nightly = dataclasses.replace(cfg.schedules[0], job="jobs/census_deploy.yaml")
-    with pytest.raises(ConfigError, match="does not deploy it yet") as refused:
+    with pytest.raises(ConfigError, match="does not run a definition's deploy block") as refused:
         compile_schedules(dataclasses.replace(cfg, schedules=(nightly,)), repo_root=repo)
     assert refused.value.field == "deploy"
