@@ -31,7 +31,7 @@ LONG_FIRST = ("tests/trainer/test_prebuilt_compat.py", "tests/trainer/test_task.
               "tests/trainer/test_multiworker.py", "tests/jobs/local/test_shipped_model_jobs.py",
               "tests/trainer/test_recommender.py", "tests/trainer/test_hostile_data.py",
               "tests/trainer/test_image_data.py", "tests/jobs/local/test_tuning.py",
-              "tests/jobs/test_convert.py", "tests/trainer/test_preemption.py",
+              "tests/jobs/test_convert.py", "tests/jobs/local/test_spot_resume.py",
               "tests/scripts/test_run_job_local.py", "tests/jobs/local/test_census_e2e.py",
               "tests/scripts/test_run_job.py", "tests/trainer/test_image_classifier.py",
               "tests/trainer/test_image_models.py")

@@ -269,7 +269,7 @@ def _run_custom_job(
             from jobs.local import preemption as preempting
 
             while run.poll() is None and not preemption.due(run):
-                time.sleep(0.2)
+                time.sleep(0.05)
             if run.poll() is None:
                 try:
                     preempting.preempt(run, preemption, name, stream)
