@@ -1,6 +1,6 @@
 """--preempt-after on the fake trainer: a Spot VM's preemption (SIGTERM, SIGKILL after the grace period), the
 replicas restarted with the same environment, and what it cost; and the jobs it refuses. The real trainer
-resuming from its backup: tests/trainer/test_spot_resume.py."""
+resuming from its backup: tests/jobs/local/test_spot_resume.py."""
 
 import json
 import time
