@@ -420,12 +420,13 @@ def _prices(path: Path, raw: Any) -> tuple[tuple[str, str, str, float | None, fl
         kinds = _mapping(path, f"prices.{region}", kinds if kinds is not None else {}, set(KINDS), set())
         for kind, names in kinds.items():
             field = f"prices.{region}.{kind}"
-            _check(path, field, names, lambda v: isinstance(v, dict), "a mapping of name -> {on_demand, spot}")
+            _check(path, field, names, lambda v: isinstance(v, dict),
+                   "a mapping of name -> {on_demand, spot}")
             known = table.names(kind)
             what = "machine type" if kind == MACHINES else "accelerator type"
             example = "n1-standard-4" if kind == MACHINES else "NVIDIA_TESLA_T4"
             for name, entry in names.items():
-                _check(path, f"{field}.{name}", name, lambda n: isinstance(n, str) and n in known,
+                _check(path, f"{field}.{name}", name, known.__contains__,
                        f"a {what} Vertex AI offers, as {_table_file()} names them (e.g. {example})")
                 entry = _mapping(path, f"{field}.{name}", entry, set(TIERS), set())
                 _check(path, f"{field}.{name}", entry, bool, f"{' and/or '.join(TIERS)}: USD per hour")
@@ -458,7 +459,7 @@ def _billing_budget(path: Path, raw: Any) -> BillingBudgetConfig | None:
     thresholds = entry.get("thresholds", [50, 90, 100])
     _check(path, "billing_budget.thresholds", thresholds,
            lambda v: isinstance(v, list) and 0 < len(v) <= 10 and all(_number(0, above=True)(t) for t in v)
-           and all(a < b for a, b in zip(v, v[1:])),
+           and all(a < b for a, b in zip(v, v[1:], strict=False)),
            "1-10 percentages of the amount in increasing order, e.g. [50, 90, 100]")
     email = entry.get("email")
     if email is not None:
@@ -467,8 +468,8 @@ def _billing_budget(path: Path, raw: Any) -> BillingBudgetConfig | None:
     if topic is not None:
         _check(path, "billing_budget.pubsub_topic", topic, _str_matching(PUBSUB_TOPIC),
                "an existing Pub/Sub topic as projects/PROJECT_ID/topics/TOPIC, or null")
-    return BillingBudgetConfig(billing_account=account, amount=float(amount),
-                               thresholds=tuple(float(t) for t in thresholds), email=email, pubsub_topic=topic)
+    return BillingBudgetConfig(billing_account=account, amount=float(amount), email=email, pubsub_topic=topic,
+                               thresholds=tuple(float(t) for t in thresholds))
 
 
 _SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused"}

@@ -111,8 +111,9 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-cost",
         metavar="USD",
-        help="allow this run a cost ceiling up to USD (or `off`), instead of the environment's max_job_cost / "
-        "max_study_cost; a submit whose ceiling is over the cap is refused before anything is sent",
+        help="allow this run a cost ceiling up to USD (or `off`), instead of the environment's "
+        "max_job_cost / max_study_cost; a submit whose ceiling is over the cap is refused before anything "
+        "is sent",
     )
     p.add_argument("--no-wait", action="store_true", help="submit and return without following the job")
     p.add_argument(

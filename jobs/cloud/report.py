@@ -331,8 +331,9 @@ def earlier_run(reports: Path, kind: str, body: dict[str, Any], job_id: str) -> 
         return None
     for path in candidates:
         try:
-            report = json.loads(path.read_text(encoding="utf-8")) if path.stat().st_size <= METRICS_LIMIT else None
-            when = path.stat().st_mtime
+            info = path.stat()
+            report = json.loads(path.read_text(encoding="utf-8")) if info.st_size <= METRICS_LIMIT else None
+            when = info.st_mtime
         except (OSError, ValueError, RecursionError):
             continue
         if not isinstance(report, dict):

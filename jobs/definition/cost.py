@@ -106,7 +106,7 @@ class Estimate:
         prices = [p.hourly for p in self.pools]
         if any(p is None for p in prices):
             return None
-        return sum(p * pool.replicas for p, pool in zip(prices, self.pools))
+        return sum(p * pool.replicas for p, pool in zip(prices, self.pools, strict=True))
 
     @property
     def ceiling(self) -> float | None:
@@ -173,7 +173,9 @@ def tier_of(spec: dict) -> str:
     return SPOT if strategy in SPOT_STRATEGIES else ON_DEMAND
 
 
-def estimate(kind: str, body: dict, region: str, table: PriceTable, earlier: Earlier | None = None) -> Estimate:
+def estimate(
+    kind: str, body: dict, region: str, table: PriceTable, earlier: Earlier | None = None
+) -> Estimate:
     """The cost of a compiled ``kind`` body in ``region`` by ``table``."""
     spec = job_spec(body, kind) or {}
     tier = tier_of(spec)
