@@ -194,25 +194,32 @@ def job_cost(job, env: str, repo_root: Path = REPO_ROOT, max_cost: str | None = 
     """(Estimate, Cap or None) of a compiled job: its pools priced by common/vertex_ai_prices.yaml with the
     environment's ``prices:`` over it, the expected cost from an earlier run's report under ``repo_root``,
     and the cap a submit is checked against (``max_cost``, the --max-cost text, wins over the config's)."""
-    from common.prices import load_table
     from infra.config import ConfigError, list_environments, load_environment
-    from jobs.cloud.report import REPORTS, earlier_run
-    from jobs.definition.cost import estimate, parse_cap, pick_cap
-    from jobs.definition.kinds import runs_study
+    from jobs.definition.cost import parse_cap
 
     flag = parse_cap(max_cost, job.file) if max_cost is not None else None
-    table, cfg = load_table(), None
+    cfg = None
     if env in list_environments():  # outputs given without a config (an embedding caller): the table alone
         try:
             cfg = load_environment(env)
         except ConfigError as exc:
             raise JobError(exc.path, exc.field, exc.problem) from None
-        table = table.with_overrides(cfg.price_overrides, cfg.source)
+    return priced(job, cfg, repo_root, flag)
+
+
+def priced(job, cfg, repo_root: Path = REPO_ROOT, flag: float | None = None):
+    """``job_cost`` with the environment's config ``cfg`` (None: the table alone) and the --max-cost value."""
+    from common.prices import load_table
+    from jobs.cloud.report import REPORTS, earlier_run
+    from jobs.definition.cost import estimate, pick_cap
+    from jobs.definition.kinds import runs_study
+
+    table = load_table() if cfg is None else load_table().with_overrides(cfg.price_overrides, cfg.source)
     earlier = earlier_run(repo_root / REPORTS, job.kind, job.body, job.job_id)
     cost = estimate(job.kind, job.body, job.region, table, earlier)
-    cap = pick_cap(runs_study(job.kind), flag, cfg and cfg.max_job_cost, cfg and cfg.max_study_cost,
-                   cfg.source if cfg else "")
-    return cost, cap
+    if cfg is None:
+        return cost, pick_cap(runs_study(job.kind), flag, None, None, "")
+    return cost, pick_cap(runs_study(job.kind), flag, cfg.max_job_cost, cfg.max_study_cost, cfg.source)
 
 
 def check_deployed(job, env: str) -> None:

@@ -250,9 +250,9 @@ def cap_name(cap: Cap) -> str:
     return cap.name if not cap.where else f"{cap.name} of {cap.where}"
 
 
-def check_cap(cost: Estimate, cap: Cap | None, file: str) -> None:
+def check_cap(cost: Estimate, cap: Cap | None, file: str, flag: bool = True) -> None:
     """A JobError (one line: the ceiling, the cap, how to allow this run) when the ceiling is over ``cap``
-    or cannot be known under one."""
+    or cannot be known under one; ``flag``: the run takes --max-cost (a schedule's runs do not)."""
     if cap is None or math.isinf(cap.usd):  # --max-cost off
         return
     setting = cap_name(cap)
@@ -262,14 +262,14 @@ def check_cap(cost: Estimate, cap: Cap | None, file: str) -> None:
             file, "cost",
             f"the ceiling cannot be checked against {setting} ${cap.usd:.2f}: {NO_PRICE} for "
             f"{', '.join(missing)} ({TIER_NAMES[cost.tier]}) in {cost.region}",
-            f"a price for it in the environment's prices:, or {CAP_FLAG} off for this run",
+            "a price for it in the environment's prices:" + (f", or {CAP_FLAG} off for this run" * flag),
         )
     if cost.ceiling > cap.usd:
         raise JobError(
             file, "cost",
             f"the ceiling ${cost.ceiling:.2f} is over {setting} ${cap.usd:.2f}",
             f"a ceiling of at most ${cap.usd:.2f} (a shorter scheduling.timeout, fewer replicas or trials, "
-            f"Spot), or {CAP_FLAG} {cost.ceiling:.2f} to allow this run",
+            "Spot)" + (f", or {CAP_FLAG} {cost.ceiling:.2f} to allow this run" * flag),
         )
 
 
