@@ -19,6 +19,7 @@ from infra.cdk import Construct, GcsBackend, TerraformOutput, TerraformResource,
 from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
 from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
+from infra.constructs.billing_budget import BillingBudgetProps, ProjectBudget, budget_services
 from infra.constructs.ci_identity import DEPLOYER_PROJECT_ROLES, GithubCiIdentity, GithubCiIdentityProps
 from infra.constructs.endpoint_predictors import EndpointPredictors, EndpointPredictorsProps
 from infra.constructs.image_builder import BUILDER_DESCRIPTION, BUILDER_PROJECT_ROLES, ImageBuilder
@@ -71,7 +72,7 @@ class BootstrapStack(TerraformStack):
         GoogleProvider(self, "google", project=project, region=cfg.region)
         GcsBackend(self, bucket=cfg.state_bucket, prefix=f"{STATE_PREFIX}/{bootstrap_stack_name(cfg)}")
         enabled = ProjectServices(self, "services", ProjectServicesProps(
-            project=project, services=BOOTSTRAP_SERVICES)).services
+            project=project, services=BOOTSTRAP_SERVICES + budget_services(cfg.billing_budget))).services
 
         # Who read and wrote which object: the audit trail the buckets rely on (CKV_GCP_62's skip reason).
         self.storage_audit = DataAccessLogs(self, "storage-data-access-logs", DataAccessLogsProps(
@@ -139,7 +140,18 @@ class BootstrapStack(TerraformStack):
             self.predictors = EndpointPredictors(self, "endpoint-predictors", EndpointPredictorsProps(
                 project=project, role_id=names.predictor_role_id, members=tuple(predictors.items()),
                 depends_on=tuple(enabled)))
+        budget = cfg.billing_budget
+        self.budget: ProjectBudget | None = None
+        if budget is not None:
+            self.budget = ProjectBudget(self, "billing-budget", BillingBudgetProps(
+                project=project, project_number=cfg.project_number, display_name=f"{cfg.name_prefix} monthly",
+                billing_account=budget.billing_account, amount=budget.amount, thresholds=budget.thresholds,
+                email=budget.email, pubsub_topic=budget.pubsub_topic, depends_on=tuple(enabled)))
         self._add_outputs()
+        # Not an output jobs read (BOOTSTRAP_OUTPUT_KEYS): the plan says whether the budget exists.
+        TerraformOutput(self, "billing_budget", description="the project's billing budget (billing_budget)",
+                        value=self.budget.budget.name if self.budget else
+                        f"none: {cfg.source or 'the config'} has no billing_budget.billing_account")
 
     def _output_dependencies(self) -> dict[str, list[TerraformResource]]:
         """Each output waits for the grants that make what it names usable (as in the platform stack)."""
