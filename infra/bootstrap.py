@@ -55,6 +55,8 @@ SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
 SCHEDULE_DEPLOYER_ROLES = ("roles/workflows.editor", "roles/cloudscheduler.admin")
 STORAGE_SERVICE = "storage.googleapis.com"
 STATE_PREFIX = "infra"
+# The output that says whether the environment has a billing budget (not one jobs read: BOOTSTRAP_OUTPUT_KEYS).
+BUDGET_OUTPUT = "billing_budget"
 
 
 class BootstrapStack(TerraformStack):
@@ -149,9 +151,9 @@ class BootstrapStack(TerraformStack):
                 email=budget.email, pubsub_topic=budget.pubsub_topic, depends_on=tuple(enabled)))
         self._add_outputs()
         # Not an output jobs read (BOOTSTRAP_OUTPUT_KEYS): the plan says whether the budget exists.
-        TerraformOutput(self, "billing_budget", description="the project's billing budget (billing_budget)",
+        TerraformOutput(self, BUDGET_OUTPUT, description="the project's billing budget (billing_budget)",
                         value=self.budget.budget.name if self.budget else
-                        f"none: {cfg.source or 'the config'} has no billing_budget.billing_account")
+                        f"none: environment {cfg.name} sets no billing_budget.billing_account")
 
     def _output_dependencies(self) -> dict[str, list[TerraformResource]]:
         """Each output waits for the grants that make what it names usable (as in the platform stack)."""

@@ -214,12 +214,21 @@ def priced(job, cfg, repo_root: Path = REPO_ROOT, flag: float | None = None):
     from jobs.definition.cost import estimate, pick_cap
     from jobs.definition.kinds import runs_study
 
-    table = load_table() if cfg is None else load_table().with_overrides(cfg.price_overrides, cfg.source)
+    source = cfg and _in_repo(cfg.source, repo_root)
+    table = load_table() if cfg is None else load_table().with_overrides(cfg.price_overrides, source)
     earlier = earlier_run(repo_root / REPORTS, job.kind, job.body, job.job_id)
     cost = estimate(job.kind, job.body, job.region, table, earlier)
     if cfg is None:
         return cost, pick_cap(runs_study(job.kind), flag, None, None, "")
-    return cost, pick_cap(runs_study(job.kind), flag, cfg.max_job_cost, cfg.max_study_cost, cfg.source)
+    return cost, pick_cap(runs_study(job.kind), flag, cfg.max_job_cost, cfg.max_study_cost, source)
+
+
+def _in_repo(path: str, repo_root: Path) -> str:
+    """A config's path as the repository names it (infra/environments/dev.yaml), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(repo_root.resolve()))
+    except (ValueError, OSError):
+        return path
 
 
 def check_deployed(job, env: str) -> None:
