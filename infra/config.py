@@ -423,11 +423,11 @@ def _prices(path: Path, raw: Any) -> tuple[tuple[str, str, str, float | None, fl
             _check(path, field, names, lambda v: isinstance(v, dict),
                    "a mapping of name -> {on_demand, spot}")
             known = table.names(kind)
-            what = "machine type" if kind == MACHINES else "accelerator type"
+            what = "a machine type" if kind == MACHINES else "an accelerator type"
             example = "n1-standard-4" if kind == MACHINES else "NVIDIA_TESLA_T4"
             for name, entry in names.items():
                 _check(path, f"{field}.{name}", name, known.__contains__,
-                       f"a {what} Vertex AI offers, as {_table_file()} names them (e.g. {example})")
+                       f"{what} Vertex AI offers, as {_table_file()} names them (e.g. {example})")
                 entry = _mapping(path, f"{field}.{name}", entry, set(TIERS), set())
                 _check(path, f"{field}.{name}", entry, bool, f"{' and/or '.join(TIERS)}: USD per hour")
                 for tier, value in entry.items():

@@ -263,8 +263,8 @@ def main(
             return 0
         if args.follow is None:  # the cap before any credentials are looked for, the cost before a submit
             api.check_cap(*cost, job.file)
-            for line in plan.cost_lines():
-                print(line, file=err)
+            for line in plan.cost_lines():  # with what the submit prints as it goes
+                print(line, file=out)
         api.check_deployed(job, args.env)
         return _submit(plan, factory, repo_root, out, err, again=lambda name: _follow_command(args, name))
     except api.JobError as exc:
