@@ -55,7 +55,7 @@ SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
 SCHEDULE_DEPLOYER_ROLES = ("roles/workflows.editor", "roles/cloudscheduler.admin")
 STORAGE_SERVICE = "storage.googleapis.com"
 STATE_PREFIX = "infra"
-# The output that says whether the environment has a billing budget (not one jobs read: BOOTSTRAP_OUTPUT_KEYS).
+# Says whether the environment has a billing budget (jobs read none of it: not in BOOTSTRAP_OUTPUT_KEYS).
 BUDGET_OUTPUT = "billing_budget"
 
 
