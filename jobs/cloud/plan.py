@@ -298,7 +298,9 @@ class Plan:
             return []
         estimate, cap = self.cost
         lines = estimate.lines()
-        if cap is not None and not math.isinf(cap.usd):
+        if cap is not None and math.isinf(cap.usd):
+            lines.append(f"  cap: {cap_name(cap)} off: no cap for this run")
+        elif cap is not None:
             try:
                 check_cap(estimate, cap, self.job.file)
                 lines.append(f"  cap: {cap_name(cap)} ${cap.usd:.2f}: the ceiling is within it")
