@@ -5,11 +5,11 @@ The pattern of terraform-example-foundation's 0-bootstrap: the identities and th
 hold over itself sit in a stack that CI's own account cannot change. It holds the GitHub workload identity
 pool and provider, the deployer, runtime and builder service accounts, every project-level IAM grant (theirs
 and the job submitters'), the project's Data Access audit config for Cloud Storage and, with
-`billing_budget.billing_account`, the project's billing budget (it belongs to the billing account). IAM conditions cannot
-restrict the *member* of a grant, so no conditional projectIamAdmin could stop a deployer from granting a role
-to an outside principal: the deployer holds no IAM administration at all, and the platform stack it applies
-(infra/stack.py) grants only resource-level roles, only to this project's accounts, its service agents and the
-configured job submitters (checked at synthesis).
+`billing_budget.billing_account`, the project's billing budget (it belongs to the billing account). IAM
+conditions cannot restrict the *member* of a grant, so no conditional projectIamAdmin could stop a deployer
+from granting a role to an outside principal: the deployer holds no IAM administration at all, and the
+platform stack it applies (infra/stack.py) grants only resource-level roles, only to this project's accounts,
+its service agents and the configured job submitters (checked at synthesis).
 
     cdktn deploy dev-bootstrap      # as a project administrator, once and whenever identities or IAM change
 """
