@@ -28,6 +28,8 @@ from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES, JobSubmitte
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
 from infra.constructs.runtime_identity import RUNTIME_DESCRIPTION, RUNTIME_PROJECT_ROLES, RuntimeIdentity
 from infra.constructs.schedule_runner import (
+    BATCH_PERMISSIONS,
+    DEPLOY_PERMISSIONS,
     REGISTRY_PERMISSIONS,
     SCHEDULER_DESCRIPTION,
     SCHEDULER_PERMISSIONS,
@@ -109,7 +111,9 @@ class BootstrapStack(TerraformStack):
                 account_grants=(Grant("ci-deployer-sa-user", SERVICE_ACCOUNT_USER, self.ci.member),),
                 role_id=names.scheduler_role_id,
                 permissions=SCHEDULER_PERMISSIONS + (
-                    REGISTRY_PERMISSIONS if any(run.registration for run in schedules) else ()),
+                    REGISTRY_PERMISSIONS if any(run.registration for run in schedules) else ()) + (
+                    BATCH_PERMISSIONS if any(run.batch for run in schedules) else ()) + (
+                    DEPLOY_PERMISSIONS if any(run.deploy for run in schedules) else ()),
                 depends_on=tuple(enabled),
             ))
         runtime_actors = actors + (

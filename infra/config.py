@@ -79,6 +79,10 @@ BIGQUERY_TABLE = re.compile(
 BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
 EMAIL = re.compile(r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
 PUBSUB_TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~%+-]{2,254}$")
+# A folder of a bucket as a lifecycle prefix (`study_prefixes`), ending in '/' so that census-tuning/ never
+# also matches census-tuning-grid/ (a lifecycle prefix is matched as plain text).
+BUCKET_FOLDER = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}(/[a-z0-9][a-z0-9._-]{0,62}){0,7}/$")
+MAX_STUDY_PREFIXES = 50
 KMS_KEY = re.compile(
     r"^projects/(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])/locations/(?P<location>[a-z0-9-]+)"
     r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}$"
@@ -112,6 +116,39 @@ class GithubConfig:
 
 
 @dataclass(frozen=True)
+class BatchPredictConfig:
+    """`schedules.<name>.batch_predict`: after a run registered its model, a batch prediction of what the
+    registry block's first alias names, with `run_job.py batch-predict`'s flags (same names, `_` for `-`).
+    Only shapes are checked here; the verb's own rules (URIs, machines, counts) run when jobs.schedule
+    compiles it, and `${infra.*}` / `${job.id}` in `input` and `output` are resolved there."""
+
+    input: tuple[str, ...]
+    output: str
+    machine_type: str | None = None  # None: the verb's default
+    starting_replica_count: int = 1
+    max_replica_count: int | None = None
+    batch_size: int | None = None  # None: the verb's default
+    signature: str = ""
+
+
+@dataclass(frozen=True)
+class CanaryConfig:
+    """`schedules.<name>.deploy`: once the gate moved the registry block's first alias to a run's version,
+    deploy it to endpoint `endpoint` (a name of `endpoints:`) with `run_job.py deploy`'s flags (same names,
+    `_` for `-`); `traffic` is its share, the models there keep theirs of the rest. The verb's rules run
+    when jobs.schedule compiles it."""
+
+    endpoint: str
+    traffic: int = 100
+    machine_type: str | None = None  # None: the verb's default
+    accelerator_type: str | None = None
+    accelerator_count: int | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    cpu_target: int | None = None
+
+
+@dataclass(frozen=True)
 class ScheduleConfig:
     """`schedules.<name>`: run job file `job` (a CustomJob on a container) at `cron` in `time_zone`."""
 
@@ -122,6 +159,8 @@ class ScheduleConfig:
     # `--set PATH=VALUE` texts, as run_job.py takes them (VALUE as JSON, which is YAML).
     overrides: tuple[str, ...] = ()
     paused: bool = False
+    batch_predict: BatchPredictConfig | None = None
+    deploy: CanaryConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +223,11 @@ class EnvironmentConfig:
     noncurrent_retention_days: int = 30
     registry_keep_versions: int = 10
     registry_untagged_retention_days: int = 7
+    # Models bucket lifecycle (infra/README.md, "Retention"): cached pre-training results (data-scans/) and
+    # the study folders listed are deleted this many days after they were written.
+    result_cache_retention_days: int = 7
+    study_prefixes: tuple[str, ...] = ()
+    study_retention_days: int = 30
     schedules: tuple[ScheduleConfig, ...] = ()
     endpoints: tuple[EndpointConfig, ...] = ()
     # The most a job's (a tuning job's) cost ceiling may be, USD; None: no cap (jobs/definition/cost.py).
@@ -297,6 +341,7 @@ _TOP_OPTIONAL = {
     "noncurrent_retention_days",
     "registry_keep_versions", "registry_untagged_retention_days", "schedules", "endpoints",
     "max_job_cost", "max_study_cost", "prices", "billing_budget",
+    "result_cache_retention_days", "study_prefixes", "study_retention_days",
 }
 _GITHUB_REQUIRED = {"owner", "repository", "repository_id"}
 
@@ -377,6 +422,9 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
         registry_keep_versions=_check(path, "registry_keep_versions", doc.get("registry_keep_versions", 10),
                                       _positive_int(1000), "an integer from 1 to 1000"),
         registry_untagged_retention_days=_days(path, doc, "registry_untagged_retention_days", 7),
+        result_cache_retention_days=_days(path, doc, "result_cache_retention_days", 7),
+        study_prefixes=_study_prefixes(path, doc.get("study_prefixes") or []),
+        study_retention_days=_days(path, doc, "study_retention_days", 30),
         schedules=_schedules(path, doc.get("schedules") or {}),
         endpoints=_endpoints(path, doc.get("endpoints") or {}, doc["name_prefix"]),
         max_job_cost=_cap(path, doc, "max_job_cost"),
@@ -472,7 +520,21 @@ def _billing_budget(path: Path, raw: Any) -> BillingBudgetConfig | None:
                                thresholds=tuple(float(t) for t in thresholds))
 
 
-_SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused"}
+def _study_prefixes(path: Path, raw: Any) -> tuple[str, ...]:
+    _check(path, "study_prefixes", raw, lambda v: isinstance(v, list) and len(v) <= MAX_STUDY_PREFIXES,
+           f"a list of at most {MAX_STUDY_PREFIXES} folders of the models bucket such as census-tuning/")
+    for i, prefix in enumerate(raw):
+        _check(path, f"study_prefixes[{i}]", prefix, _str_matching(BUCKET_FOLDER),
+               "a folder of the models bucket ending in '/', such as census-tuning/ (lowercase letters, "
+               "digits, '.', '_' or '-')")
+        first = raw.index(prefix)
+        if first != i:
+            raise ConfigError(path, f"study_prefixes[{i}]",
+                              f"{prefix!r} repeats study_prefixes[{first}]; allowed: each folder once")
+    return tuple(raw)
+
+
+_SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused", "batch_predict", "deploy"}
 
 
 def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
@@ -509,8 +571,60 @@ def _schedules(path: Path, raw: Any) -> tuple[ScheduleConfig, ...]:
                         "true or false")
         schedules.append(ScheduleConfig(
             name=name, job=_job_file(path, f"{field}.job", entry["job"]), cron=cron, time_zone=time_zone,
-            overrides=tuple(f"{key}={json.dumps(value)}" for key, value in overrides.items()), paused=paused))
+            overrides=tuple(f"{key}={json.dumps(value)}" for key, value in overrides.items()), paused=paused,
+            batch_predict=_batch_predict(path, f"{field}.batch_predict", entry.get("batch_predict")),
+            deploy=_canary(path, f"{field}.deploy", entry.get("deploy"))))
     return tuple(schedules)
+
+
+_BATCH_KEYS = {"input", "output", "machine_type", "starting_replica_count", "max_replica_count", "batch_size",
+               "signature"}
+
+
+def _batch_predict(path: Path, field: str, raw: Any) -> BatchPredictConfig | None:
+    if raw is None:
+        return None
+    entry = _mapping(path, field, raw, _BATCH_KEYS, {"input", "output"})
+    text = _one_line(2048)
+    inputs = entry["input"] if isinstance(entry["input"], list) else [entry["input"]]
+    _check(path, f"{field}.input", inputs, lambda v: 0 < len(v) and all(map(text, v)),
+           "a gs:// JSONL URI or a list of them (${infra.<key>} and ${job.id} allowed)")
+    count = _positive_int(10**6)
+    optional = {
+        "machine_type": (text, "a Vertex AI machine type such as n1-standard-4"),
+        "starting_replica_count": (count, "an integer >= 1"),
+        "max_replica_count": (count, "an integer >= 1"),
+        "batch_size": (count, "an integer >= 1"),
+        "signature": (text, "a SavedModel signature name such as top_k"),
+    }
+    for key, (ok, allowed) in optional.items():
+        if key in entry:
+            _check(path, f"{field}.{key}", entry[key], ok, allowed)
+    return BatchPredictConfig(
+        input=tuple(inputs),
+        output=_check(path, f"{field}.output", entry["output"], text,
+                      "a gs:// folder (${infra.<key>} and ${job.id} allowed)"),
+        **{key: entry[key] for key in optional if key in entry},
+    )
+
+
+_CANARY_INTEGERS = ("traffic", "accelerator_count", "min_replicas", "max_replicas", "cpu_target")
+
+
+def _canary(path: Path, field: str, raw: Any) -> CanaryConfig | None:
+    if raw is None:
+        return None
+    known = {"endpoint", "machine_type", "accelerator_type", *_CANARY_INTEGERS}
+    entry = _mapping(path, field, raw, known, {"endpoint"})
+    _check(path, f"{field}.endpoint", entry["endpoint"], _str_matching(ENDPOINT_NAME),
+           "the name of one of this file's endpoints")
+    for key in ("machine_type", "accelerator_type"):
+        if key in entry:
+            _check(path, f"{field}.{key}", entry[key], _one_line(128), "a name such as n1-standard-4")
+    for key in _CANARY_INTEGERS:
+        if key in entry:
+            _check(path, f"{field}.{key}", entry[key], _positive_int(100), "an integer from 1 to 100")
+    return CanaryConfig(**entry)
 
 
 _ENDPOINT_KEYS = {"display_name", "description", "predictors", "request_response_logging",

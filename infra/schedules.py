@@ -26,6 +26,20 @@ registers nothing. A run whose registration failed (the execution fails)
 is registered by a later execution of the schedule that still lists it (`recent`): the next day's run, or one
 started by hand. The duplicate path registers nothing: the execution that started that run is registering
 it, and two executions registering one run at once could both upload.
+
+A schedule with `batch_predict:` (`ScheduledRun.batch`) then creates a BatchPredictionJob of
+`<model>@<first alias>`: the request `run_job.py batch-predict` builds for the same flags (compiled by the
+jobs layer with this run's id and start time as placeholders), sent once this run is registered, whether or
+not the gate moved the alias: it predicts with whatever version the alias names then. Only where the alias
+names no version (this run has no metric and none held it) is there nothing to run; that is logged.
+
+A schedule with `deploy:` (`ScheduledRun.deploy`) deploys `<model>@<first alias>` to an endpoint as a canary
+when the gate moved that alias to this run's version (not when it was kept or already held): the
+DeployModelRequest `run_job.py deploy` sends (jobs.definition.deployment), its static part compiled by the
+jobs layer, its split and rollback record computed here from the endpoint as read then, by the same rules
+(the new version its `traffic`, the models there the rest in proportion by largest remainders, the split
+before recorded in the display name); a version deployed there already is not deployed again. No smoke
+prediction: that is `run_job.py deploy`'s.
 """
 
 from __future__ import annotations
@@ -72,6 +86,18 @@ EXECUTION_ID_VAR = "GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID"  # set by Workflows in e
 RUN_ID = "run_id"  # the workflow variable holding this run's job id
 SUCCEEDED = "JOB_STATE_SUCCEEDED"
 
+# Batch prediction after registration (schedules with batch_predict): the connector waits for the job's end.
+BATCH_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.batchPredictionJobs.create"
+BATCH_TIMEOUT_S = 86400
+# Where the batch request's display name has the run's start time (run_job.py's "%Y%m%d-%H%M%S").
+BATCH_STAMP_PLACEHOLDER = "YYYYMMDD-HHMMSS"
+
+# A canary deploy after the gate moved the alias (schedules with deploy:): the endpoint as it is, then
+# deployModel, whose connector waits for the deployment.
+GET_ENDPOINT_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.endpoints.get"
+DEPLOY_CONNECTOR = "googleapis.aiplatform.v1.projects.locations.endpoints.deployModel"
+DEPLOY_TIMEOUT_S = 3600
+
 # Model Registry (schedules with a registration). The upload connector waits for the upload's long-running
 # operation; `models/<id>@<alias>` names the version holding an alias; mergeVersionAliases adds an alias to
 # a version (moving it from the one holding it).
@@ -110,6 +136,42 @@ class ScheduledRegistration:
 
 
 @dataclass(frozen=True)
+class ScheduledBatch:
+    """A schedule's batch prediction (`batch_predict:`, compiled by the jobs layer): `body` is the
+    BatchPredictionJob `run_job.py batch-predict --dry-run` prints for `model@alias` (canonical JSON text),
+    with the run id placeholder in its input and output where the config has ${job.id}, and
+    BATCH_STAMP_PLACEHOLDER where the dry-run has its time stamp."""
+
+    body: str
+    model: str  # "<model id>@<alias>", as the body names it
+
+    def body_dict(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class ScheduledDeploy:
+    """A schedule's canary (`deploy:`, compiled by the jobs layer from `run_job.py deploy`'s rules): the
+    DeployModelRequest's parts that do not depend on the endpoint (`deployed_model`, canonical JSON text
+    without its displayName), the endpoint, the new version's `traffic`, and the rule's constants: the
+    split's key for the new model and the display name's record (`record_prefix` + "<id>=<percent>,..."
+    sorted by id, or `record_none`), at most `max_display_name` characters."""
+
+    endpoint: str  # the endpoint's resource name
+    endpoint_name: str  # its name in the environment's endpoints
+    model: str  # "<model id>@<alias>", as deployed_model names it
+    deployed_model: str
+    traffic: int
+    new_key: str
+    record_prefix: str
+    record_none: str
+    max_display_name: int
+
+    def deployed_model_dict(self) -> dict[str, Any]:
+        return json.loads(self.deployed_model)
+
+
+@dataclass(frozen=True)
 class ScheduledRun:
     """One schedule, compiled: the CreateCustomJobRequest a run sends, with the job id left as a placeholder.
 
@@ -132,6 +194,8 @@ class ScheduledRun:
     label: str  # the label key holding submission_hash (jobs.definition.compile.SUBMISSION_LABEL)
     timeout_s: int
     registration: ScheduledRegistration | None = None
+    batch: ScheduledBatch | None = None
+    deploy: ScheduledDeploy | None = None
 
     def body_dict(self) -> dict[str, Any]:
         return json.loads(self.body)
@@ -229,8 +293,7 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
         {"create_and_wait": {
             "call": CREATE_CONNECTOR,
             "args": {"parent": "${parent}", "region": run.region, "body": body,
-                     "connector_params": {"timeout": lookback, "polling_policy": {
-                         "initial_delay": 60, "multiplier": 1.5, "max_delay": 600}}},
+                     "connector_params": {"timeout": lookback, "polling_policy": _polling()}},
             "result": "finished",
         }},
         {"check_state": {"switch": [{
@@ -241,13 +304,25 @@ def workflow_program(run: ScheduledRun, late_values: Mapping[str, str]) -> dict[
     done = {"run": "${finished.name}", "state": "${finished.state}", "duplicate": False}
     if run.registration is None:
         return {"main": {"steps": [*steps, {"done": {"return": done}}]}}
+    done = {**done, "registered": "${registered}"}
+    after = [*(_deploy_steps(run) if run.deploy else []),
+             *(_batch_predict(run, substitutions) if run.batch else [])]
+    if run.deploy:
+        done["deployed"] = "${deployed}"
+    if run.batch:
+        done["batch_prediction"] = "${batch_prediction}"
     # Only once the job succeeded (a failed one raised above): nothing of a failed run is registered.
     return {
-        "main": {"steps": [*steps, *_register_runs(run),
-                           {"done": {"return": {**done, "registered": "${registered}"}}}]},
+        "main": {"steps": [*steps, *_register_runs(run), *after, {"done": {"return": done}}]},
+        **({"deploy_canary": _deploy_canary(run.deploy)} if run.deploy else {}),
         "register": _register(run),
         "read_metric": _read_metric(run.registration.metric),
     }
+
+
+def _polling() -> dict[str, Any]:
+    """How a connector polls a Vertex AI job it waits for (a new dict each time: no YAML alias)."""
+    return {"initial_delay": 60, "multiplier": 1.5, "max_delay": 600}
 
 
 def _seconds(field: str) -> str:
@@ -327,6 +402,168 @@ def _register_runs(run: ScheduledRun) -> list[dict[str, Any]]:
         {"register_run": {"call": "register", "args": {"job": "${finished}"}, "result": "outcome"}},
         {"note_run": {"assign": [{"registered": "${list.concat(registered, outcome)}"}]}},
     ]
+
+
+def _batch_predict(run: ScheduledRun, substitutions: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Main's steps after this run registered (`outcome`, its registration; a failed one raised): the batch
+    prediction of what the first alias names now, run_job.py batch-predict's request with this run's id and
+    start time. The alias names nothing only when the gate kept it and no version held it."""
+    assert run.batch is not None and run.registration is not None
+    first = "outcome.aliases[0]"
+    body = _substitute(run.batch.body_dict(), {
+        **substitutions,
+        BATCH_STAMP_PLACEHOLDER: 'text.substring(stamp, 0, 8) + "-" + text.substring(stamp, 9, 15)'})
+    name = _literal(run.batch.model)
+    return [
+        _assign("init_batch", batch_prediction=None, batch_version="${outcome.version}"),
+        # Kept: the alias stays where it was (on nothing, if the gate found no holder).
+        {"find_batch_version": {"switch": [{"condition": f'${{{first}.outcome == "{KEPT}"}}', "steps": [
+            _assign("take_holder", batch_version=f"${{{first}.holder}}")]}]}},
+        {"check_batch": {"switch": [
+            {"condition": "${batch_version == null}", "steps": [_log("log_no_batch", "NOTICE", (
+                f'${{"no batch prediction: " + {name} + " names no version (" + outcome.run + '
+                '" has no metric)"}'))]},
+            {"condition": True, "steps": [
+                _log("log_batch", "INFO", f'${{"batch prediction of " + {name} + " (version " + '
+                                          'batch_version + ") for " + outcome.run}'),
+                {"create_batch": {"call": BATCH_CONNECTOR, "result": "predicted", "args": {
+                    "parent": "${parent}", "region": run.region, "body": body,
+                    "connector_params": {"timeout": BATCH_TIMEOUT_S, "polling_policy": _polling()}}}},
+                {"check_batch_state": {"switch": [{
+                    "condition": f'${{predicted.state != "{SUCCEEDED}"}}',
+                    "raise": '${"batch prediction " + predicted.name + " ended " + predicted.state}'}]}},
+                _assign("note_batch", batch_prediction={
+                    "name": "${predicted.name}", "state": "${predicted.state}", "version": "${batch_version}",
+                    "output": '${map.get(predicted, ["outputInfo", "gcsOutputDirectory"])}'}),
+            ]},
+        ]}},
+    ]
+
+
+def _deploy_steps(run: ScheduledRun) -> list[dict[str, Any]]:
+    """Main's steps after this run registered: the canary, only when the gate moved the first alias to
+    this run's version."""
+    return [
+        _assign("init_deploy", deployed=None),
+        {"check_moved": {"switch": [{"condition": f'${{outcome.aliases[0].outcome == "{MOVED}"}}', "steps": [
+            {"deploy": {"call": "deploy_canary", "args": {"version": "${outcome.version}"},
+                        "result": "deployed"}}]}]}},
+    ]
+
+
+def _sorted_into(target: str, value: str, step: str) -> dict[str, Any]:
+    """Steps inserting string `value` into the sorted list `target` (Workflows has no sort)."""
+    return {step: {"steps": [
+        _assign(f"{step}_init", before=[], after=[]),
+        {f"{step}_split": {"for": {"value": "other", "in": f"${{{target}}}", "steps": [
+            {f"{step}_side": {"switch": [
+                {"condition": f"${{other < {value}}}", "steps": [
+                    _assign(f"{step}_low", before="${list.concat(before, other)}")]},
+                {"condition": True, "steps": [_assign(f"{step}_high", after="${list.concat(after, other)}")]},
+            ]}}]}}},
+        _assign(f"{step}_insert", **{target: f"${{list.concat(before, {value})}}"}),
+        {f"{step}_rest": {"for": {"value": "other", "in": "${after}", "steps": [
+            _assign(f"{step}_append", **{target: f"${{list.concat({target}, other)}}"})]}}},
+    ]}}
+
+
+def _deploy_canary(canary: ScheduledDeploy) -> dict[str, Any]:
+    """Subworkflow `deploy_canary(version)`: run_job.py deploy's request for the endpoint as it is now
+    (jobs.definition.deployment: deploy_split, scaled, display_name), sent once; returns what it did."""
+    model = canary.deployed_model_dict()["model"].split("@")[0]
+    total = 100 - canary.traffic
+    share = "shares[key] * total / whole"  # a double, as Python's true division
+    return {"params": ["version"], "steps": [
+        {"read_endpoint": {"call": GET_ENDPOINT_CONNECTOR, "result": "state", "args": {
+            "name": canary.endpoint, "region": canary.endpoint.split("/")[3]}}},
+        _assign("init", current='${default(map.get(state, "trafficSplit"), {})}',
+                served='${default(map.get(state, "deployedModels"), [])}', shares={}, ids=[], found=None,
+                total=total, whole=0, split={}, keys_sorted=[], record=""),
+        # The models there and their shares now; one of this model and version is this deploy's, done by an
+        # earlier execution.
+        {"read_served": {"for": {"value": "served_model", "in": "${served}", "steps": [
+            _assign("note_served", **{
+                "shares[served_model.id]": '${int(default(map.get(current, served_model.id), 0))}',
+                "ids": "${list.concat(ids, served_model.id)}"}),
+            {"check_same": {"switch": [{"condition": (
+                f'${{text.split(served_model.model, "@")[0] == {_literal(model)} and '
+                'served_model.modelVersionId == version}'), "steps": [
+                    _assign("note_found", found="${served_model.id}")]}]}},
+        ]}}},
+        {"check_found": {"switch": [{"condition": "${found != null}", "steps": [
+            _log("log_found", "NOTICE", (
+                f'${{{_literal(canary.model + " version ")} + version + " is deployed on '
+                f'{canary.endpoint_name} already (deployed model " + found + ")"}}')),
+            {"already": {"return": {"deployed_model": "${found}", "version": "${version}",
+                                    "deployed": False}}},
+        ]}]}},
+        {"check_room": {"switch": [{"condition": f"${{{canary.traffic} < 100 and len(ids) == 0}}", "raise": (
+            f'{canary.traffic}%: endpoint {canary.endpoint_name} serves nothing else to keep the rest; the '
+            'first version on an endpoint takes all its traffic (deploy: traffic: 100)')}]}},
+        # scaled(shares, total): each model's share of `total` in proportion, by largest remainders (ties to
+        # the lower id); shares that are all 0 go whole to the newest-looking id.
+        {"sum_shares": {"for": {"value": "key", "in": "${ids}", "steps": [
+            _assign("add_share", whole="${whole + shares[key]}")]}}},
+        {"scale": {"switch": [
+            {"condition": "${len(ids) == 0 or total <= 0}", "steps": [
+                {"zero_all": {"for": {"value": "key", "in": "${ids}", "steps": [
+                    _assign("zero", **{"split[key]": 0})]}}}]},
+            {"condition": "${whole == 0}", "steps": [
+                _assign("init_last", last="${ids[0]}"),
+                {"find_last": {"for": {"value": "key", "in": "${ids}", "steps": [
+                    {"check_last": {"switch": [{"condition": (
+                        "${len(key) > len(last) or (len(key) == len(last) and key > last)}"), "steps": [
+                            _assign("take_last", last="${key}")]}]}}]}}},
+                {"give_last": {"for": {"value": "key", "in": "${ids}", "steps": [
+                    {"check_give": {"switch": [
+                        {"condition": "${key == last}", "steps": [
+                            _assign("give_all", **{"split[key]": "${total}"})]},
+                        {"condition": True, "steps": [_assign("give_none", **{"split[key]": 0})]},
+                    ]}}]}}}]},
+            {"condition": True, "steps": [
+                _assign("init_floors", given=0, fractions={}),
+                {"floors": {"for": {"value": "key", "in": "${ids}", "steps": [
+                    _assign("floor", **{"split[key]": f"${{int({share})}}"}),
+                    _assign("fraction", **{"fractions[key]": f"${{{share} - split[key]}}",
+                                           "given": "${given + split[key]}"})]}}},
+                {"remainders": {"for": {"value": "key", "in": "${ids}", "steps": [
+                    _assign("init_rank", rank=0),
+                    {"rank_key": {"for": {"value": "other", "in": "${ids}", "steps": [
+                        {"check_before": {"switch": [{"condition": (
+                            "${fractions[other] > fractions[key] or (fractions[other] == fractions[key] and "
+                            "other < key)}"), "steps": [_assign("count_before", rank="${rank + 1}")]}]}}]}}},
+                    {"check_rank": {"switch": [{"condition": "${rank < total - given}", "steps": [
+                        _assign("add_one", **{"split[key]": "${split[key] + 1}"})]}]}},
+                ]}}},
+            ]},
+        ]}},
+        _assign("add_new", **{f"split[{_literal(canary.new_key)}]": canary.traffic}),
+        # The record rollback reads: the split before, sorted by id.
+        {"sort_keys": {"for": {"value": "key", "in": "${keys(current)}", "steps": [
+            _sorted_into("keys_sorted", "key", "insert_key")]}}},
+        {"write_record": {"for": {"value": "key", "in": "${keys_sorted}", "steps": [
+            {"check_first": {"switch": [{"condition": '${record != ""}', "steps": [
+                _assign("add_comma", record='${record + ","}')]}]}},
+            _assign("add_record", record='${record + key + "=" + string(int(current[key]))}')]}}},
+        {"check_record": {"switch": [{"condition": '${record == ""}', "steps": [
+            _assign("no_record", record=canary.record_none)]}]}},
+        _assign("name", display_name=f"${{{_literal(canary.record_prefix)} + record}}"),
+        {"check_name": {"switch": [{"condition": f"${{len(display_name) > {canary.max_display_name}}}",
+                                    "raise": (
+            f"{canary.endpoint_name}: too many deployed models share its traffic for the split rollback "
+            f"restores to fit the deployed model's display name ({canary.max_display_name} characters); "
+            "undeploy the models that no longer take traffic first")}]}},
+        _log("log_deploy", "INFO", f'${{"deploying " + {_literal(canary.model)} + " (version " + version + '
+                                   f'") to {canary.endpoint_name}: " + display_name}}'),
+        {"deploy_model": {"call": DEPLOY_CONNECTOR, "result": "response", "args": {
+            "endpoint": canary.endpoint, "region": canary.endpoint.split("/")[3],
+            "body": {"deployedModel": {**_substitute(canary.deployed_model_dict(), {}),
+                                       "displayName": "${display_name}"},
+                     "trafficSplit": "${split}"},
+            "connector_params": {"timeout": DEPLOY_TIMEOUT_S, "polling_policy": _polling()}}}},
+        {"deployed": {"return": {"deployed_model": '${map.get(response, ["deployedModel", "id"])}',
+                                 "version": "${version}", "deployed": True}}},
+    ]}
 
 
 # A marker for a workflow value inside a text of common.model_registry's (see `expression`).

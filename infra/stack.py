@@ -15,7 +15,7 @@ from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.billing_budget import budget_services
-from infra.constructs.buckets import BucketProps, TrainingBucket
+from infra.constructs.buckets import CACHE_PREFIX, BucketProps, FolderExpiry, TrainingBucket
 from infra.constructs.cmek import CmekKey, CmekKeyProps
 from infra.constructs.endpoint import Endpoint, EndpointProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
@@ -165,6 +165,12 @@ class PlatformStack(TerraformStack):
             "models": ((vertex, *submitters, *registrars), (rt, *tpus), (rt, *tpus)),
             "tensorboard-logs": ((vertex, *submitters), (rt, *tpus), (rt, *tpus)),
         }
+        # What jobs write to the models bucket for themselves alone: the trainer's cached pre-training results
+        # and, where the config names their folders, finished studies (infra/README.md, "Retention").
+        expiring = {"models": (
+            FolderExpiry((CACHE_PREFIX,), cfg.result_cache_retention_days),
+            *((FolderExpiry(cfg.study_prefixes, cfg.study_retention_days),) if cfg.study_prefixes else ()),
+        )}
         self.buckets: dict[str, TrainingBucket] = {}
         for role, (viewers, users, tf_writers) in access.items():
             grants = (
@@ -183,6 +189,7 @@ class PlatformStack(TerraformStack):
                 noncurrent_retention_days=cfg.noncurrent_retention_days,
                 protect_from_destroy=role in ("data", "models"),
                 expire_after_days=cfg.staging_retention_days if role == "staging" else None,
+                expiring_folders=expiring.get(role, ()),
                 kms_key=cfg.kms_key,
                 depends_on=tuple(encryption_deps),
             ))

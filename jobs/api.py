@@ -65,6 +65,7 @@ REEXPORTED = {
     "DEFAULT_BATCH_SIZE": "jobs.definition.batch_prediction",
     "DEFAULT_MACHINE": "jobs.definition.batch_prediction",
     "check_cap": "jobs.definition.cost",  # a submit's ceiling against its cap (run_job.py)
+    "SmokeFailed": "jobs.cloud.deploy",
 }
 
 
@@ -173,7 +174,19 @@ def compile_file(
         trainer_image=str(outputs.get("trainer_image", "")),
         accounts=job_accounts(env, outputs, file),
     )
+    if job.deploy is not None:
+        job = _with_endpoint(job, env)
     return job
+
+
+def _with_endpoint(job, env: str):
+    """The job with its deploy block's endpoint resolved in ``env`` (an unknown name lists the known ones)."""
+    import dataclasses
+
+    line = job.document.line_of("deploy.endpoint")
+    where = f" (line {line})" if line else ""
+    resource = endpoint_resource(env, job.deploy.spec.endpoint, job.file, "deploy.endpoint", where)
+    return dataclasses.replace(job, deploy=dataclasses.replace(job.deploy, resource=resource))
 
 
 def job_accounts(env: str, outputs: Mapping[str, str], file: str) -> tuple[str, ...]:
@@ -622,9 +635,12 @@ def batch_request(
     max_replicas: int | None,
     batch_size: int,
     signature: str,
+    stamp: str | None = None,
 ) -> dict:
     """The CreateBatchPredictionJobRequest (JSON form) of a registry version in ``outputs``' project and
-    region, run as the environment's runtime account: what --dry-run prints and the submit sends."""
+    region, run as the environment's runtime account: what --dry-run prints and the submit sends. ``stamp``
+    is the display name's time (default: ``now``'s); a schedule's is a placeholder each run fills in
+    (jobs.schedule)."""
     from jobs.definition.batch_prediction import BatchError, batch_spec
     from jobs.definition.batch_prediction import batch_request as request
     from jobs.definition.schema import SchemaError
@@ -637,7 +653,7 @@ def batch_request(
         return request(
             spec,
             parent=parent,
-            display_name=f"{spec.model}-{spec.alias}-batch-{now.strftime('%Y%m%d-%H%M%S')}",
+            display_name=f"{spec.model}-{spec.alias}-batch-{stamp or now.strftime('%Y%m%d-%H%M%S')}",
             service_account=str(outputs.get("runtime_service_account", "")),
             labels={"model": spec.model},
         )
@@ -700,3 +716,85 @@ def run_local_batch(model_dir: str, files, folder: Path, *, parameters, batch_si
                          repo_root=repo_root, out=out)
     except LocalRunError as exc:  # a line that changed since the first pass: the run stops at it
         raise _batch_error(exc) from None
+# --- deploying a registered version (run_job.py deploy, undeploy, rollback) ------------------------------
+
+DEPLOY_VERBS = ("deploy", "undeploy", "rollback")
+
+
+def endpoint_names(env: str) -> dict[str, str]:
+    """The environment's endpoints, name -> resource name (infra's ``endpoints:`` map)."""
+    from infra.config import ConfigError, load_environment
+    from infra.outputs import endpoint_resource_names
+
+    try:
+        return dict(endpoint_resource_names(load_environment(env)))
+    except ConfigError as exc:
+        raise JobError(exc.path, exc.field, exc.problem) from None
+
+
+def endpoint_resource(env: str, name: str, file: str, path: str, where: str = "") -> str:
+    """The resource name of endpoint ``name`` of ``env``; a JobError at ``file``/``path`` listing the known
+    ones for any other name (``where``: the line it was written on)."""
+    known = endpoint_names(env)
+    if name not in known:
+        raise JobError(
+            file, path, f"{short(name)} is not an endpoint of environment {env}{where}",
+            ", ".join(sorted(known)) or f"(none: add one to infra/environments/{env}.yaml's endpoints)",
+        )
+    return known[name]
+
+
+def deploy_target(env: str, outputs: Mapping[str, str], endpoint: str, verb: str = "deploy"):
+    """The Target of ``--endpoint NAME`` in ``env``."""
+    from jobs.cloud.deploy import Target
+
+    parent = f"projects/{outputs['project']}/locations/{outputs['region']}"
+    return Target(parent, endpoint, endpoint_resource(env, endpoint, verb, "--endpoint"))
+
+
+def deploy_settings(ref_text: str, settings: Mapping[str, object], names: Mapping[str, str],
+                    verb: str = "deploy"):
+    """``MODEL@ALIAS`` and the deploy settings (block fields, or flags named by ``names``) -> (ref, spec)."""
+    from jobs.definition.deployment import DeployError, parse_ref, parse_settings
+
+    try:
+        return parse_ref(ref_text), parse_settings(settings, names)
+    except DeployError as exc:
+        raise exc.to_job_error(verb) from None
+
+
+def smoke_instance(text: str | None, verb: str = "deploy"):
+    """``--instance JSON``: the instance the smoke prediction sends (None: the model's example request's)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        example = 'one instance, e.g. {"user": "1", "k": 10}'
+        raise JobError(verb, "--instance", f"not JSON ({exc})", example) from None
+
+
+def preview_deploy(ref, spec, target) -> dict:
+    """The DeployModelRequest ``deploy --dry-run`` prints (jobs.cloud.deploy.preview_request)."""
+    from jobs.cloud.deploy import preview_request
+
+    return preview_request(ref, spec, target)
+
+
+def run_deploy(verb: str, factory: Callable | None, target, out: TextIO, *, ref=None, spec=None,
+               instance=None):
+    """Deploy (``ref`` as ``spec`` says, then smoke-test with ``instance``), undeploy ``ref``, or roll back
+    the endpoint; bad input found at the cloud (no such version or endpoint) is a JobError."""
+    from jobs.cloud import deploy
+    from jobs.definition.deployment import DeployError
+
+    project, region = target.parent.split("/")[1], target.parent.split("/")[3]
+    made = clients(factory, project, region)
+    try:
+        if verb == "deploy":
+            return deploy.deploy(made, ref, spec, target, instance, out)
+        if verb == "undeploy":
+            return deploy.undeploy(made, ref, target, out)
+        return deploy.rollback(made, target, out)
+    except DeployError as exc:
+        raise exc.to_job_error(verb) from None

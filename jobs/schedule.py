@@ -6,7 +6,12 @@ Each schedule's job file goes through the very compile and validation `run_job.p
 a deploy knows, the TensorBoard's id, the stack hands the workflow as a reference). The only difference from
 the dry-run request is the job id, a placeholder each run replaces with its own (see infra/schedules.py).
 A definition's `registry:` block becomes the run's `registration`: the workflow registers each successful
-run's model as the definition asks (run_job.py does the same after a job it submitted).
+run's model as the definition asks (run_job.py does the same after a job it submitted). A schedule's
+`batch_predict:` becomes the run's `batch`: the request `run_job.py batch-predict <model>@<first alias>`
+builds from the same flags (jobs.api.batch_request), with `${infra.*}` resolved, `${job.id}` the run id
+placeholder and the display name's time a placeholder too, both filled in by each run. Its `deploy:`
+becomes the run's `deploy`: what `run_job.py deploy <model>@<first alias> --endpoint NAME` sends that does
+not depend on the endpoint's state, with the rule's constants the workflow computes the rest by.
 
     from infra.config import load_environment
     from jobs.schedule import compile_schedules
@@ -24,7 +29,14 @@ from pathlib import Path
 
 from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
 from infra.outputs import planned_outputs
-from infra.schedules import VERTEX_DEFAULT_TIMEOUT_S, ScheduledRegistration, ScheduledRun
+from infra.schedules import (
+    BATCH_STAMP_PLACEHOLDER,
+    VERTEX_DEFAULT_TIMEOUT_S,
+    ScheduledBatch,
+    ScheduledDeploy,
+    ScheduledRegistration,
+    ScheduledRun,
+)
 from jobs.api import REPO_ROOT
 from jobs.definition.body import duration_seconds
 from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
@@ -81,6 +93,16 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
             f"{schedule.job} installs the trainer sdist (trainer.delivery: python-package); "
             "allowed: a job on a container image (trainer.delivery: container), e.g. the trainer image",
         )
+    if job.deploy is not None:
+        # A scheduled run deploys by its schedule's deploy: only (a canary, when the gate moved the alias); a
+        # block it ignored would mislead.
+        raise ConfigError(
+            schedule.job,
+            "deploy",
+            f"a scheduled run does not run a definition's deploy block (scheduled by {cfg.source} "
+            f"{field}); allowed: no deploy block in a scheduled definition, and the schedule's own "
+            f"schedules.{schedule.name}.deploy for a canary (infra/README.md)",
+        )
     # Each run must name its own job and write its own output directory: both carry ${job.id}.
     spec = job.body.get(spec_field(job.kind), {})
     per_run = {
@@ -116,6 +138,8 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
         label=SUBMISSION_LABEL,
         timeout_s=math.ceil(seconds) if seconds is not None and seconds >= 0 else VERTEX_DEFAULT_TIMEOUT_S,
         registration=registration_of(job.registry),
+        batch=_batch(cfg, schedule, job, outputs, placeholder),
+        deploy=_canary(cfg, schedule, job),
     )
 
 
@@ -131,6 +155,80 @@ def _check_cost(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, repo_root
             schedule.job, "cost",
             f"{exc.problem} (scheduled by {cfg.source} schedules.{schedule.name}); allowed: {exc.allowed}",
         ) from None
+
+
+def _gated_alias(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, key: str, what: str) -> str:
+    """`<model>@<first alias>` of the job file's registry block, which `key` of the schedule acts on."""
+    if job.registry is None or not job.registry.aliases:
+        raise ConfigError(cfg.source, f"schedules.{schedule.name}.{key}",
+                          f"{schedule.job} moves no alias in the Model Registry; allowed: a job file whose "
+                          f"registry: block has aliases ({what} the first)")
+    return f"{job.registry.model_id}@{job.registry.aliases[0]}"
+
+
+def _canary(cfg: EnvironmentConfig, schedule: ScheduleConfig, job) -> ScheduledDeploy | None:
+    """`schedules.<name>.deploy` -> ScheduledDeploy, by run_job.py deploy's rules; a setting they refuse is
+    refused here, naming the config's key."""
+    from infra.outputs import endpoint_resource_names
+    from jobs import api
+    from jobs.definition import deployment as rule
+
+    canary = schedule.deploy
+    if canary is None:
+        return None
+    field = f"schedules.{schedule.name}.deploy"
+    model = _gated_alias(cfg, schedule, job, "deploy", "the canary deploys")
+    keys = {"endpoint": "endpoint", "traffic": "traffic", "machineType": "machine_type",
+            "acceleratorType": "accelerator_type", "acceleratorCount": "accelerator_count",
+            "minReplicaCount": "min_replicas", "maxReplicaCount": "max_replicas",
+            "cpuUtilizationTarget": "cpu_target"}
+    settings = {name: getattr(canary, key) for name, key in keys.items() if getattr(canary, key) is not None}
+    try:
+        names = {name: f"{field}.{key}" for name, key in keys.items()}
+        ref, spec = api.deploy_settings(model, settings, names)
+    except JobError as exc:
+        raise ConfigError(cfg.source, exc.path, f"{exc.problem}; allowed: {exc.allowed}") from None
+    endpoints = endpoint_resource_names(cfg)
+    if canary.endpoint not in endpoints:
+        known = ", ".join(endpoints) or "none: add it to endpoints:"
+        raise ConfigError(cfg.source, f"{field}.endpoint",
+                          f"{canary.endpoint!r} is not an endpoint of this environment; allowed: {known}")
+    request = rule.deploy_request(spec, ref, job.parent, endpoints[canary.endpoint], {}, {})
+    deployed_model = {k: v for k, v in request["deployedModel"].items() if k != "displayName"}
+    return ScheduledDeploy(
+        endpoint=endpoints[canary.endpoint], endpoint_name=canary.endpoint, model=model,
+        deployed_model=json.dumps(deployed_model, sort_keys=True), traffic=spec.traffic, new_key=rule.NEW,
+        record_prefix=f"{ref}{rule.RECORD}", record_none=rule.RECORD_NONE,
+        max_display_name=rule.MAX_DISPLAY_NAME)
+
+
+def _batch(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, outputs, placeholder: str):
+    """`schedules.<name>.batch_predict` -> ScheduledBatch, through batch-predict's own request builder; a
+    flag the verb refuses is refused here, naming the config's key for it."""
+    from jobs import api
+    from jobs.definition.references import resolve
+
+    batch = schedule.batch_predict
+    if batch is None:
+        return None
+    field = f"schedules.{schedule.name}.batch_predict"
+    model = _gated_alias(cfg, schedule, job, "batch_predict", "the batch runs on")
+    namespaces = {"infra": outputs, "job": {"id": placeholder}}
+    try:
+        inputs = [resolve(uri, namespaces, cfg.source, f"{field}.input") for uri in batch.input]
+        output = resolve(batch.output, namespaces, cfg.source, f"{field}.output")
+        request = api.batch_request(
+            model, inputs, output, outputs=outputs, now=_NO_CLOCK, stamp=BATCH_STAMP_PLACEHOLDER,
+            machine_type=batch.machine_type or api.DEFAULT_MACHINE,
+            starting_replicas=batch.starting_replica_count, max_replicas=batch.max_replica_count,
+            batch_size=batch.batch_size or api.DEFAULT_BATCH_SIZE, signature=batch.signature,
+        )
+    except JobError as exc:
+        # The verb names its flag (--machine-type); the config's key is the flag's name with "_".
+        key = exc.path if exc.path.startswith(field) else f"{field}.{exc.path.lstrip('-').replace('-', '_')}"
+        raise ConfigError(cfg.source, key, f"{exc.problem}" + (f"; allowed: {exc.allowed}" if exc.allowed
+                                                                else "")) from None
+    return ScheduledBatch(body=json.dumps(request["batchPredictionJob"], sort_keys=True), model=model)
 
 
 def registration_of(registry) -> ScheduledRegistration | None:

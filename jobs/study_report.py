@@ -214,6 +214,10 @@ def print_summary(
         params = " ".join(f"{k}={fmt(v)}" for k, v in best["parameters"].items())
         print(f"Best trial {best['id']}: {metric}={best['metric']:.4f} with {params}", file=out)
         print(f"  SavedModel: {best['model_dir']}", file=out)
+        if best["model_dir"].startswith("gs://"):
+            # A study folder's lifecycle rule (infra/README.md, "Retention") spares only objects under a hold.
+            print("  Keep it past its folder's lifecycle: gcloud storage objects update --recursive "
+                  f"--temporary-hold {best['model_dir'].rstrip('/')}", file=out)
     else:
         print(
             f"No trial succeeded{' yet' if active else ''}: no best trial and no parameter importance.",

@@ -13,6 +13,7 @@ Examples (from the repo root; python is .venv/bin/python, or python after `. .ve
   python scripts/run_job.py report projects/P/locations/R/hyperparameterTuningJobs/ID   # a study's report
   python scripts/run_job.py convert legacy/train.sh -o jobs/census_legacy.yaml   # legacy AI Platform job
   python scripts/run_job.py serve .local/gs/BUCKET/census-cpu/JOB_ID/model       # serve an export here
+  python scripts/run_job.py deploy recommender@production --endpoint recommender --traffic 10  # canary
 
 A definition is the Vertex AI REST resource (camelCase, as `gcloud ai custom-jobs create --config` takes it)
 with a thin header (`kind`, `trainer.delivery`) and references: ${infra.<output>} from the environment's infra
@@ -44,8 +45,11 @@ job submitted with --no-wait, or finishes a registration that failed; a retry ne
 Verbs, given first: `convert` turns a legacy AI Platform Training config or submit script into a definition;
 `report RESOURCE_NAME` writes the report of any earlier job (a study's, or a CustomJob's state, times, model
 folder and metrics); `serve MODEL_DIR` serves an exported SavedModel on http://127.0.0.1:8080 exactly as its
-Model Registry entry serves it on Vertex AI (`python -m serving` with the AIP_* variables). See
-`run_job.py <verb> --help` and jobs/README.md. A job file named like a verb is given as a path:
+Model Registry entry serves it on Vertex AI (`python -m serving` with the AIP_* variables); `deploy
+MODEL@ALIAS --endpoint NAME` serves a registered version from one of the environment's endpoints (a canary
+with --traffic N, never twice, then a smoke prediction), `rollback --endpoint NAME` undoes the last deploy's
+traffic change and `undeploy` takes a version off. A definition's `deploy:` block deploys after registering.
+See `run_job.py <verb> --help` and jobs/README.md. A job file named like a verb is given as a path:
 `run_job.py ./report`.
 """
 

@@ -28,6 +28,7 @@ from serving.requests import (
     example_instance,
     read_request,
 )
+from trainer.contract import signature_inputs
 
 log = logging.getLogger("serving")
 
@@ -215,15 +216,8 @@ def signatures_of(loaded) -> dict[str, Signature]:
 
     found = {}
     for name, fn in loaded.signatures.items():
-        specs = fn.structured_input_signature[1]
-        # An input of unknown rank takes one value per instance.
-        inputs = tuple(
-            InputSpec(
-                key, spec.dtype.name, tuple(spec.shape.as_list()) if spec.shape.rank is not None else (None,)
-            )
-            for key, spec in sorted(specs.items())
-        )
-        dtypes = {key: spec.dtype for key, spec in specs.items()}
+        inputs = tuple(InputSpec(*spec) for spec in signature_inputs(fn))
+        dtypes = {key: spec.dtype for key, spec in fn.structured_input_signature[1].items()}
 
         def call(columns, fn=fn, dtypes=dtypes):
             out = fn(**{key: tf.constant(value, dtype=dtypes[key]) for key, value in columns.items()})

@@ -21,6 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trainer.contract import BYTES_SUFFIX, TINY_PNG_B64
+from trainer.contract import example_instance as contract_example
+
 DEFAULT_SIGNATURE = "serving_default"
 PARAMETERS = ("signature",)  # what "parameters" may hold
 MAX_BODY_BYTES = 1_500_000  # Vertex AI's online prediction payload limit ("1.5 MB"): no larger body arrives
@@ -28,12 +31,8 @@ MAX_INSTANCES = 1000  # instances in one request: each is one row of one batch t
 # Pixels the images of one request may declare (image_classifier.decoding.image_pixels): one 48 MP
 # photo, not a decompression bomb (a 1 MB PNG can declare 20000 x 20000 pixels, 1.2 GB decoded as RGB).
 MAX_REQUEST_PIXELS = 50_000_000
-# Outputs that are raw bytes whatever their content (TF Serving's and Vertex AI's naming convention).
-BYTES_SUFFIX = "_bytes"
-# A valid 1x1 grayscale PNG: the example and warm-up value of a *_bytes input, so that an image signature runs
-# its whole graph once at start-up (a text input gets "" instead).
-TINY_PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQAAAABJ"
-                            "RU5ErkJggg==")
+# The example and warm-up value of a *_bytes input (trainer.contract), as bytes.
+TINY_PNG = base64.b64decode(TINY_PNG_B64)
 
 
 class RequestError(ValueError):
@@ -299,16 +298,6 @@ def _jsonable(value: Any, raw: bool) -> Any:
 
 
 def example_instance(signature: Signature) -> dict:
-    """An instance every input of ``signature`` accepts: "" for text, a 1x1 PNG for a *_bytes input, 1 for
-    integers (a count such as top_k's k), 0.0, false; a list of 1 along dimensions of any length."""
-    def leaf(spec: InputSpec):
-        if spec.dtype == "string":
-            return {"b64": base64.b64encode(TINY_PNG).decode()} if spec.name.endswith(BYTES_SUFFIX) else ""
-        return {"bool": False}.get(spec.dtype, 0.0 if spec.dtype.startswith(("float", "bfloat")) else 1)
-
-    def nest(spec: InputSpec, axis: int):
-        if axis == len(spec.shape):
-            return leaf(spec)
-        return [nest(spec, axis + 1)] * (spec.shape[axis] or 1)
-
-    return {spec.name: nest(spec, 1) for spec in signature.inputs}
+    """An instance every input of ``signature`` accepts (trainer.contract's rule, which the export's
+    example request follows too)."""
+    return contract_example(tuple((spec.name, spec.dtype, spec.shape) for spec in signature.inputs))

@@ -69,3 +69,40 @@ HEALTH_ROUTE = "AIP_HEALTH_ROUTE"  # containerSpec.healthRoute: GET, 200 only on
 PREDICT_ROUTE = "AIP_PREDICT_ROUTE"  # containerSpec.predictRoute: POST {"instances": [...], "parameters"}
 STORAGE_URI = "AIP_STORAGE_URI"  # Vertex AI's gs:// copy of the Model's artifactUri (the SavedModel folder)
 SERVING_DEFAULTS: dict[str, str] = {HTTP_PORT: "8080", HEALTH_ROUTE: "/health", PREDICT_ROUTE: "/predict"}
+
+# The example request the export writes beside the SavedModel (trainer.export.write_example_request): one
+# instance every input of serving_default accepts, the one the server warms up with (serving.model), which
+# `run_job.py deploy` sends through the endpoint as its smoke prediction.
+EXAMPLE_FILE = "example_request.json"
+# Inputs and outputs that are raw bytes whatever their content (TF Serving's and Vertex AI's convention).
+BYTES_SUFFIX = "_bytes"
+# A valid 1x1 grayscale PNG, base64: the example value of a *_bytes input, so that an image signature runs
+# its whole graph (a text input gets "" instead).
+TINY_PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQAAAABJRU5ErkJggg=="
+
+
+def signature_inputs(fn) -> tuple[tuple[str, str, tuple[int | None, ...]], ...]:
+    """(name, dtype name, shape) of each input of a loaded SavedModel signature, sorted by name; an input of
+    unknown rank takes one value per instance. Reads the function's attributes only (no import)."""
+    specs = fn.structured_input_signature[1]
+    return tuple(
+        (key, spec.dtype.name, tuple(spec.shape.as_list()) if spec.shape.rank is not None else (None,))
+        for key, spec in sorted(specs.items())
+    )
+
+
+def example_instance(inputs) -> dict:
+    """An instance every one of ``inputs`` ((name, dtype, shape), the first dimension the batch) accepts: ""
+    for text, a 1x1 PNG for a *_bytes input, 1 for integers (a count such as top_k's k), 0.0, false; a list
+    of 1 along dimensions of any length."""
+    def leaf(name: str, dtype: str):
+        if dtype == "string":
+            return {"b64": TINY_PNG_B64} if name.endswith(BYTES_SUFFIX) else ""
+        return {"bool": False}.get(dtype, 0.0 if dtype.startswith(("float", "bfloat")) else 1)
+
+    def nest(name: str, dtype: str, shape: tuple, axis: int):
+        if axis == len(shape):
+            return leaf(name, dtype)
+        return [nest(name, dtype, shape, axis + 1)] * (shape[axis] or 1)
+
+    return {name: nest(name, dtype, tuple(shape), 1) for name, dtype, shape in inputs}

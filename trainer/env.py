@@ -141,15 +141,26 @@ def trial_id(environ: Mapping[str, str] = os.environ) -> str | None:
     return environ.get(TRIAL_ID) or None
 
 
+# The folder of cached pre-training results. On Cloud Storage it is one top-level prefix of the bucket
+# (infra's models bucket expires it by that prefix: infra/constructs/buckets.py), elsewhere one beside the
+# model's.
+DATA_SCANS = "data-scans"
+
+
 def data_cache_dir(dirs: OutputDirs, environ: Mapping[str, str] = os.environ) -> str:
     """Where the trainer caches what it learnt from its input (trainer.result_cache: e.g. trainer.csv_scan's
-    scans) for the job's other trials and for a restart: beside the run's model folder,
-    ``<base>/data-scans``, with ``<base>`` the job's baseOutputDirectory (Vertex AI writes a trial's outputs
-    to ``<base>/<trial id>/model``) or the ``--job-dir``."""
+    scans) for the job's other trials and for a restart, keyed by ``<base>``, the job's baseOutputDirectory
+    (Vertex AI writes a trial's outputs to ``<base>/<trial id>/model``) or the ``--job-dir``: on Cloud Storage
+    ``gs://BUCKET/data-scans/<path>`` for ``<base>`` ``gs://BUCKET/<path>`` (a lifecycle rule deletes it there
+    after some days: a deleted entry is only computed again), elsewhere ``<base>/data-scans``."""
     base = dirs.model.rstrip("/").rsplit("/", 1)[0]
     if trial_id(environ) and environ.get(MODEL_DIR, "").strip():
         base = base.rsplit("/", 1)[0]
-    return f"{base}/data-scans"
+    scheme, sep, rest = base.partition("://")
+    if sep and "/" in rest:
+        bucket, path = rest.split("/", 1)
+        return f"{scheme}://{bucket}/{DATA_SCANS}/{path}"
+    return f"{base}/{DATA_SCANS}"
 
 
 def _has_tpu(environ: Mapping[str, str]) -> bool:

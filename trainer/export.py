@@ -68,3 +68,18 @@ def write_text(path: str, text: str) -> None:
 
 def write_json(path: str, payload: dict) -> None:
     write_text(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def write_example_request(path: str) -> None:
+    """``<path>/example_request.json``: one instance serving_default accepts, read from the SavedModel just
+    written as the server reads it (trainer.contract), for `run_job.py deploy`'s smoke prediction. Best
+    effort: a model that cannot be read back here is still exported, without the file."""
+    import tensorflow as tf
+
+    from trainer.contract import EXAMPLE_FILE, example_instance, signature_inputs
+
+    try:
+        fn = tf.saved_model.load(path).signatures["serving_default"]
+        write_json(f"{path}/{EXAMPLE_FILE}", {"instances": [example_instance(signature_inputs(fn))]})
+    except Exception as exc:  # noqa: BLE001 - the model is exported either way
+        log.warning("no %s: %s", EXAMPLE_FILE, " ".join(str(exc).split())[:300] or type(exc).__name__)

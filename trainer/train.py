@@ -61,7 +61,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
         read_backup_epoch,
     )
     from trainer.compat import fix_distributed_symbolic_build, fix_multi_worker_metric_reduction
-    from trainer.export import export_saved_model, write_json, write_text
+    from trainer.export import export_saved_model, write_example_request, write_json, write_text
     from trainer.models import load_task
     from trainer.sharding import shard_for
 
@@ -169,11 +169,14 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     log.info("phases: %s", " ".join(f"{k}={v}" for k, v in timings.items()))
     if chief:
         write_text(f"{target}/{CONFIG_FILE}", cfg.to_json())
+        write_example_request(target)
         write_json(f"{target}/{METRICS_FILE}", {
             "eval": metrics, "history": epoch_logger.history, "data": data.report,
             "distribution": kind, "replicas": replicas, "train_seconds": round(train_seconds, 3),
             "phases": timings,
         })
+        for name, text in (task.export_files(data) if task.export_files else {}).items():
+            write_text(f"{target}/{name}", text)
     else:
         shutil.rmtree(scratch, ignore_errors=True)
     return RunResult(metrics=metrics, history=epoch_logger.history, initial_epoch=initial_epoch,

@@ -4,7 +4,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from infra.cdk import Construct, TerraformResource, TerraformResourceLifecycle
-from infra.config import BUCKET_NAME
+from infra.config import BUCKET_FOLDER, BUCKET_NAME, MAX_STUDY_PREFIXES
 from infra.constructs import Grant, checkov_skip
 from infra.constructs import validation as v
 from infra.google import (
@@ -23,6 +23,21 @@ ACCESS_LOGS_REASON = (
 )
 
 
+# Where the trainer caches pre-training results on Cloud Storage (trainer.env.DATA_SCANS, which infra/ may
+# not import: tests/infra/test_constructs.py holds the two equal).
+CACHE_PREFIX = "data-scans/"
+# GCS takes at most 100 lifecycle rules per bucket; every bucket has 2-3 of its own.
+MAX_EXPIRING_FOLDERS = 90
+
+
+@dataclass(frozen=True)
+class FolderExpiry:
+    """Live objects under any of ``prefixes`` are deleted ``days`` after they were written (their age)."""
+
+    prefixes: tuple[str, ...]
+    days: int
+
+
 @dataclass(frozen=True)
 class BucketProps:
     name: str
@@ -34,6 +49,8 @@ class BucketProps:
     # Data and models are the expensive-to-recreate buckets: Terraform refuses to plan their destruction.
     protect_from_destroy: bool = False
     expire_after_days: int | None = None
+    # Folders of objects nothing reads after the job that wrote them (caches, finished studies).
+    expiring_folders: tuple[FolderExpiry, ...] = ()
     kms_key: str | None = None
     depends_on: Sequence[TerraformResource] = field(default=())
 
@@ -52,6 +69,21 @@ class BucketProps:
         v.check_bool(where, "protect_from_destroy", self.protect_from_destroy)
         if self.expire_after_days is not None:
             v.check_positive(where, "expire_after_days", self.expire_after_days, 3650)
+        folders = self.expiring_folders
+        v.check(where, "expiring_folders", folders,
+                isinstance(folders, tuple) and len(folders) <= MAX_EXPIRING_FOLDERS,
+                f"a tuple of at most {MAX_EXPIRING_FOLDERS} FolderExpiry (GCS: 100 lifecycle rules a bucket)")
+        for i, expiry in enumerate(folders):
+            field_ = f"expiring_folders[{i}]"
+            prefixes = expiry.prefixes if isinstance(expiry, FolderExpiry) else None
+            v.check(where, f"{field_}.prefixes", prefixes, isinstance(prefixes, tuple)
+                    and 0 < len(prefixes) <= MAX_STUDY_PREFIXES,
+                    f"a FolderExpiry of 1-{MAX_STUDY_PREFIXES} folders")
+            for j, prefix in enumerate(prefixes):
+                # Never '' or '/': a prefix rule with no folder would expire the whole bucket.
+                v.check_str(where, f"{field_}.prefixes[{j}]", prefix, BUCKET_FOLDER, "a folder ending in '/'")
+                v.check_once(where, f"{field_}.prefixes", prefixes, j, "folder")
+            v.check_positive(where, f"{field_}.days", expiry.days, 3650)
         v.check_kms_key(where, self.kms_key, self.location)
 
 
@@ -76,6 +108,9 @@ class TrainingBucket(Construct):
         ]
         if props.expire_after_days is not None:
             rules.append(_rule("Delete", age=props.expire_after_days, with_state="LIVE"))
+        # Age counts from the object's creation, not its last read: Cloud Storage keeps no read time.
+        rules += [_rule("Delete", age=expiry.days, matches_prefix=list(expiry.prefixes), with_state="LIVE")
+                  for expiry in props.expiring_folders]
         self.bucket = StorageBucket(
             self, "bucket",
             name=props.name,

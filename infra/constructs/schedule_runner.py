@@ -31,6 +31,20 @@ REGISTRY_PERMISSIONS = (
     "aiplatform.models.update",
     "aiplatform.models.upload",
 )
+# What a batch prediction after registration adds, only where some schedule has `batch_predict:`: create the
+# BatchPredictionJob and poll it (the connector waits for its end). It runs as the runtime account, which the
+# runner may already act as; its model is the registry's, which the runner already reads.
+BATCH_PERMISSIONS = (
+    "aiplatform.batchPredictionJobs.create",
+    "aiplatform.batchPredictionJobs.get",
+)
+# What a canary deploy adds, only where some schedule has `deploy:`: read the endpoint (what it serves and its
+# split) and deploy to it (deployModel: the connector polls its operation). The request names no service
+# account, so the model serves as Vertex AI's own: no actAs. Not undeploy: rollback stays a person's.
+DEPLOY_PERMISSIONS = (
+    "aiplatform.endpoints.deploy",
+    "aiplatform.endpoints.get",
+)
 # The workflow's log lines (call logging of errors, sys.log) are written as this account.
 SCHEDULER_PROJECT_ROLES = ("roles/logging.logWriter",)
 SCHEDULER_DESCRIPTION = "Identity of the scheduled retraining runs (Cloud Scheduler + Workflows, infra/)"

@@ -31,6 +31,8 @@ from infra.schedules import (
     MAX_RETRY_DURATION_S,
     MIN_BACKOFF_S,
     RETRY_COUNT,
+    ScheduledBatch,
+    ScheduledDeploy,
     ScheduledRegistration,
     ScheduledRun,
     workflow_source,
@@ -77,6 +79,10 @@ class ScheduledJobProps:
         v.check_kms_key(where, self.kms_key, self.run.region)
         if self.run.registration is not None:
             check_registration(where, self.run)
+        if self.run.batch is not None:
+            check_batch(where, self.run)
+        if self.run.deploy is not None:
+            check_deploy(where, self.run)
 
 
 def check_registration(where: str, run: ScheduledRun) -> None:
@@ -114,6 +120,32 @@ def check_registration(where: str, run: ScheduledRun) -> None:
     v.check(where, "run.body.displayName", display,
             isinstance(display, str) and run.run_id_placeholder in display,
             "the run id (the placeholder): the registration's results and log lines name the run by it")
+
+
+def check_batch(where: str, run: ScheduledRun) -> None:
+    """A batch prediction predicts with the registry's first alias of this schedule's own model, in its
+    project: what the runner's grants and the workflow's order (after registering) are for."""
+    batch, reg = run.batch, run.registration
+    v.check(where, "run.batch", batch, isinstance(batch, ScheduledBatch) and reg is not None
+            and len(reg.aliases) > 0, "an infra.schedules.ScheduledBatch, of a run registered with an alias")
+    model = f"{run.parent}/models/{reg.model_id}@{reg.aliases[0]}"
+    v.check(where, "run.batch.body.model", batch.body_dict().get("model"),
+            batch.body_dict().get("model") == model and batch.model == f"{reg.model_id}@{reg.aliases[0]}",
+            f"{model}: the version the gate's first alias names")
+
+
+def check_deploy(where: str, run: ScheduledRun) -> None:
+    """A canary deploys the first alias of this schedule's own model, to an endpoint of its project."""
+    canary, reg = run.deploy, run.registration
+    v.check(where, "run.deploy", canary, isinstance(canary, ScheduledDeploy) and reg is not None
+            and len(reg.aliases) > 0, "an infra.schedules.ScheduledDeploy, of a run registered with an alias")
+    model = f"{run.parent}/models/{reg.model_id}@{reg.aliases[0]}"
+    v.check(where, "run.deploy.deployed_model.model", canary.deployed_model_dict().get("model"),
+            canary.deployed_model_dict().get("model") == model, f"{model}: the version the gate moved")
+    v.check(where, "run.deploy.endpoint", canary.endpoint,
+            canary.endpoint.startswith(f"{run.parent}/endpoints/"),
+            f"{run.parent}/endpoints/<id>: an endpoint of this project and region")
+    v.check(where, "run.deploy.traffic", canary.traffic, 1 <= canary.traffic <= 100, "1..100")
 
 
 class ScheduledJob(Construct):

@@ -127,6 +127,11 @@ def print_plan(plan, err: TextIO) -> None:
             file=err,
         )
         print(json.dumps(upload, indent=2), file=err)
+    deploy = plan.deploy_request()
+    if deploy is not None:
+        print("deploy request (sent once the version is registered, unless it is deployed there already; "
+              "<...> are what the endpoint serves then):", file=err)
+        print(json.dumps(deploy, indent=2), file=err)
 
 
 def cloud_failure(exc: BaseException, err: TextIO) -> int:

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
-from jobs.api import DEFAULT_ENV, REPO_ROOT
+from jobs.api import DEFAULT_ENV, DEPLOY_VERBS, REPO_ROOT
 from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser, cloud_failure, print_plan
 
 HELP_ALL = "--help-all"
@@ -458,6 +458,15 @@ def _batch_predict(argv: list[str], call: Call) -> int:
         argv, factory=call.factory, out=call.out, err=call.err, repo_root=call.repo_root,
         outputs=call.outputs, now=call.now,
     )
+def _deploy_verb(verb: str) -> Callable[[list[str], Call], int]:
+    """deploy, undeploy, rollback: a registered version on an endpoint (jobs/cli/deploy.py)."""
+
+    def run(argv: list[str], call: Call) -> int:
+        from jobs.cli import deploy
+
+        return deploy.main(verb, argv, call)
+
+    return run
 
 
 # The verbs, checked on the first argument before JOB_FILE is parsed: each gets the arguments after it and has
@@ -467,6 +476,7 @@ VERBS: dict[str, Callable[[list[str], Call], int]] = {
     "report": _report,
     "serve": _serve,
     "batch-predict": _batch_predict,
+    **{verb: _deploy_verb(verb) for verb in DEPLOY_VERBS},
 }
 # Each verb as --help lists it; written here, as importing the verbs' modules would be heavier than the help.
 VERB_HELP = {
@@ -474,4 +484,7 @@ VERB_HELP = {
     "report": ("report RESOURCE_NAME", "an earlier job's report: a study's trials, a CustomJob's metrics"),
     "serve": ("serve MODEL_DIR", "serve an exported SavedModel here as its Model Registry entry serves it"),
     "batch-predict": ("batch-predict MODEL@ALIAS", "JSONL through a registry version on Vertex AI, or here"),
+    "deploy": ("deploy MODEL@ALIAS --endpoint NAME", "a registered version to an endpoint, or a canary"),
+    "undeploy": ("undeploy MODEL@ALIAS --endpoint NAME", "take a version off an endpoint"),
+    "rollback": ("rollback --endpoint NAME", "undo the last deploy: its traffic back where it was"),
 }

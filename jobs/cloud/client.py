@@ -404,6 +404,56 @@ def version_name(model: str, version_id: str) -> str:
     return model if "@" in model else f"{model}@{version_id}"
 
 
+class VertexEndpoints:
+    """Endpoints through the generated EndpointServiceClient, predictions through PredictionServiceClient, in
+    REST JSON form. Made on first use, every call with a deadline; a deploy or undeploy waits for its
+    long-running operation, whose failure raises (Vertex AI then leaves the endpoint's traffic as it was)."""
+
+    CALL_TIMEOUT = 60.0
+    DEPLOY_TIMEOUT = 3600.0  # a deploy provisions machines and waits for the container's health route
+
+    def __init__(self, make_client: Callable[[], Any], make_predictor: Callable[[], Any]) -> None:
+        self._make = {"endpoints": make_client, "predictions": make_predictor}
+        self._made: dict[str, Any] = {}
+
+    def _client(self, which: str) -> Any:
+        if which not in self._made:
+            self._made[which] = self._make[which]()
+        return self._made[which]
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """The endpoint, its deployedModels and trafficSplit; None when Vertex AI has no such endpoint."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return _message_json(self._client("endpoints").get_endpoint(name=name, timeout=self.CALL_TIMEOUT))
+        except NotFound:
+            return None
+
+    def deploy(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send a DeployModelRequest (JSON form) and wait: the DeployedModel it created."""
+        from google.cloud.aiplatform_v1 import DeployModelRequest
+
+        message = DeployModelRequest.from_json(json.dumps(request))
+        operation = self._client("endpoints").deploy_model(request=message, timeout=self.CALL_TIMEOUT)
+        return _message_json(operation.result(timeout=self.DEPLOY_TIMEOUT).deployed_model)
+
+    def undeploy(self, request: dict[str, Any]) -> None:
+        """Send an UndeployModelRequest (JSON form) and wait for it."""
+        from google.cloud.aiplatform_v1 import UndeployModelRequest
+
+        message = UndeployModelRequest.from_json(json.dumps(request))
+        operation = self._client("endpoints").undeploy_model(request=message, timeout=self.CALL_TIMEOUT)
+        operation.result(timeout=self.DEPLOY_TIMEOUT)
+
+    def predict(self, endpoint: str, instances: list[Any]) -> dict[str, Any]:
+        """One online prediction through the endpoint's traffic split: predictions and deployedModelId."""
+        from google.cloud.aiplatform_v1 import PredictRequest
+
+        message = PredictRequest.from_json(json.dumps({"endpoint": endpoint, "instances": instances}))
+        return _message_json(self._client("predictions").predict(request=message, timeout=self.CALL_TIMEOUT))
+
+
 @dataclass
 class Clients:
     jobs: VertexJobs
@@ -412,6 +462,7 @@ class Clients:
     builds: CloudBuilds | None = None
     logs: CloudLogs | None = None  # None: nothing to stream a job's log entries from
     models: VertexModels | None = None
+    endpoints: VertexEndpoints | None = None
 
 
 ClientFactory = Callable[[str, str], Clients]
@@ -430,6 +481,16 @@ def default_factory(project: str, region: str) -> Clients:
 
         return ModelServiceClient(client_options=options)
 
+    def endpoint_service():
+        from google.cloud.aiplatform_v1.services.endpoint_service import EndpointServiceClient
+
+        return EndpointServiceClient(client_options=options)
+
+    def prediction_service():
+        from google.cloud.aiplatform_v1.services.prediction_service import PredictionServiceClient
+
+        return PredictionServiceClient(client_options=options)
+
     return Clients(
         jobs=VertexJobs(JobServiceClient(client_options=options)),
         storage=GcsStorage(project),
@@ -437,6 +498,7 @@ def default_factory(project: str, region: str) -> Clients:
         builds=CloudBuilds(CloudBuildClient()),
         logs=CloudLogs(logging_session),
         models=VertexModels(model_service),
+        endpoints=VertexEndpoints(endpoint_service, prediction_service),
     )
 
 

@@ -2,12 +2,13 @@
 
 Steps: look up the job's trainer images in Artifact Registry, and build the missing ones with Cloud Build
 (context tarball to the staging bucket, build, follow) -> build and upload the trainer sdist unless the
-staging bucket has it -> look for a live job with this submission's hash (a retry must not create a
-duplicate) -> create the job -> print links -> follow it, streaming its log entries (jobs.cloud.logs) between
-its state lines -> for a tuning job, write the study report once it ends (``report.py``: study.json,
-study.png, the table of trials) -> register its model in the Model Registry when the definition asks
-(jobs.cloud.register). Each step reads and writes one ``Execution``; nothing here decides *whether* to touch
-the cloud. Every image is resolved before anything is built, uploaded or submitted.
+staging bucket has it -> look for a live job with this submission's hash (a retry must not create a duplicate)
+-> create the job -> print links -> follow it, streaming its log entries (jobs.cloud.logs) between its state
+lines -> for a tuning job, write the study report once it ends (``report.py``: study.json, study.png, the
+table of trials) -> register its model in the Model Registry when the definition asks (jobs.cloud.register) ->
+deploy the gated alias to an endpoint when it has a deploy block (jobs.cloud.deploy). Each step reads and
+writes one ``Execution``; nothing here decides *whether* to touch the cloud. Every image is resolved before
+anything is built, uploaded or submitted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, Protocol, TextIO
 from jobs.cloud import client as cloud
 from jobs.cloud import report
 from jobs.cloud.builds import ImageBuild
+from jobs.cloud.deploy import DeployRegistered, target_of
+from jobs.cloud.deploy import preview_request as deploy_preview
 from jobs.cloud.logs import GRACE_SECONDS, LogStream
 from jobs.cloud.register import RegisterModel, preview_request
 from jobs.definition import body
@@ -319,6 +322,13 @@ class Plan:
             return None
         return preview_request(self.job)
 
+    def deploy_request(self) -> dict[str, Any] | None:
+        """The DeployModelRequest the plan sends once the model is registered (placeholders for what only
+        the endpoint knows then), or None when the plan deploys nothing."""
+        if not any(isinstance(step, DeployRegistered) for step in self.steps):
+            return None
+        return deploy_preview(self.job.deploy.ref, self.job.deploy.spec, target_of(self.job))
+
     def execute(self, clients: cloud.Clients, repo_root: Path, out: TextIO = sys.stdout) -> Execution:
         with tempfile.TemporaryDirectory(prefix="run-job-") as tmp:
             ex = Execution(self.job, clients, out, repo_root, Path(tmp))
@@ -353,6 +363,8 @@ def build_plan(
             steps.append(ReportStudy(report_dir))
         if job.registry is not None:
             steps.append(RegisterModel())
+        if job.deploy is not None:
+            steps.append(DeployRegistered())
     return Plan(job, steps, list(builds), cost if follow is None else None)
 
 

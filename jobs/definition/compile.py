@@ -20,7 +20,8 @@ from typing import Any
 from infra.outputs import as_planned
 from jobs.definition import body as job_body
 from jobs.definition.body import GOALS
-from jobs.definition.errors import JobError, one_of, short
+from jobs.definition.deployment import DEPLOY_FIELD, DeployError, DeployPlan, parse_block
+from jobs.definition.errors import FieldError, JobError, one_of, short
 from jobs.definition.gcloud_flags import FlagOverride, JobFlags, apply_flags
 from jobs.definition.kinds import CUSTOM_JOB, JOB_KINDS, KINDS, TUNING_JOB, runs_study, spec_field
 from jobs.definition.loader import Document
@@ -74,6 +75,8 @@ class CompiledJob:
     # The Model Registry block (model_registry.py): what run_job.py and the scheduled workflow register
     # after the job succeeds; None when the definition has none.
     registry: RegistrySpec | None = None
+    # The deploy block (deployment.py): the gated alias deployed once registered; None without one.
+    deploy: DeployPlan | None = None
     # The body path of a field minus this prefix is its path in the file (gcloud CustomJobSpec files have no
     # jobSpec level of their own).
     prefix: str = ""
@@ -171,6 +174,8 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
     file = document.file
     outputs = {k: str(v) for k, v in context.outputs.items()}
     data = resolve(document.data, {"infra": outputs}, file, final=False)
+    # A header block beside registry (a gcloud config has no header: there it stays an unknown field).
+    deploy_block = data.pop(DEPLOY_FIELD, None) if "kind" in data else None
     kind, delivery, body, prefix, registry_block = _normalize(data, file)
     project = outputs.get("project", "")
     placed = apply_flags(body, kind, context.flags, document, prefix, project)
@@ -218,6 +223,9 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
     if registry_block is not None:
         namespaces = {"infra": outputs, "job": job_values}
         registry = _registry(document, registry_block, namespaces, kind, body)
+    deploy = None
+    if deploy_block is not None:
+        deploy = _deploy(document, deploy_block, {"infra": outputs, "job": job_values}, registry)
     return CompiledJob(
         file=file,
         kind=kind,
@@ -234,7 +242,28 @@ def compile_job(document: Document, context: Context) -> CompiledJob:
         flagged=placed.flagged,
         flag_overrides=placed.overrides,
         registry=registry,
+        deploy=deploy,
     )
+
+
+def _deploy(document: Document, block: Any, namespaces, registry: RegistrySpec | None) -> DeployPlan:
+    """The deploy block, references resolved, as a DeployPlan; errors carry the block's line."""
+    file = document.file
+    if registry is None:
+        raise JobError(file, DEPLOY_FIELD, "deploys the registered model, and there is no registry block",
+                       "a registry block with the alias to deploy")
+    try:
+        block = resolve(block, namespaces, file, DEPLOY_FIELD)
+        return parse_block(block, registry.model_id, registry.aliases)
+    except DeployError as exc:
+        raise _at_line(document, exc) from None
+
+
+def _at_line(document: Document, exc: FieldError) -> JobError:
+    """A block's refusal in the file, with the line its field was written on."""
+    line = document.line_of(exc.path)
+    problem = f"{exc.problem} (line {line})" if line else exc.problem
+    return JobError(document.file, exc.path, problem, exc.allowed)
 
 
 def _registry(document: Document, block: Any, namespaces, kind: str, body: dict[str, Any]) -> RegistrySpec:
@@ -252,9 +281,7 @@ def _registry(document: Document, block: Any, namespaces, kind: str, body: dict[
             block, study_metric=study_metric, runs_study=runs_study(kind), serving_image=serving_image
         )
     except RegistryError as exc:
-        line = document.line_of(exc.path)
-        problem = f"{exc.problem} (line {line})" if line else exc.problem
-        raise JobError(file, exc.path, problem, exc.allowed) from None
+        raise _at_line(document, exc) from None
 
 
 def _normalize(data: dict[str, Any], file: str) -> tuple[str, str, dict[str, Any], str, Any]:

@@ -20,6 +20,7 @@ from common.model_registry import DEFAULT_ALIAS, GATE, HELD, KEPT, MOVED, decide
 from infra.config import load_environment
 from infra.outputs import planned_outputs
 from infra.schedules import (
+    BATCH_CONNECTOR,
     CREATE_CONNECTOR,
     GET_MODEL_CONNECTOR,
     LIST_CONNECTOR,
@@ -115,6 +116,7 @@ class Project:
         self.fake.add_image(run.registration.container_spec_dict()["imageUri"])
         self.storage = LocalDirStorage(root)
         self.jobs: dict[int, dict] = {}
+        self.batches: list[dict] = []  # the batch prediction requests executions sent (batch_predict:)
 
     # --- the schedule's jobs
 
@@ -158,7 +160,7 @@ class Project:
         )
         assert rc == 0, err
 
-    def workflow(self, program: dict, index: int, now: float, new: bool) -> None:
+    def workflow(self, program: dict, index: int, now: float, new: bool, more=None) -> dict:
         """A new job: an execution of the schedule that creates it. An earlier one: the program's `register`
         subworkflow called with it, as a later execution registers an earlier run."""
         if not new:
@@ -192,9 +194,11 @@ class Project:
             UPLOAD_CONNECTOR: self.upload,
             MERGE_ALIASES_CONNECTOR: self.merge,
             READ_OBJECT_CONNECTOR: self.read_object,
+            BATCH_CONNECTOR: self.batch_predict,
+            **(more or {}),  # a test's own connectors (a schedule's endpoint)
         }
         env = {"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": EXECUTION, "TENSORBOARD": self.outputs["tensorboard"]}
-        Interpreter(program, now=now, env=env, connectors=connectors).run()
+        return Interpreter(program, now=now, env=env, connectors=connectors).run()
 
     # --- the connectors, on the fake REST service run_job.py talks to
 
@@ -216,6 +220,13 @@ class Project:
         if "error" in done:
             raise operation_error(done["error"]["message"], done)
         return done["response"]
+
+    def batch_predict(self, args: dict) -> dict:
+        """The BatchPredictionJob as the connector returns it once it succeeded."""
+        self.batches.append(args)
+        folder = args["body"]["outputConfig"]["gcsDestination"]["outputUriPrefix"] + "prediction-x"
+        return {**args["body"], "name": f"{args['parent']}/batchPredictionJobs/{700 + len(self.batches)}",
+                "state": "JOB_STATE_SUCCEEDED", "outputInfo": {"gcsOutputDirectory": folder}}
 
     def merge(self, args: dict) -> dict:
         return self._call("POST", f"{args['name']}:mergeVersionAliases", body=args["body"])

@@ -46,8 +46,49 @@ def scenario_runs(cfg) -> tuple:
             parent=f"projects/{cfg.project_id}/locations/{cfg.region}", region=cfg.region,
             body=json.dumps(body, sort_keys=True), job_name=schedule.name, run_id_placeholder=placeholder,
             submission_hash=f"hash-{schedule.name}", label="submission_hash", timeout_s=7200,
-            registration=scenario_registration(planned) if schedule.name == REGISTERING else None))
+            registration=scenario_registration(planned) if schedule.name == REGISTERING else None,
+            batch=scenario_batch(planned, cfg, placeholder) if schedule.name == REGISTERING else None,
+            deploy=scenario_deploy(cfg) if schedule.name == REGISTERING else None))
     return tuple(runs)
+
+
+def scenario_deploy(cfg):
+    """The registering schedule's canary, as jobs.schedule compiles `deploy:` (all the traffic of the first
+    endpoint: a share below 100 is refused on an endpoint that serves nothing yet)."""
+    import json
+
+    from infra.outputs import endpoint_resource_names
+    from infra.schedules import ScheduledDeploy
+
+    name, endpoint = next(iter(endpoint_resource_names(cfg).items()))
+    parent = f"projects/{cfg.project_id}/locations/{cfg.region}"
+    return ScheduledDeploy(
+        endpoint=endpoint, endpoint_name=name, model="recommender@production", traffic=100, new_key="0",
+        deployed_model=json.dumps({"model": f"{parent}/models/recommender@production", "dedicatedResources": {
+            "machineSpec": {"machineType": "n1-standard-4"}, "minReplicaCount": 1, "maxReplicaCount": 1}}),
+        record_prefix="recommender@production; previous traffic ", record_none="none", max_display_name=128)
+
+
+def scenario_batch(planned, cfg, placeholder):
+    """The registering schedule's batch prediction, as jobs.schedule compiles `batch_predict:` (the run id
+    in its output, the display name's time a placeholder)."""
+    import json
+
+    from infra.schedules import BATCH_STAMP_PLACEHOLDER, ScheduledBatch
+
+    parent = f"projects/{cfg.project_id}/locations/{cfg.region}"
+    return ScheduledBatch(model="recommender@production", body=json.dumps({
+        "displayName": f"recommender-production-batch-{BATCH_STAMP_PLACEHOLDER}",
+        "model": f"{parent}/models/recommender@production",
+        "inputConfig": {"instancesFormat": "jsonl", "gcsSource": {
+            "uris": [f"{planned['models_bucket']}/x/{placeholder}/model/users.jsonl"]}},
+        "outputConfig": {"predictionsFormat": "jsonl", "gcsDestination": {
+            "outputUriPrefix": f"{planned['models_bucket']}/b/{placeholder}/"}},
+        "dedicatedResources": {"machineSpec": {"machineType": "n1-standard-4"}, "startingReplicaCount": 1,
+                               "maxReplicaCount": 1},
+        "manualBatchTuningParameters": {"batchSize": 64},
+        "serviceAccount": planned["runtime_service_account"],
+        "labels": {"model": "recommender"}, "modelParameters": {"signature": "top_k"}}, sort_keys=True))
 
 
 # The one scenario schedule whose definition registers its model (the standard scenario's second): its

@@ -93,11 +93,15 @@ def test_scenarios_load():
     assert basic.job_submitters == ("group:ml-team@scenario.example", "user:lead@scenario.example")
     assert (basic.staging_retention_days, basic.noncurrent_retention_days, basic.registry_keep_versions,
             basic.registry_untagged_retention_days) == (9, 21, 5, 3)
+    assert (basic.result_cache_retention_days, basic.study_prefixes, basic.study_retention_days) == (
+        4, ("tuning/", "studies/nightly/"), 12)
     # `minimal` leaves every optional key out: the defaults.
     assert (minimal.job_submitters, minimal.labels, minimal.kms_key, minimal.github.deploy_branch) == (
         (), (), None, "main")
     assert (minimal.staging_retention_days, minimal.noncurrent_retention_days, minimal.registry_keep_versions,
             minimal.registry_untagged_retention_days) == (14, 30, 10, 7)
+    assert (minimal.result_cache_retention_days, minimal.study_prefixes,
+            minimal.study_retention_days) == (7, (), 30)
     with pytest.raises(AttributeError):
         basic.region = "europe-west4"  # frozen
 
@@ -133,6 +137,18 @@ _DELETE = object()
         ("kms_key", "projects/sec-proj/locations/europe-west4/keyRings/r/cryptoKeys/k", "kms_key",
          "'us-central1'"),
         ("staging_retention_days", 0, "staging_retention_days", "1 to 3650"),
+        ("result_cache_retention_days", 0, "result_cache_retention_days", "1 to 3650"),
+        ("result_cache_retention_days", "7d", "result_cache_retention_days", "1 to 3650"),
+        ("study_retention_days", 3651, "study_retention_days", "1 to 3650"),
+        ("study_prefixes", "census-tuning/", "study_prefixes", "a list of at most 50 folders"),
+        ("study_prefixes", [f"s{i}/" for i in range(51)], "study_prefixes", "a list of at most 50 folders"),
+        # Without the '/', census-tuning would also expire census-tuning-grid/; '' or '/' the whole bucket.
+        ("study_prefixes", ["census-tuning"], "study_prefixes[0]", "ending in '/'"),
+        ("study_prefixes", [""], "study_prefixes[0]", "ending in '/'"),
+        ("study_prefixes", ["/"], "study_prefixes[0]", "ending in '/'"),
+        ("study_prefixes", ["/census-tuning/"], "study_prefixes[0]", "ending in '/'"),
+        ("study_prefixes", ["Census/"], "study_prefixes[0]", "lowercase"),
+        ("study_prefixes", ["a/", "a/"], "study_prefixes[1]", "each folder once"),
         ("job_submitters", ["group:ml@acme.example", "group:ml@acme.example"], "job_submitters[1]",
          "each member once"),
         # Different members, one construct id: a jsii traceback at synthesis if it got that far.
@@ -178,7 +194,25 @@ _DELETE = object()
         ("schedules.nightly.job", _DELETE, "schedules.nightly.job", "required"),
         ("schedules.nightly.paused", "yes", "schedules.nightly.paused", "true or false"),
         ("schedules.nightly.set", ["a=1"], "schedules.nightly.set", "a mapping of field path"),
-        ("schedules.nightly.retries", 3, "schedules.nightly.retries", "allowed: cron, job, paused, set"),
+        ("schedules.nightly.retries", 3, "schedules.nightly.retries",
+         "allowed: batch_predict, cron, deploy, job, paused, set"),
+        ("schedules.nightly.deploy", {"traffic": 10}, "schedules.nightly.deploy.endpoint", "required"),
+        ("schedules.nightly.deploy", {"endpoint": "recommender", "traffic": 101},
+         "schedules.nightly.deploy.traffic", "an integer from 1 to 100"),
+        ("schedules.nightly.deploy", {"endpoint": "Recommender"}, "schedules.nightly.deploy.endpoint",
+         "the name of one of this file's endpoints"),
+        # batch_predict's shapes (the verb's own rules: tests/jobs/test_scheduled_batch.py).
+        ("schedules.nightly.batch_predict", ["gs://b/u.jsonl"], "schedules.nightly.batch_predict",
+         "a mapping with keys"),
+        ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl"},
+         "schedules.nightly.batch_predict.output", "required"),
+        ("schedules.nightly.batch_predict", {"input": [], "output": "gs://b/o/"},
+         "schedules.nightly.batch_predict.input", "a gs:// JSONL URI or a list of them"),
+        ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl", "output": "gs://b/o/", "k": 10},
+         "schedules.nightly.batch_predict.k", "unknown key; allowed: batch_size, input, machine_type"),
+        ("schedules.nightly.batch_predict", {"input": "gs://b/u.jsonl", "output": "gs://b/o/",
+                                             "batch_size": True},
+         "schedules.nightly.batch_predict.batch_size", "an integer >= 1"),
         ("schedules.Nightly", {"job": "jobs/recommender.yaml", "cron": "0 3 * * *"}, "schedules.Nightly",
          "2-30 lowercase letters"),
         ("schedules", ["nightly"], "schedules", "a mapping of schedule name"),
@@ -255,6 +289,14 @@ def test_schedules_load_with_defaults_and_overrides(env_dir):
             nightly.paused) == ("nightly", "jobs/recommender.yaml", "30 2 * * *", "Etc/UTC", (), False)
     # `set` values become run_job.py --set texts (VALUE as JSON, which run_job.py reads as YAML).
     assert weekly.overrides == ('jobSpec.workerPoolSpecs.0.machineSpec.machineType="n1-standard-8"',)
+    assert nightly.batch_predict is None
+    # batch_predict: one input or a list, the verb's defaults where a key is left out.
+    doc["schedules"]["nightly"]["batch_predict"] = {"input": "gs://b/u.jsonl", "output": "gs://b/o/",
+                                                    "batch_size": 8}
+    batch = load_environment_from(env_dir, doc).schedules[0].batch_predict
+    assert (batch.input, batch.output, batch.machine_type, batch.starting_replica_count,
+            batch.max_replica_count, batch.batch_size, batch.signature) == (
+        ("gs://b/u.jsonl",), "gs://b/o/", None, 1, None, 8, "")
     assert (weekly.time_zone, weekly.paused) == ("Europe/Berlin", True)
     del doc["schedules"]
     assert load_environment_from(env_dir, doc).schedules == ()
@@ -336,12 +378,15 @@ BROKEN_CONFIGS = [
     ("endpoints.recommender.request_response_logging.sampling_rate", 2,
      "field 'endpoints.recommender.request_response_logging.sampling_rate': got 2; allowed: a number greater "
      "than 0 and at most 1"),
+    # ...and a lifecycle folder.
+    ("study_prefixes", ["census-tuning"],
+     "field 'study_prefixes[0]': got 'census-tuning'; allowed: a folder of the models bucket ending in '/'"),
 ]
 
 
 @pytest.mark.parametrize(("field", "value", "message"), BROKEN_CONFIGS,
                          ids=["missing", "region", "unknown", "cron", "time-zone", "job-file",
-                              "sampling-rate"])
+                              "sampling-rate", "study-prefix"])
 def test_app_exits_2_with_one_line_on_broken_config(env_dir, tmp_path_factory, field, value, message):
     doc = _dev_doc()
     _set(doc, field, value)

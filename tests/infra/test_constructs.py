@@ -12,7 +12,7 @@ from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
 from infra.constructs.billing_budget import BillingBudgetProps, ProjectBudget
-from infra.constructs.buckets import BucketProps, TrainingBucket
+from infra.constructs.buckets import CACHE_PREFIX, BucketProps, FolderExpiry, TrainingBucket
 from infra.constructs.ci_identity import GithubCiIdentity, GithubCiIdentityProps
 from infra.constructs.cmek import CmekKey, CmekKeyProps
 from infra.constructs.endpoint import Endpoint, EndpointProps
@@ -36,7 +36,7 @@ VALID = {
     TrainingBucket: BucketProps(
         name="acme-ml-test-data", project=PROJECT, location="us-central1", labels={"team": "ml"},
         grants=(Grant("ml-viewer", VIEWER, GROUP),), noncurrent_retention_days=30, expire_after_days=7,
-        kms_key=KEY),
+        expiring_folders=(FolderExpiry(("data-scans/",), 7),), kms_key=KEY),
     ImageRegistry: ImageRegistryProps(
         project=PROJECT, location="us-central1", repository_id="acme-images", labels={"team": "ml"},
         keep_versions=10, untagged_retention_days=7,
@@ -108,6 +108,20 @@ BAD_PROPS = [
     (TrainingBucket, {"noncurrent_retention_days": True}, "noncurrent_retention_days", "whole number"),
     (TrainingBucket, {"expire_after_days": -7}, "expire_after_days", "from 1 to 3650"),
     (TrainingBucket, {"protect_from_destroy": "yes"}, "protect_from_destroy", "True or False"),
+    # A folder rule with no folder would expire the whole bucket.
+    (TrainingBucket, {"expiring_folders": (FolderExpiry(("",), 7),)}, "expiring_folders[0].prefixes[0]",
+     "a folder ending in '/'"),
+    (TrainingBucket, {"expiring_folders": (FolderExpiry(("/",), 7),)}, "expiring_folders[0].prefixes[0]",
+     "a folder ending in '/'"),
+    (TrainingBucket, {"expiring_folders": (FolderExpiry(("census-tuning",), 7),)},
+     "expiring_folders[0].prefixes[0]", "a folder ending in '/'"),
+    (TrainingBucket, {"expiring_folders": (FolderExpiry((), 7),)}, "expiring_folders[0].prefixes", "1-50"),
+    (TrainingBucket, {"expiring_folders": (FolderExpiry(("a/", "a/"), 7),)},
+     "expiring_folders[0].prefixes[1]", "each folder once"),
+    (TrainingBucket, {"expiring_folders": (FolderExpiry(("a/",), 0),)}, "expiring_folders[0].days",
+     "from 1 to 3650"),
+    (TrainingBucket, {"expiring_folders": (FolderExpiry(("a/",), 1),) * 91}, "expiring_folders",
+     "100 lifecycle rules a bucket"),
     (TrainingBucket, {"kms_key": "ml-key"}, "kms_key", "projects/P/locations/L/keyRings/R/cryptoKeys/K"),
     (TrainingBucket, {"kms_key": ""}, "kms_key", "projects/P/locations/L/keyRings/R/cryptoKeys/K"),
     (TrainingBucket, {"kms_key": KEY.replace("us-central1", "europe-west4")}, "kms_key",
@@ -263,3 +277,10 @@ def test_bad_props_fail_in_one_line_before_anything_is_created(tmp_path, constru
     # Validation runs first: the stack holds nothing, not even the construct's own node.
     assert stack.node.children == []
     assert _resources(stack) == {}
+
+
+def test_the_cache_rule_names_the_folder_the_trainer_caches_in():
+    """infra/ may not import the trainer: the two spellings of the folder are held equal here."""
+    from trainer.env import DATA_SCANS
+
+    assert CACHE_PREFIX == f"{DATA_SCANS}/"

@@ -16,7 +16,10 @@ import yaml
 from infra.naming import resource_names
 from infra.outputs import planned_outputs
 from infra.schedules import (
+    BATCH_CONNECTOR,
     CREATE_CONNECTOR,
+    DEPLOY_CONNECTOR,
+    GET_ENDPOINT_CONNECTOR,
     GET_MODEL_CONNECTOR,
     LIST_CONNECTOR,
     LIST_VERSIONS_CONNECTOR,
@@ -218,6 +221,18 @@ class Cloud:
         self.storage = FakeStorage()
         self.registry = FakeRegistry(run.parent)
         self.vertex = TrainingVertex(self.storage, value, outcome=outcome)
+        self.batch_state = "JOB_STATE_SUCCEEDED"  # how the batch prediction after registration ends
+        self.endpoint = {"deployedModels": [], "trafficSplit": {}}  # the canary's, serving nothing yet
+        self.deploys: list[dict] = []
+
+    def deploy(self, args: dict) -> dict:
+        """endpoints.deployModel, once the model serves."""
+        self.deploys.append(args)
+        return {"deployedModel": {"id": str(len(self.deploys))}}
+
+    def batch_predict(self, args: dict) -> dict:
+        """batchPredictionJobs.create, returning the job once it ended (the connector waits for it)."""
+        return {**args["body"], "name": f"{self.run.parent}/batchPredictionJobs/5", "state": self.batch_state}
 
     def execute(self, program, now=NOW, execution=EXECUTION):
         self.vertex.now = now
@@ -228,7 +243,8 @@ class Cloud:
                         LIST_VERSIONS_CONNECTOR: self.registry.list_versions,
                         GET_MODEL_CONNECTOR: self.registry.get, UPLOAD_CONNECTOR: self.registry.upload,
                         MERGE_ALIASES_CONNECTOR: self.registry.merge,
-                        READ_OBJECT_CONNECTOR: self.storage.get})
+                        READ_OBJECT_CONNECTOR: self.storage.get, BATCH_CONNECTOR: self.batch_predict,
+                        GET_ENDPOINT_CONNECTOR: lambda args: self.endpoint, DEPLOY_CONNECTOR: self.deploy})
         try:
             return interpreter.run(), interpreter
         finally:
@@ -536,3 +552,21 @@ def test_a_registration_the_registry_would_refuse_fails_synthesis(weekly, config
     with pytest.raises(PropsError, match=re.escape(f"field '{field}'")):
         props.validate("ScheduledJob 'x'")
     dataclasses.replace(props, run=run).validate("ScheduledJob 'x'")  # the scenario's own passes
+
+
+def test_a_batch_prediction_that_fails_fails_the_execution_after_the_registration(weekly):
+    """The batch runs once the run is registered and gated: its failure leaves the version and the alias
+    where the gate put them, and fails the execution (the batch is not retried by a later one)."""
+    run, program, planned = weekly
+    cloud = Cloud(run, value=0.3)
+    cloud.batch_state = "JOB_STATE_FAILED"
+    with pytest.raises(WorkflowRaised) as failed:
+        cloud.execute(program)
+    assert failed.value.value == f"batch prediction {run.parent}/batchPredictionJobs/5 ended JOB_STATE_FAILED"
+    assert cloud.registry.holder("production") == "1"
+    assert len(cloud.deploys) == 1  # the canary went first: the gate moved the alias
+    (sent,) = cloud.calls(BATCH_CONNECTOR)
+    rid = run_id(run)
+    assert sent["body"]["model"] == f"{run.parent}/models/{MODEL}@production"
+    assert sent["body"]["inputConfig"]["gcsSource"]["uris"] == [f"{model_dir(planned, rid)}/users.jsonl"]
+    assert sent["body"]["displayName"] == f"recommender-production-batch-{rid[len(run.job_name) + 1:][:15]}"

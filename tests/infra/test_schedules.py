@@ -231,7 +231,14 @@ REGISTRY = ["aiplatform.models.get", "aiplatform.models.list", "aiplatform.model
             "aiplatform.models.upload"]
 
 
-# The standard scenario has a schedule whose definition registers its model, the cmek scenario has not.
+# ...and predicting with the registered alias afterwards: create the batch job and poll it.
+BATCH = ["aiplatform.batchPredictionJobs.create", "aiplatform.batchPredictionJobs.get"]
+# ...and deploying it as a canary: read the endpoint, deploy to it (never undeploy).
+DEPLOY = ["aiplatform.endpoints.deploy", "aiplatform.endpoints.get"]
+
+
+# The standard scenario has a schedule whose definition registers its model (then predicts with it and
+# deploys it), the cmek scenario has not.
 @pytest.mark.parametrize(("env", "registers"), [(BASIC, True), (CMEK, False)])
 def test_the_schedule_account_holds_exactly_what_a_run_needs(bootstraps, stacks, configs, env, registers):
     cfg = configs[env]
@@ -244,7 +251,7 @@ def test_the_schedule_account_holds_exactly_what_a_run_needs(bootstraps, stacks,
                          if b["role_id"] == names.scheduler_role_id]
     assert sorted(role["permissions"]) == sorted(
         ["aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list",
-         "workflows.executions.create"] + (REGISTRY if registers else []))
+         "workflows.executions.create"] + (REGISTRY + BATCH + DEPLOY if registers else []))
     # On resources (platform stack): reading the models bucket's objects (metrics.json), nothing else.
     account = f"serviceAccount:{service_account_email(cfg, names.scheduler_account_id)}"
     grants = [(rtype, b["role"], b.get("bucket")) for rtype, bodies in stacks[env]["resource"].items()

@@ -145,6 +145,15 @@ def test_bucket_lifecycles_and_destroy_protection(stacks, configs):
             expiry = ("Delete", json.dumps({"age": cfg.staging_retention_days, "with_state": "LIVE"},
                                            sort_keys=True))
             assert (expiry in rules) == (role == "staging")
+            folders = {(r["condition"]["age"], tuple(r["condition"]["matches_prefix"]))
+                       for r in bucket["lifecycle_rule"] if "matches_prefix" in r["condition"]}
+            # The models bucket's cached pre-training results, and the studies where the config names them.
+            expected = {(cfg.result_cache_retention_days, ("data-scans/",))}
+            if cfg.study_prefixes:
+                expected.add((cfg.study_retention_days, cfg.study_prefixes))
+            assert folders == (expected if role == "models" else set()), (env, role)
+            assert all(r["action"]["type"] == "Delete" and r["condition"]["with_state"] == "LIVE"
+                       for r in bucket["lifecycle_rule"] if "matches_prefix" in r["condition"])
             if cfg.cmek:
                 assert bucket["encryption"] == {"default_kms_key_name": cfg.kms_key}
             else:

@@ -4,7 +4,7 @@ switch (steps, return, raise), try/except, return, raise and `next: break`, and 
 literals, variables, attribute and `in` tests, comparisons, arithmetic, map and list literals, and the
 standard-library functions the program uses (sys.now, sys.get_env, time.format, time.parse, text.substring,
 text.replace_all_regex, text.split, text.to_lower, text.url_encode, json.decode, list.concat, map.get,
-map.merge, default, len, int, string, get_type).
+map.merge, default, len, keys, int, string, get_type), and assignment to a map's computed key (`m[k]`).
 
 Anything else (an unknown step key, function or connector) fails the test instead of being skipped, so a typo
 in the generated program cannot pass; where Workflows documents that it refuses something (a duplicate step
@@ -206,6 +206,13 @@ def _get_type(value: Any) -> str:
     return next(name for kind, name in types if isinstance(value, kind))
 
 
+def _keys(value: Any) -> list[str]:
+    """keys(): a map's keys."""
+    if not isinstance(value, dict):
+        raise TypeError(f"keys: {value!r} is not a map")
+    return list(value)
+
+
 def _len(value: Any) -> int:
     if not isinstance(value, list | dict | str):
         raise TypeError(f"len: {value!r} is not a list, a map or a string")
@@ -280,7 +287,7 @@ class Interpreter:
         if "assign" in body:
             for item in body["assign"]:
                 ((var, value),) = item.items()
-                variables[var] = self._value(value, variables)
+                self._assign(var, self._value(value, variables), variables)
         if "call" in body:
             result = self._call(body["call"], self._value(body.get("args", {}), variables))
             if "result" in body:
@@ -298,6 +305,18 @@ class Interpreter:
         if body.get("next") == "break":
             raise _Break()
         assert body.get("next") in (None, "break"), f"step {name}: next {body.get('next')!r}"
+
+    def _assign(self, target: str, value: Any, variables: dict) -> None:
+        """`name: value`, or `name[key expression]: value` into an existing map (Workflows' only way to set a
+        key a program computes)."""
+        found = re.fullmatch(r"(\w+)\[(.+)\]", target)
+        if found is None:
+            variables[target] = value
+            return
+        into = variables[found[1]]
+        key = self.evaluate(found[2], variables)
+        assert isinstance(into, dict) and isinstance(key, str), f"assign {target}: a map and a string key"
+        into[key] = value
 
     def _try(self, name: str, body: dict, variables: dict) -> None:
         assert set(body) == {"try", "except"}, f"step {name}: try takes except (and nothing else here)"
@@ -391,6 +410,7 @@ class Interpreter:
             "map": SimpleNamespace(get=_map_get, merge=_map_merge),
             "default": lambda value, fallback: fallback if value is None else value,
             "len": _len,
+            "keys": _keys,
             "get_type": _get_type,
             "int": _int,
             "string": _string,

@@ -22,12 +22,14 @@ from jobs.cloud.client import (
     CloudLogs,
     ImageRegistry,
     LocalDirStorage,
+    VertexEndpoints,
     VertexJobs,
     VertexModels,
     tag_resource_name,
 )
 from jobs.definition.image import VARIANTS
 from tests.jobs.fake_batch import FakeBatch
+from tests.jobs.fake_endpoints import FakeEndpoints
 from tests.jobs.fake_logging import RESET, FakeLogging
 from tests.jobs.helpers import IMAGE_HASH, OUTPUTS
 
@@ -79,6 +81,7 @@ class FakeVertex:
     # Messages the next MergeVersionAliases calls are refused with (HTTP 503), one per call.
     merge_errors: list[str] = field(default_factory=list)
     logging: FakeLogging = field(default_factory=FakeLogging)
+    endpoints: FakeEndpoints = field(default_factory=FakeEndpoints)  # EndpointService and predict
     fixed: set[str] = field(default_factory=set)  # jobs from add_job: returned as stored, state included
     batch: FakeBatch = field(default_factory=FakeBatch)  # BatchPredictionJobs (tests/jobs/fake_batch.py)
 
@@ -134,6 +137,8 @@ class FakeVertex:
             return self._registry_or_build(method, path, query, body)
         if self.batch.owns(path):
             return self.batch.handle(method, path, body, self.models)
+        if "/endpoints/" in path:
+            return self.endpoints.handle(method, path, body or {}, self.models)
         if "/models" in path:
             return self._model_service(method, path, query, body or {})
         collection = next((c for c in COLLECTIONS if path.endswith("/" + c)), None)
@@ -349,8 +354,10 @@ class FakeVertexServer:
         def make(project: str, region: str) -> Clients:
             from google.auth.credentials import AnonymousCredentials
             from google.auth.transport.requests import AuthorizedSession
+            from google.cloud.aiplatform_v1.services.endpoint_service import EndpointServiceClient
             from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
             from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
+            from google.cloud.aiplatform_v1.services.prediction_service import PredictionServiceClient
             from google.cloud.artifactregistry_v1 import ArtifactRegistryClient
             from google.cloud.devtools.cloudbuild_v1 import CloudBuildClient
 
@@ -367,6 +374,8 @@ class FakeVertexServer:
                 builds=CloudBuilds(CloudBuildClient(**options)),
                 logs=CloudLogs(lambda: AuthorizedSession(AnonymousCredentials()), endpoint=self.endpoint),
                 models=VertexModels(lambda: ModelServiceClient(**options)),
+                endpoints=VertexEndpoints(lambda: EndpointServiceClient(**options),
+                                          lambda: PredictionServiceClient(**options)),
             )
 
         make.calls = calls

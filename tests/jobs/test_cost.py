@@ -317,6 +317,7 @@ def test_the_schedules_are_checked_against_the_cap_when_synthesized():
     with pytest.raises(ConfigError) as refused:
         compile_schedules(parse_environment("dev", doc | {"max_job_cost": 0.1}, "dev.yaml"))
     message = str(refused.value)
-    assert re.match(r"jobs/recommender\.yaml: field 'cost': the ceiling \$0\.\d\d is over max_job_cost", message)
+    assert re.match(r"jobs/recommender\.yaml: field 'cost': the ceiling \$0\.\d\d is over max_job_cost",
+                    message)
     assert "schedules.recommender-daily" in message and "--max-cost" not in message
 

@@ -55,6 +55,8 @@ def test_a_study_gets_the_local_report(vertex, tmp_path):
     assert lines[6].split() == ["4", "128", "0.9", "0.5", "sgd", "0.86", "SUCCEEDED", "-"]
     assert "Study running: 4 succeeded, 1 failed, 1 active" in out
     assert "Best trial 4: score=0.8600 with units=128 momentum=0.9 scale=0.5 opt=sgd" in out
+    assert ("Keep it past its folder's lifecycle: gcloud storage objects update --recursive --temporary-hold "
+            "gs://demo-models/runs/s/4/model\n") in out
     assert "Parameter importance (PED-ANOVA): " in out
     assert f"Results: {folder / 'study.json'}" in out and f"Plot: {folder / 'study.png'}" in out
     assert "Trial 5 failed: The replica ran out of memory" in out

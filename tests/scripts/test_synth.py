@@ -170,11 +170,15 @@ def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rew
     """Run each synthesized workflow (the Workflows interpreter of the infra tests, a fake Vertex AI) and
     compare the job it creates with what `run_job.py JOB --dry-run --env ENV --set ...` prints: equal, once
     the dry-run's job id is this run's id and the planned TensorBoard the deployed one. A schedule whose job
-    registers its model uploads the model the dry-run's upload request names, served by the same container."""
+    registers its model uploads the model the dry-run's upload request names, served by the same container;
+    one with batch_predict then creates the batch job `run_job.py batch-predict --dry-run` prints for its
+    flags, with this run's id where the config has ${job.id}, at this run's start."""
+    from datetime import datetime, timezone
     from io import StringIO
 
     from infra.outputs import planned_outputs
     from infra.schedules import (
+        BATCH_CONNECTOR,
         CREATE_CONNECTOR,
         GET_MODEL_CONNECTOR,
         LIST_CONNECTOR,
@@ -184,6 +188,7 @@ def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rew
         UPLOAD_CONNECTOR,
     )
     from jobs.cli.run_job import main as run_job
+    from jobs.definition.references import resolve
     from tests.infra.test_schedule_registry import FakeRegistry, FakeStorage
     from tests.infra.workflows_interpreter import Interpreter
 
@@ -198,6 +203,7 @@ def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rew
         (workflow,) = [w for w in stacks[env]["resource"]["google_workflows_workflow"].values()
                        if w["name"] == resource_names(cfg).schedule(schedule.name)]
         created: list[dict] = []
+        batches: list[dict] = []
 
         storage = FakeStorage()
 
@@ -216,8 +222,27 @@ def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rew
                                 LIST_VERSIONS_CONNECTOR: registry.list_versions,
                                 GET_MODEL_CONNECTOR: registry.get, UPLOAD_CONNECTOR: registry.upload,
                                 MERGE_ALIASES_CONNECTOR: registry.merge,
-                                READ_OBJECT_CONNECTOR: storage.get}).run()
+                                READ_OBJECT_CONNECTOR: storage.get,
+                                BATCH_CONNECTOR: lambda args, batches=batches: batches.append(args) or {
+                                    "name": "b", "state": "JOB_STATE_SUCCEEDED"}}).run()
         ((sent,),) = [created]
+        batch = schedule.batch_predict
+        assert len(batches) == (batch is not None)
+        if batch is not None:
+            names = {"infra": planned_outputs(cfg), "job": {"id": sent["body"]["displayName"]}}
+            flags = {"--machine-type": batch.machine_type, "--batch-size": batch.batch_size,
+                     "--starting-replica-count": batch.starting_replica_count,
+                     "--max-replica-count": batch.max_replica_count, "--signature": batch.signature or None}
+            argv = ["batch-predict", "recommender@production", "--dry-run", "--env", env,
+                    "--output", resolve(batch.output, names, "dev.yaml"),
+                    *(f"--input={resolve(uri, names, 'dev.yaml')}" for uri in batch.input),
+                    *(f"{flag}={value}" for flag, value in flags.items() if value is not None)]
+            out, err = StringIO(), StringIO()
+            assert run_job(argv, out=out, err=err, outputs=planned_outputs(cfg),
+                           now=datetime.fromtimestamp(now, timezone.utc)) == 0, err.getvalue()
+            ((predicted,),) = [batches]
+            assert {"parent": predicted["parent"], "batchPredictionJob": predicted["body"]} == json.loads(
+                out.getvalue())
 
         out, err = StringIO(), StringIO()
         argv = [schedule.job, "--dry-run", "--env", env, *(f"--set={o}" for o in schedule.overrides)]

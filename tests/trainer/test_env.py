@@ -35,10 +35,11 @@ def test_output_dirs_follow_aip_variables():
 
 @pytest.mark.parametrize(("job_dir", "environ", "expected"), [
     ("/runs/job", {}, "/runs/job/data-scans"),
-    ("gs://b/job/", {}, "gs://b/job/data-scans"),
+    ("gs://b/job/", {}, "gs://b/data-scans/job"),  # one prefix of the bucket, which its lifecycle expires
+    ("gs://b/", {}, "gs://b/data-scans"),
     # A CustomJob on Vertex AI: <base>/model; a trial: <base>/<trial id>/model, all trials share <base>.
-    (None, {"AIP_MODEL_DIR": "gs://m/census/123/model/"}, "gs://m/census/123/data-scans"),
-    (None, {"AIP_MODEL_DIR": "gs://m/study/7/model/", "CLOUD_ML_TRIAL_ID": "7"}, "gs://m/study/data-scans"),
+    (None, {"AIP_MODEL_DIR": "gs://m/census/123/model/"}, "gs://m/data-scans/census/123"),
+    (None, {"AIP_MODEL_DIR": "gs://m/study/7/model/", "CLOUD_ML_TRIAL_ID": "7"}, "gs://m/data-scans/study"),
     ("/runs/job", {"CLOUD_ML_TRIAL_ID": "7"}, "/runs/job/data-scans"),  # a trial run by hand: its job dir
 ])
 def test_scans_are_cached_where_the_jobs_trials_and_restarts_find_them(job_dir, environ, expected):

@@ -71,6 +71,12 @@ def test_trains_on_a_seeded_split_and_beats_popularity(movielens_run):
     assert config["model"] == "recommender" and config["task"]["embedding_dim"] == 64
     assert [h["epoch"] for h in metrics["history"]] == [1, 2, 3]
     assert "val_recall_at_k" in metrics["history"][0]
+    # Every user the model knows, once, as a top_k instance at the evaluated k: a batch prediction's input.
+    lines = (movielens_run / "model" / "users.jsonl").read_text().splitlines()
+    instances = [json.loads(line) for line in lines]
+    assert len(instances) == len({i["user"] for i in instances}) == data["train"]["users"]
+    assert all(i == {"user": i["user"], "k": 10} and isinstance(i["user"], str) for i in instances)
+    assert {"user": "1", "k": 10} in instances
 
 
 # Reloads the export with TensorFlow alone and calls every signature (see the script's docstring).

@@ -307,3 +307,11 @@ def test_the_served_export_predicts_as_the_saved_model_does(census_server, predi
     alone = census_server.predictions(instances[:1])[0]
     assert alone["probability"] == pytest.approx(served[0]["probability"], abs=1e-6)
 
+
+
+def test_the_export_writes_an_example_request_the_served_model_answers(json_run, census_server):
+    # What `run_job.py deploy` sends as its smoke prediction when given no instance.
+    request = json.loads((json_run[0] / "out/7/model/example_request.json").read_text())
+    assert len(request["instances"]) == 1 and len(request["instances"][0]) == 14  # every raw feature
+    (prediction,) = census_server.predictions(request["instances"])
+    assert prediction["label"] in ("<=50K", ">50K")

@@ -256,6 +256,9 @@ class Task:
     # (model, data) -> {name: (fn, input_signature)}: signatures exported beside serving_default, whatever
     # the export format (e.g. the recommender's top_k).
     more_signatures: Callable[..., dict[str, tuple[Callable, list]]] | None = None
+    # data -> {file name: text}: files the chief writes beside the SavedModel and metrics.json (e.g. the
+    # recommender's users.jsonl, the input of a batch prediction over its users).
+    export_files: Callable[[TaskData], dict[str, str]] | None = None
 
     @property
     def name(self) -> str:

@@ -26,7 +26,9 @@ sample), so evaluation stays bounded on large data.
 Export: ``serving_default`` and ``top_k`` return each user's best items they did not rate in training, with
 the model's probability of each (lists computed at export: ``users x --top-k`` entries, whatever the number
 of ratings); an unknown user gets the most popular items. ``similar_items`` returns an item's nearest items
-by the cosine of the item factors; an unknown item gets an empty row and ``known`` false.
+by the cosine of the item factors; an unknown item gets an empty row and ``known`` false. Beside the
+SavedModel, ``users.jsonl`` lists every user it knows as a ``top_k`` instance (``{"user": ID, "k":
+--ranking-k}``), the input of a batch prediction over all of them.
 
 Multi-worker: every worker reads the ratings, makes the same split and vocabularies (checked with an
 all-gather) and trains on its own 1/workers share of the training ratings (logged as "this worker's share").
@@ -60,6 +62,7 @@ from trainer.models.base import (
 from trainer.models.recommender.hooks import (
     DEFAULT_TOP_K,
     build_model,
+    export_files,
     make_data,
     more_signatures,
     serving_fn,
@@ -142,4 +145,4 @@ SPEC = TaskSpec(
 )
 
 TASK = Task(spec=SPEC, make_data=make_data, build_model=build_model, serving_fn=serving_fn,
-            more_signatures=more_signatures)
+            more_signatures=more_signatures, export_files=export_files)

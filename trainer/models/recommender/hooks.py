@@ -8,6 +8,7 @@ TensorFlow is imported inside the hooks: the task package imports this module fo
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 
@@ -187,8 +188,21 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
         train_steps=max(1, math.ceil(len(train) / global_train_batch)),
         preprocessor=lookup, report=report,
         state={"items": items.tolist(), "rated": rated, "num_users": len(users), "max_k": max_k,
+               "users": users.tolist(), "ranking_k": task.ranking_k,
                "popularity": np.bincount(fit.items, minlength=len(items) + 1), "item_item": weights},
         write_cache=(lambda: [write() for write in cache_writes]) if cache_writes else None)
+
+
+USERS_FILE = "users.jsonl"
+
+
+def export_files(data: TaskData) -> dict[str, str]:
+    """Beside the SavedModel, every user it knows as a top_k instance, one a line: `{"user": ID, "k":
+    --ranking-k}` (the k the gate's recall@k measured). A batch prediction of the export reads it: every
+    known user's list (infra/environments/dev.yaml's daily batch)."""
+    k = data.state["ranking_k"]
+    lines = (json.dumps({"user": str(user), "k": k}) + "\n" for user in data.state["users"])
+    return {USERS_FILE: "".join(lines)}
 
 
 def build_model(cfg, data: TaskData):
