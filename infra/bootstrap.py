@@ -4,11 +4,12 @@ project, applied by a project administrator, never by CI.
 The pattern of terraform-example-foundation's 0-bootstrap: the identities and the IAM that CI would otherwise
 hold over itself sit in a stack that CI's own account cannot change. It holds the GitHub workload identity
 pool and provider, the deployer, runtime and builder service accounts, every project-level IAM grant (theirs
-and the job submitters') and the project's Data Access audit config for Cloud Storage. IAM conditions cannot
-restrict the *member* of a grant, so no conditional projectIamAdmin could stop a deployer from granting a role
-to an outside principal: the deployer holds no IAM administration at all, and the platform stack it applies
-(infra/stack.py) grants only resource-level roles, only to this project's accounts, its service agents and the
-configured job submitters (checked at synthesis).
+and the job submitters'), the project's Data Access audit config for Cloud Storage and, with
+`billing_budget.billing_account`, the project's billing budget (it belongs to the billing account). IAM
+conditions cannot restrict the *member* of a grant, so no conditional projectIamAdmin could stop a deployer
+from granting a role to an outside principal: the deployer holds no IAM administration at all, and the
+platform stack it applies (infra/stack.py) grants only resource-level roles, only to this project's accounts,
+its service agents and the configured job submitters (checked at synthesis).
 
     cdktn deploy dev-bootstrap      # as a project administrator, once and whenever identities or IAM change
 """
@@ -19,6 +20,7 @@ from infra.cdk import Construct, GcsBackend, TerraformOutput, TerraformResource,
 from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
 from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
+from infra.constructs.billing_budget import BillingBudgetProps, ProjectBudget, budget_services
 from infra.constructs.ci_identity import DEPLOYER_PROJECT_ROLES, GithubCiIdentity, GithubCiIdentityProps
 from infra.constructs.endpoint_predictors import EndpointPredictors, EndpointPredictorsProps
 from infra.constructs.image_builder import BUILDER_DESCRIPTION, BUILDER_PROJECT_ROLES, ImageBuilder
@@ -56,6 +58,8 @@ SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
 SCHEDULE_DEPLOYER_ROLES = ("roles/workflows.editor", "roles/cloudscheduler.admin")
 STORAGE_SERVICE = "storage.googleapis.com"
 STATE_PREFIX = "infra"
+# Says whether the environment has a billing budget (jobs read none of it: not in BOOTSTRAP_OUTPUT_KEYS).
+BUDGET_OUTPUT = "billing_budget"
 
 
 class BootstrapStack(TerraformStack):
@@ -73,7 +77,7 @@ class BootstrapStack(TerraformStack):
         GoogleProvider(self, "google", project=project, region=cfg.region)
         GcsBackend(self, bucket=cfg.state_bucket, prefix=f"{STATE_PREFIX}/{bootstrap_stack_name(cfg)}")
         enabled = ProjectServices(self, "services", ProjectServicesProps(
-            project=project, services=BOOTSTRAP_SERVICES)).services
+            project=project, services=BOOTSTRAP_SERVICES + budget_services(cfg.billing_budget))).services
 
         # Who read and wrote which object: the audit trail the buckets rely on (CKV_GCP_62's skip reason).
         self.storage_audit = DataAccessLogs(self, "storage-data-access-logs", DataAccessLogsProps(
@@ -143,7 +147,18 @@ class BootstrapStack(TerraformStack):
             self.predictors = EndpointPredictors(self, "endpoint-predictors", EndpointPredictorsProps(
                 project=project, role_id=names.predictor_role_id, members=tuple(predictors.items()),
                 depends_on=tuple(enabled)))
+        budget = cfg.billing_budget
+        self.budget: ProjectBudget | None = None
+        if budget is not None:
+            self.budget = ProjectBudget(self, "billing-budget", BillingBudgetProps(
+                project=project, project_number=cfg.project_number, display_name=f"{cfg.name_prefix} monthly",
+                billing_account=budget.billing_account, amount=budget.amount, thresholds=budget.thresholds,
+                email=budget.email, pubsub_topic=budget.pubsub_topic, depends_on=tuple(enabled)))
         self._add_outputs()
+        # Not an output jobs read (BOOTSTRAP_OUTPUT_KEYS): the plan says whether the budget exists.
+        TerraformOutput(self, BUDGET_OUTPUT, description="the project's billing budget (billing_budget)",
+                        value=self.budget.budget.name if self.budget else
+                        f"none: environment {cfg.name} sets no billing_budget.billing_account")
 
     def _output_dependencies(self) -> dict[str, list[TerraformResource]]:
         """Each output waits for the grants that make what it names usable (as in the platform stack)."""

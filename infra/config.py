@@ -18,6 +18,7 @@ nothing a construct would refuse gets past the loader.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import Any
 
 from common import reader
 from common.gcs import UNDOTTED_BUCKET_NAME
+from common.prices import KINDS, MACHINES, TABLE_FILE, TIERS, Price, load_table
 from infra.cron import CronError, parse_cron
 from infra.schedules import MIN_SCHEDULE_GAP_MINUTES
 
@@ -73,6 +75,10 @@ ENDPOINT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 BIGQUERY_TABLE = re.compile(
     r"^bq://(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])\.(?P<dataset>[A-Za-z0-9_]{1,1024})"
     r"\.(?P<table>[A-Za-z0-9_]{1,1024})$")
+# A Cloud Billing account id, as `gcloud billing accounts list` prints it.
+BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
+EMAIL = re.compile(r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
+PUBSUB_TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~%+-]{2,254}$")
 # A folder of a bucket as a lifecycle prefix (`study_prefixes`), ending in '/' so that census-tuning/ never
 # also matches census-tuning-grid/ (a lifecycle prefix is matched as plain text).
 BUCKET_FOLDER = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}(/[a-z0-9][a-z0-9._-]{0,62}){0,7}/$")
@@ -186,6 +192,18 @@ class EndpointConfig:
 
 
 @dataclass(frozen=True)
+class BillingBudgetConfig:
+    """`billing_budget`: a monthly budget on this project's spend in its billing account (bootstrap stack),
+    notifying at each threshold (percent of `amount`) an email channel and/or a Pub/Sub topic."""
+
+    billing_account: str
+    amount: float  # USD per calendar month
+    thresholds: tuple[float, ...] = (50.0, 90.0, 100.0)
+    email: str | None = None
+    pubsub_topic: str | None = None
+
+
+@dataclass(frozen=True)
 class EnvironmentConfig:
     name: str
     project_id: str
@@ -212,11 +230,25 @@ class EnvironmentConfig:
     study_retention_days: int = 30
     schedules: tuple[ScheduleConfig, ...] = ()
     endpoints: tuple[EndpointConfig, ...] = ()
+    # The most a job's (a tuning job's) cost ceiling may be, USD; None: no cap (jobs/definition/cost.py).
+    max_job_cost: float | None = None
+    max_study_cost: float | None = None
+    # Prices over common/vertex_ai_prices.yaml: sorted (region, kind, name, on_demand, spot) rows.
+    prices: tuple[tuple[str, str, str, float | None, float | None], ...] = ()
+    billing_budget: BillingBudgetConfig | None = None
     source: str = ""
 
     @property
     def cmek(self) -> bool:
         return self.kms_key is not None
+
+    @property
+    def price_overrides(self) -> dict[str, dict[str, dict[str, Price]]]:
+        """`prices:` as common.prices takes them: {region: {kind: {name: Price}}}."""
+        found: dict[str, dict[str, dict[str, Price]]] = {}
+        for region, kind, name, on_demand, spot in self.prices:
+            found.setdefault(region, {}).setdefault(kind, {})[name] = Price(on_demand, spot)
+        return found
 
     @property
     def all_labels(self) -> dict[str, str]:
@@ -308,6 +340,7 @@ _TOP_OPTIONAL = {
     "job_submitters", "job_service_accounts", "labels", "kms_key", "staging_retention_days",
     "noncurrent_retention_days",
     "registry_keep_versions", "registry_untagged_retention_days", "schedules", "endpoints",
+    "max_job_cost", "max_study_cost", "prices", "billing_budget",
     "result_cache_retention_days", "study_prefixes", "study_retention_days",
 }
 _GITHUB_REQUIRED = {"owner", "repository", "repository_id"}
@@ -394,6 +427,10 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
         study_retention_days=_days(path, doc, "study_retention_days", 30),
         schedules=_schedules(path, doc.get("schedules") or {}),
         endpoints=_endpoints(path, doc.get("endpoints") or {}, doc["name_prefix"]),
+        max_job_cost=_cap(path, doc, "max_job_cost"),
+        max_study_cost=_cap(path, doc, "max_study_cost"),
+        prices=_prices(path, doc.get("prices") or {}),
+        billing_budget=_billing_budget(path, doc.get("billing_budget")),
         source=str(path),
     )
 
@@ -401,6 +438,86 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
 def _days(path: Path, doc: dict[str, Any], key: str, default: int) -> int:
     return _check(path, key, doc.get(key, default), _positive_int(3650),
                   "a whole number of days from 1 to 3650")
+
+
+def _number(minimum: float, above: bool = False) -> Callable[[Any], bool]:
+    """A finite int or float (never a bool or a string) of at least (``above``: over) ``minimum``."""
+    def ok(v: Any) -> bool:
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        return number and (v > minimum if above else v >= minimum)
+    return ok
+
+
+def _cap(path: Path, doc: dict[str, Any], key: str) -> float | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    return float(_check(path, key, value, _number(0, above=True),
+                        "a positive number of US dollars, e.g. 50 (a job whose cost ceiling is over it is "
+                        "refused), or null for no cap"))
+
+
+def _prices(path: Path, raw: Any) -> tuple[tuple[str, str, str, float | None, float | None], ...]:
+    _check(path, "prices", raw, lambda v: isinstance(v, dict),
+           "a mapping of region -> {machines: {TYPE: {on_demand, spot}}, accelerators: {TYPE: ...}}")
+    table = load_table()
+    rows = []
+    for region, kinds in raw.items():
+        _check(path, f"prices.{region}", region, _str_matching(REGION),
+               "a Google Cloud region such as us-central1 or europe-west4")
+        kinds = _mapping(path, f"prices.{region}", kinds if kinds is not None else {}, set(KINDS), set())
+        for kind, names in kinds.items():
+            field = f"prices.{region}.{kind}"
+            _check(path, field, names, lambda v: isinstance(v, dict),
+                   "a mapping of name -> {on_demand, spot}")
+            known = table.names(kind)
+            what = "a machine type" if kind == MACHINES else "an accelerator type"
+            example = "n1-standard-4" if kind == MACHINES else "NVIDIA_TESLA_T4"
+            for name, entry in names.items():
+                _check(path, f"{field}.{name}", name, known.__contains__,
+                       f"{what} Vertex AI offers, as {_table_file()} names them (e.g. {example})")
+                entry = _mapping(path, f"{field}.{name}", entry, set(TIERS), set())
+                _check(path, f"{field}.{name}", entry, bool, f"{' and/or '.join(TIERS)}: USD per hour")
+                for tier, value in entry.items():
+                    _check(path, f"{field}.{name}.{tier}", value, _number(0),
+                           "a number of US dollars per hour, 0 or more")
+                given = {t: (None if entry.get(t) is None else float(entry[t])) for t in TIERS}
+                rows.append((region, kind, name, given["on_demand"], given["spot"]))
+    return tuple(sorted(rows))
+
+
+def _table_file() -> str:
+    return str(TABLE_FILE.relative_to(REPO_ROOT))
+
+
+_BUDGET_KEYS = {"billing_account", "amount", "thresholds", "email", "pubsub_topic"}
+
+
+def _billing_budget(path: Path, raw: Any) -> BillingBudgetConfig | None:
+    if raw is None:
+        return None
+    entry = _mapping(path, "billing_budget", raw, _BUDGET_KEYS, {"amount"})
+    account = entry.get("billing_account")
+    if account is None:  # the budget needs an account: without one the bootstrap stack says it has none
+        return None
+    _check(path, "billing_budget.billing_account", account, _str_matching(BILLING_ACCOUNT),
+           "a billing account id such as 012345-6789AB-CDEF01 (`gcloud billing accounts list`), or null")
+    amount = _check(path, "billing_budget.amount", entry["amount"], _number(0, above=True),
+                    "a positive number of US dollars per calendar month")
+    thresholds = entry.get("thresholds", [50, 90, 100])
+    _check(path, "billing_budget.thresholds", thresholds,
+           lambda v: isinstance(v, list) and 0 < len(v) <= 10 and all(_number(0, above=True)(t) for t in v)
+           and all(a < b for a, b in zip(v, v[1:], strict=False)),
+           "1-10 percentages of the amount in increasing order, e.g. [50, 90, 100]")
+    email = entry.get("email")
+    if email is not None:
+        _check(path, "billing_budget.email", email, _str_matching(EMAIL), "an email address, or null")
+    topic = entry.get("pubsub_topic")
+    if topic is not None:
+        _check(path, "billing_budget.pubsub_topic", topic, _str_matching(PUBSUB_TOPIC),
+               "an existing Pub/Sub topic as projects/PROJECT_ID/topics/TOPIC, or null")
+    return BillingBudgetConfig(billing_account=account, amount=float(amount), email=email, pubsub_topic=topic,
+                               thresholds=tuple(float(t) for t in thresholds))
 
 
 def _study_prefixes(path: Path, raw: Any) -> tuple[str, ...]:

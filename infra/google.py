@@ -16,6 +16,14 @@ from cdktn_provider_google.artifact_registry_repository import (
 )
 from cdktn_provider_google.artifact_registry_repository_iam_member import ArtifactRegistryRepositoryIamMember
 from cdktn_provider_google.bigquery_dataset_iam_member import BigqueryDatasetIamMember
+from cdktn_provider_google.billing_budget import (
+    BillingBudget,
+    BillingBudgetAllUpdatesRule,
+    BillingBudgetAmount,
+    BillingBudgetAmountSpecifiedAmount,
+    BillingBudgetBudgetFilter,
+    BillingBudgetThresholdRules,
+)
 from cdktn_provider_google.cloud_scheduler_job import (
     CloudSchedulerJob,
     CloudSchedulerJobHttpTarget,
@@ -28,6 +36,7 @@ from cdktn_provider_google.data_google_storage_project_service_account import (
 from cdktn_provider_google.iam_workload_identity_pool import IamWorkloadIdentityPool
 from cdktn_provider_google.iam_workload_identity_pool_provider import IamWorkloadIdentityPoolProvider
 from cdktn_provider_google.kms_crypto_key_iam_member import KmsCryptoKeyIamMember
+from cdktn_provider_google.monitoring_notification_channel import MonitoringNotificationChannel
 from cdktn_provider_google.project_iam_audit_config import (
     ProjectIamAuditConfig,
     ProjectIamAuditConfigAuditLogConfig,
@@ -62,6 +71,12 @@ __all__ = [
     "ArtifactRegistryRepositoryCleanupPoliciesMostRecentVersions",
     "ArtifactRegistryRepositoryIamMember",
     "BigqueryDatasetIamMember",
+    "BillingBudget",
+    "BillingBudgetAllUpdatesRule",
+    "BillingBudgetAmount",
+    "BillingBudgetAmountSpecifiedAmount",
+    "BillingBudgetBudgetFilter",
+    "BillingBudgetThresholdRules",
     "CloudSchedulerJob",
     "CloudSchedulerJobHttpTarget",
     "CloudSchedulerJobHttpTargetOauthToken",
@@ -71,6 +86,7 @@ __all__ = [
     "IamWorkloadIdentityPool",
     "IamWorkloadIdentityPoolProvider",
     "KmsCryptoKeyIamMember",
+    "MonitoringNotificationChannel",
     "ProjectIamAuditConfig",
     "ProjectIamAuditConfigAuditLogConfig",
     "ProjectIamCustomRole",

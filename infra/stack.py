@@ -14,6 +14,7 @@ from infra.cdk import Construct, Fn, GcsBackend, TerraformOutput, TerraformResou
 from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
+from infra.constructs.billing_budget import budget_services
 from infra.constructs.buckets import CACHE_PREFIX, BucketProps, FolderExpiry, TrainingBucket
 from infra.constructs.cmek import CmekKey, CmekKeyProps
 from infra.constructs.endpoint import Endpoint, EndpointProps
@@ -117,7 +118,9 @@ class PlatformStack(TerraformStack):
         GcsBackend(self, bucket=cfg.state_bucket, prefix=f"{STATE_PREFIX}/{cfg.name}")
 
         services = ProjectServices(self, "services", ProjectServicesProps(
-            project=project, services=SERVICES + (CMEK_SERVICES if cfg.cmek else ())
+            project=project,
+            services=tuple(s for s in SERVICES if s not in budget_services(cfg.billing_budget))
+            + (CMEK_SERVICES if cfg.cmek else ())
             + (SCHEDULE_SERVICES if schedules else ())
             + (LOGGING_SERVICES if any(e.request_response_logging for e in cfg.endpoints) else ())))
         enabled = services.services

@@ -64,6 +64,7 @@ REEXPORTED = {
     "BatchFailed": "jobs.local.batch_predict",  # a local batch prediction that could not go on
     "DEFAULT_BATCH_SIZE": "jobs.definition.batch_prediction",
     "DEFAULT_MACHINE": "jobs.definition.batch_prediction",
+    "check_cap": "jobs.definition.cost",  # a submit's ceiling against its cap (run_job.py)
     "SmokeFailed": "jobs.cloud.deploy",
 }
 
@@ -202,6 +203,47 @@ def job_accounts(env: str, outputs: Mapping[str, str], file: str) -> tuple[str, 
     return (runtime, *(a for a in extra if a != runtime))
 
 
+def job_cost(job, env: str, repo_root: Path = REPO_ROOT, max_cost: str | None = None):
+    """(Estimate, Cap or None) of a compiled job: its pools priced by common/vertex_ai_prices.yaml with the
+    environment's ``prices:`` over it, the expected cost from an earlier run's report under ``repo_root``,
+    and the cap a submit is checked against (``max_cost``, the --max-cost text, wins over the config's)."""
+    from infra.config import ConfigError, list_environments, load_environment
+    from jobs.definition.cost import parse_cap
+
+    flag = parse_cap(max_cost, job.file) if max_cost is not None else None
+    cfg = None
+    if env in list_environments():  # outputs given without a config (an embedding caller): the table alone
+        try:
+            cfg = load_environment(env)
+        except ConfigError as exc:
+            raise JobError(exc.path, exc.field, exc.problem) from None
+    return priced(job, cfg, repo_root, flag)
+
+
+def priced(job, cfg, repo_root: Path = REPO_ROOT, flag: float | None = None):
+    """``job_cost`` with the environment's config ``cfg`` (None: the table alone) and the --max-cost value."""
+    from common.prices import load_table
+    from jobs.cloud.report import REPORTS, earlier_run
+    from jobs.definition.cost import estimate, pick_cap
+    from jobs.definition.kinds import runs_study
+
+    source = cfg and _in_repo(cfg.source, repo_root)
+    table = load_table() if cfg is None else load_table().with_overrides(cfg.price_overrides, source)
+    earlier = earlier_run(repo_root / REPORTS, job.kind, job.body, job.job_id)
+    cost = estimate(job.kind, job.body, job.region, table, earlier)
+    if cfg is None:
+        return cost, pick_cap(runs_study(job.kind), flag, None, None, "")
+    return cost, pick_cap(runs_study(job.kind), flag, cfg.max_job_cost, cfg.max_study_cost, source)
+
+
+def _in_repo(path: str, repo_root: Path) -> str:
+    """A config's path as the repository names it (infra/environments/dev.yaml), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(repo_root.resolve()))
+    except (ValueError, OSError):
+        return path
+
+
 def check_deployed(job, env: str) -> None:
     """Placeholders are fine to look at, not to submit: the TensorBoard id only exists after a deploy."""
     from infra.outputs import is_pending
@@ -232,11 +274,14 @@ def plan_job(
     follow: str | None = None,
     logs: bool = True,
     report_dir: Path | None = None,
+    cost=None,
 ):
     """The submission plan of a compiled job: its missing trainer images built, then create and follow (with
     ``logs``, printing its log entries as they arrive), then a tuning job's study report written to
     ``report_dir`` (default .local/reports/<job id>) and its model registered when the definition has a
     registry block.
+
+    ``cost``: the job's ``(Estimate, Cap)`` (``job_cost``), printed with the plan.
 
     ``follow``: the resource name of a job submitted from this definition earlier (``--no-wait``, or a
     follow that stopped): picked up and followed instead of submitted, then reported and registered.
@@ -258,7 +303,7 @@ def plan_job(
         return build_plan(job, builds=serving, follow=follow, logs=logs, report_dir=report_dir)
     builds = job_builds(job, outputs, job.image_hash)
     builds += [b for b in serving if b.image not in {known.image for known in builds}]
-    return build_plan(job, wait=wait, builds=builds, logs=logs, report_dir=report_dir)
+    return build_plan(job, wait=wait, builds=builds, logs=logs, report_dir=report_dir, cost=cost)
 
 
 def plan_image_builds(outputs: Mapping[str, str], variants: Sequence[str], digest: str):

@@ -119,6 +119,7 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
                 f"{short(value)} would be the same for every scheduled run, which would overwrite each other "
                 f"(scheduled by {cfg.source} {field}); allowed: a value with ${{job.id}}",
             )
+    _check_cost(cfg, schedule, job, repo_root)
     timeout = (spec.get("scheduling") or {}).get("timeout")
     seconds = duration_seconds(timeout)
     return ScheduledRun(
@@ -140,6 +141,20 @@ def _compile(cfg: EnvironmentConfig, schedule: ScheduleConfig, outputs, repo_roo
         batch=_batch(cfg, schedule, job, outputs, placeholder),
         deploy=_canary(cfg, schedule, job),
     )
+
+
+def _check_cost(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, repo_root: Path) -> None:
+    """Each run of a schedule is a submit: its ceiling must be within the environment's max_job_cost."""
+    from jobs.api import check_cap, priced
+
+    cost, cap = priced(job, cfg, repo_root)
+    try:
+        check_cap(cost, cap, schedule.job, flag=False)  # no --max-cost here: the `set:` or the cap changes
+    except JobError as exc:
+        raise ConfigError(
+            schedule.job, "cost",
+            f"{exc.problem} (scheduled by {cfg.source} schedules.{schedule.name}); allowed: {exc.allowed}",
+        ) from None
 
 
 def _gated_alias(cfg: EnvironmentConfig, schedule: ScheduleConfig, job, key: str, what: str) -> str:

@@ -112,6 +112,8 @@ def print_plan(plan, err: TextIO) -> None:
     """The steps, then each build request and the model upload request in full: the job request alone is on
     stdout, pipeable as is."""
     print("plan (not executed):\n  " + "\n  ".join(plan.describe()), file=err)
+    for line in plan.cost_lines():
+        print(line, file=err)
     for build in plan.builds:
         print(f"build request for {build.image} (sent only if that tag is missing):", file=err)
         print(json.dumps(build.request, indent=2), file=err)

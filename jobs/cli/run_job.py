@@ -108,6 +108,13 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="follow an existing job, e.g. projects/p/locations/r/customJobs/123; with the JOB_FILE (and "
         "flags) it was submitted with, also register its model as that file's registry block says",
     )
+    p.add_argument(
+        "--max-cost",
+        metavar="USD",
+        help="allow this run a cost ceiling up to USD (or `off`), instead of the environment's "
+        "max_job_cost / max_study_cost; a submit whose ceiling is over the cap is refused before anything "
+        "is sent",
+    )
     p.add_argument("--no-wait", action="store_true", help="submit and return without following the job")
     p.add_argument(
         "--no-logs",
@@ -267,12 +274,17 @@ def main(
             return _run_local(job, args, outputs, repo_root, out)
         if not args.no_wait and (args.report_dir is not None or not args.dry_run):
             api.check_report_dir(job.kind, args.report_dir, repo_root)
+        cost = api.job_cost(job, args.env, repo_root, args.max_cost)
         plan = api.plan_job(job, outputs, wait=not args.no_wait, follow=args.follow, logs=not args.no_logs,
-                            report_dir=args.report_dir)
+                            report_dir=args.report_dir, cost=cost)
         if args.dry_run:
             print(json.dumps(job.request(), indent=2), file=out)
             print_plan(plan, err)
             return 0
+        if args.follow is None:  # the cap before any credentials are looked for, the cost before a submit
+            api.check_cap(*cost, job.file)
+            for line in plan.cost_lines():  # with what the submit prints as it goes
+                print(line, file=out)
         api.check_deployed(job, args.env)
         return _submit(plan, factory, repo_root, out, err, again=lambda name: _follow_command(args, name))
     except api.JobError as exc:

@@ -13,6 +13,7 @@ anything is built, uploaded or submitted.
 
 from __future__ import annotations
 
+import math
 import sys
 import tempfile
 import time
@@ -29,6 +30,7 @@ from jobs.cloud.logs import GRACE_SECONDS, LogStream
 from jobs.cloud.register import RegisterModel, preview_request
 from jobs.definition import body
 from jobs.definition.compile import SUBMISSION_LABEL, CompiledJob
+from jobs.definition.cost import Cap, Estimate, cap_name, check_cap
 from jobs.definition.errors import JobError
 from jobs.definition.image import write_context
 from jobs.definition.kinds import runs_study
@@ -287,9 +289,27 @@ class Plan:
     job: CompiledJob | None
     steps: list[Step] = field(default_factory=list)
     builds: list[ImageBuild] = field(default_factory=list)
+    # (Estimate, Cap or None) of a plan that submits (jobs.definition.cost); None for one that does not.
+    cost: tuple[Estimate, Cap | None] | None = None
 
     def describe(self) -> list[str]:
         return [f"{i}. {step.describe(self.job)}" for i, step in enumerate(self.steps, start=1)]
+
+    def cost_lines(self) -> list[str]:
+        """What the job may cost (printed by --dry-run and before a submit), and whether its cap allows it."""
+        if self.cost is None:
+            return []
+        estimate, cap = self.cost
+        lines = estimate.lines()
+        if cap is not None and math.isinf(cap.usd):
+            lines.append(f"  cap: {cap_name(cap)} off: no cap for this run")
+        elif cap is not None:
+            try:
+                check_cap(estimate, cap, self.job.file)
+                lines.append(f"  cap: {cap_name(cap)} ${cap.usd:.2f}: the ceiling is within it")
+            except JobError as refused:
+                lines.append(f"  cap: a submit is refused: {refused.problem}; allowed: {refused.allowed}")
+        return lines
 
     def build_requests(self) -> list[dict[str, Any]]:
         """The CreateBuildRequest of each image the plan may build (what --dry-run prints beside the job)."""
@@ -325,6 +345,7 @@ def build_plan(
     follow: str | None = None,
     logs: bool = True,
     report_dir: Path | None = None,
+    cost: tuple[Estimate, Cap | None] | None = None,
 ) -> Plan:
     """Submit ``job`` (or, with ``follow``, pick up that job submitted from it), follow it unless told not
     to wait, write a tuning job's study report (to ``report_dir``, default .local/reports/<job id>), then
@@ -344,7 +365,7 @@ def build_plan(
             steps.append(RegisterModel())
         if job.deploy is not None:
             steps.append(DeployRegistered())
-    return Plan(job, steps, list(builds))
+    return Plan(job, steps, list(builds), cost if follow is None else None)
 
 
 def image_steps(builds: list[ImageBuild]) -> list[Step]:

@@ -30,7 +30,8 @@ from typing import Any, TextIO
 from common.reader import file_kind
 from jobs import study_report
 from jobs.cloud.client import TERMINAL_STATES, Storage, console_url, job_id_of
-from jobs.definition.body import final_metric, measured_number
+from jobs.definition.body import final_metric, job_spec, measured_number
+from jobs.definition.cost import Earlier
 from jobs.definition.errors import SHORT_NAME, JobError, one_of, short
 from jobs.definition.kinds import runs_study
 from jobs.definition.study import Parameter, StudyError, parse_study
@@ -310,3 +311,55 @@ def write_report(
     if runs_study(kind):
         return write_study_report(remote, folder, out)
     return write_custom_job_report(remote, storage, folder, out)
+
+
+def earlier_run(reports: Path, kind: str, body: dict[str, Any], job_id: str) -> Earlier | None:
+    """The newest report under ``reports`` (``run_job.py report``'s folders, .local/reports/<job id>/) of a
+    run of the same definition in the same environment: one whose output folder sits beside this job's
+    (``gs://<models bucket>/<definition>/<job id>``). Its duration: a SUCCEEDED CustomJob's, or a study's
+    mean SUCCEEDED trial duration. None when no report measured one; an unreadable report is passed over."""
+    study = runs_study(kind)
+    prefix = ((job_spec(body, kind) or {}).get("baseOutputDirectory") or {}).get("outputUriPrefix") or ""
+    family = _family(str(prefix), job_id)
+    if not family:
+        return None
+    found: list[tuple[float, Earlier]] = []
+    name = "study.json" if study else "job.json"
+    try:
+        candidates = sorted(reports.glob(f"*/{name}"))
+    except OSError:
+        return None
+    for path in candidates:
+        try:
+            info = path.stat()
+            report = json.loads(path.read_text(encoding="utf-8")) if info.st_size <= METRICS_LIMIT else None
+            when = info.st_mtime
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(report, dict):
+            continue
+        seconds = _measured(report, study)
+        base = report.get("baseOutputDirectory") if study else str(report.get("modelDir") or "").removesuffix(
+            "/model/")
+        if seconds is None or not isinstance(base, str) or _family(base, base.rsplit("/", 1)[-1]) != family:
+            continue
+        job = str(report.get("name") or report.get("displayName") or path.parent.name)
+        found.append((when, Earlier(job=job, seconds=seconds, report=str(path))))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
+def _family(prefix: str, job_id: str) -> str:
+    """The folder a definition's runs write beside each other in: the output prefix without its job id."""
+    head, _, last = prefix.rstrip("/").rpartition("/")
+    return head if last == job_id and head.startswith("gs://") else ""
+
+
+def _measured(report: dict[str, Any], study: bool) -> float | None:
+    if not study:
+        seconds = measured_number(report.get("duration_s"))
+        return seconds if report.get("state") == "SUCCEEDED" and seconds and math.isfinite(seconds) else None
+    trials = report.get("trials") if isinstance(report.get("trials"), list) else []
+    durations = [measured_number(t.get("duration_s")) for t in trials
+                 if isinstance(t, dict) and t.get("state") == SUCCEEDED]
+    durations = [d for d in durations if d and math.isfinite(d) and d > 0]
+    return sum(durations) / len(durations) if durations else None

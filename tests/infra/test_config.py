@@ -125,7 +125,7 @@ _DELETE = object()
         ("project_id", _DELETE, "project_id", "required"),
         ("region", "US-Central1", "region", "us-central1"),
         ("region", "uscentral", "region", "us-central1"),
-        ("surprise", 1, "surprise", "allowed: endpoints, github, job_service_accounts, job_submitters"),
+        ("surprise", 1, "surprise", "allowed: billing_budget, endpoints, github, job_service_accounts"),
         ("github.branch", "main", "github.branch", "deploy_branch"),
         ("github.repository_id", "acme/repo", "github.repository_id", "gh api repos"),
         ("project_number", "12ab", "project_number", "numeric"),
@@ -367,7 +367,7 @@ BROKEN_CONFIGS = [
     ("project_id", _DELETE, "field 'project_id': missing; this field is required"),
     ("region", "us_central1", "field 'region': got 'us_central1'; allowed: a Google Cloud region such as"),
     ("regoin", "us-central1",
-     "field 'regoin': unknown key; allowed: endpoints, github, job_service_accounts, job_submitters"),
+     "field 'regoin': unknown key; allowed: billing_budget, endpoints, github, job_service_accounts"),
     # ...and the three a schedule can get wrong.
     ("schedules.nightly.cron", "0 3 * * * *", "field 'schedules.nightly.cron': '0 3 * * * *': 6 fields"),
     ("schedules.nightly.time_zone", "Europe/Atlantis",

@@ -11,6 +11,7 @@ from infra import cdk
 from infra.constructs import Grant
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
+from infra.constructs.billing_budget import BillingBudgetProps, ProjectBudget
 from infra.constructs.buckets import CACHE_PREFIX, BucketProps, FolderExpiry, TrainingBucket
 from infra.constructs.ci_identity import GithubCiIdentity, GithubCiIdentityProps
 from infra.constructs.cmek import CmekKey, CmekKeyProps
@@ -63,6 +64,10 @@ VALID = {
         sampling_rate=0.5, logs_writer="serviceAccount:a@b.iam.example.com", psc_projects=(PROJECT,)),
     EndpointPredictors: EndpointPredictorsProps(project=PROJECT, role_id="acme_predictors",
                                                 members=(("ml", GROUP),)),
+    ProjectBudget: BillingBudgetProps(
+        project=PROJECT, project_number="123456789012", display_name="acme monthly",
+        billing_account="012345-6789AB-CDEF01", amount=99.5, thresholds=(50.0, 100.0),
+        email="costs@acme.example", pubsub_topic=f"projects/{PROJECT}/topics/budget"),
 }
 VALID[ImageBuilder] = VALID[RuntimeIdentity]
 
@@ -230,6 +235,12 @@ BAD_PROPS = [
     (EndpointPredictors, {"members": (("ml", "ml@acme.example"),)}, "members[0].member", "an IAM member"),
     (EndpointPredictors, {"members": (("ml", GROUP), ("ml", "user:x@acme.example"))}, "members[1]",
      "each key once"),
+    (ProjectBudget, {"billing_account": "billingAccounts/012345-6789AB-CDEF01"}, "billing_account",
+     "a billing account id"),
+    (ProjectBudget, {"amount": 0.0}, "amount", "a positive float"),
+    (ProjectBudget, {"thresholds": (100.0, 50.0)}, "thresholds", "increasing"),
+    (ProjectBudget, {"email": "not an email"}, "email", "an email address"),
+    (ProjectBudget, {"pubsub_topic": "budget"}, "pubsub_topic", "projects/P/topics/T"),
 ]
 
 

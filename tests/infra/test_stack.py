@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from infra import cdk
-from infra.bootstrap import BOOTSTRAP_SERVICES
+from infra.bootstrap import BOOTSTRAP_SERVICES, BUDGET_OUTPUT
+from infra.constructs.billing_budget import budget_services
 from infra.constructs.runtime_identity import RUNTIME_PROJECT_ROLES
 from infra.naming import BUCKET_ROLES, resource_names
 from infra.outputs import (
@@ -357,11 +358,13 @@ def test_registry_cleanup_and_grants(stacks, configs):
 def test_services_and_backend(all_stacks, configs):
     for env, cfg in configs.items():
         for name, expected, state in (
-            (env, set(SERVICES) | ({"cloudkms.googleapis.com"} if cfg.cmek else set())
+            (env, (set(SERVICES) - set(budget_services(cfg.billing_budget)))
+             | ({"cloudkms.googleapis.com"} if cfg.cmek else set())
              | (set(SCHEDULE_SERVICES) if cfg.schedules else set())
              | (set(LOGGING_SERVICES) if any(e.request_response_logging for e in cfg.endpoints) else set()),
              f"infra/{env}"),
-            (f"{env}-bootstrap", set(BOOTSTRAP_SERVICES), f"infra/{env}-bootstrap"),
+            (f"{env}-bootstrap", set(BOOTSTRAP_SERVICES) | set(budget_services(cfg.billing_budget)),
+             f"infra/{env}-bootstrap"),
         ):
             stack = all_stacks[name]
             services = {b["service"]: b for b in resources(stack, "google_project_service").values()}
@@ -372,6 +375,10 @@ def test_services_and_backend(all_stacks, configs):
         assert "cloudbuild.googleapis.com" in SERVICES
         assert "bigquery.googleapis.com" not in SERVICES  # only where an endpoint logs to BigQuery
         assert not set(SERVICES) & set(BOOTSTRAP_SERVICES)  # one stack manages each API
+        platform, bootstrap = (
+            {b["service"] for b in resources(all_stacks[name], "google_project_service").values()}
+            for name in (env, f"{env}-bootstrap"))
+        assert not platform & bootstrap, env  # a budget's email channel moves the Monitoring API
 
 
 @pytest.mark.parametrize("plain", [env for env in SCENARIOS if env != CMEK])
@@ -424,6 +431,8 @@ def simulate_apply(stack: dict, tensorboard_id: str, project_number: str) -> dic
             return body["name"]
         if (rtype, attr) == ("google_vertex_ai_tensorboard", "name"):
             return f"projects/{project_number}/locations/{body['region']}/tensorboards/{tensorboard_id}"
+        if (rtype, attr) == ("google_billing_budget", "name"):  # the Budget API picks the budget's id
+            return f"billingAccounts/{body['billing_account']}/budgets/{tensorboard_id}"
         raise AssertionError(f"output refers to {rtype}.{attr}, which this simulation does not know")
 
     def evaluate(value: str) -> str:
@@ -442,7 +451,7 @@ def test_outputs_are_exactly_the_interface_keys(stacks, bootstraps, configs):
         assert set(stack["output"]) == set(keys)
         assert stack["//"]["outputs"] == {stack["//"]["metadata"]["stackName"]: {k: k for k in keys}}
     for stack in bootstraps.values():
-        assert set(stack["output"]) == set(BOOTSTRAP_OUTPUT_KEYS)
+        assert set(stack["output"]) == set(BOOTSTRAP_OUTPUT_KEYS) | {BUDGET_OUTPUT}
 
 
 def grants_of_account(stack: dict, email_ref: str) -> set[str]:
@@ -535,6 +544,7 @@ def test_bootstrap_outputs_depend_on_the_grants_of_what_they_name(bootstraps, en
             f"google_service_account_iam_member.{n}"
             for n, b in resources(stack, "google_service_account_iam_member").items()
             if b["service_account_id"] == wif_user["service_account_id"]},
+        BUDGET_OUTPUT: set(),  # the budget's name, or why there is none
     }
     assert wif_user["service_account_id"] == deployer.replace(".email}", ".name}")  # the deployer's tokens
 
@@ -556,6 +566,7 @@ def test_planned_and_deployed_outputs_cannot_disagree(all_stacks, configs, tmp_p
             else:
                 # The bootstrap outputs (the repository variables) are the same values under the same keys.
                 deployed = json.loads(path.read_text())[name]
+                deployed.pop(BUDGET_OUTPUT)  # what the plan says of the budget, not a value jobs read
                 assert tuple(sorted(deployed)) == tuple(sorted(BOOTSTRAP_OUTPUT_KEYS))
             for key in deployed:
                 if key == "tensorboard":
