@@ -371,7 +371,7 @@ def follow_job(
     stream = job_logs(cloud, project, kind, remote, out) if logs else None
     remote = follow(cloud.jobs, kind, remote, out, stream)
     if runs_study(kind):
-        report.write_study_report(remote, folder, out)
+        report.write_study_report(remote, folder, cloud.storage, out)
     return remote
 
 

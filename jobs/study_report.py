@@ -148,12 +148,13 @@ def _internal(p: Parameter, value: Any) -> Any:
     return min(p.high, max(p.low, p.low + p.high - value))
 
 
-def publish(summary: dict[str, Any], folder: Path, out: IO[str]) -> Path | None:
-    """study.json and study.png in ``folder``, then the table and the results on ``out``; the plot's path."""
+def publish(summary: dict[str, Any], folder: Path, out: IO[str], keep: str | None = None) -> Path | None:
+    """study.json and study.png in ``folder``, then the table and the results on ``out``; the plot's path.
+    ``keep``: as :func:`print_summary` takes it."""
     folder.mkdir(parents=True, exist_ok=True)
     write_json(summary, folder / "study.json")
     plot = plot_study(summary, folder / "study.png")
-    print_summary(summary, out, plot=plot, results=folder / "study.json")
+    print_summary(summary, out, plot=plot, results=folder / "study.json", keep=keep)
     return plot
 
 
@@ -176,11 +177,17 @@ def fmt(value: Any) -> str:
 
 
 def print_summary(
-    summary: dict[str, Any], out: IO[str], plot: Path | None = None, results: Path | None = None
+    summary: dict[str, Any],
+    out: IO[str],
+    plot: Path | None = None,
+    results: Path | None = None,
+    keep: str | None = None,
 ) -> None:
     """The table of trials, then the counts, the best trial, importance and where the files are.
 
     ``results``: where study.json was written (default: in the base output directory, as --local writes it).
+    ``keep``: the line under the best trial's SavedModel on keeping it past its folder's lifecycle (the cloud
+    report's, which holds it: jobs.cloud.report); None: the command that holds a gs:// one by hand.
     """
     rows = summary["trials"]
     names = parameter_names(rows)
@@ -214,10 +221,11 @@ def print_summary(
         params = " ".join(f"{k}={fmt(v)}" for k, v in best["parameters"].items())
         print(f"Best trial {best['id']}: {metric}={best['metric']:.4f} with {params}", file=out)
         print(f"  SavedModel: {best['model_dir']}", file=out)
-        if best["model_dir"].startswith("gs://"):
+        if keep:
+            print(f"  {keep}", file=out)
+        elif best["model_dir"].startswith("gs://"):
             # A study folder's lifecycle rule (infra/README.md, "Retention") spares only objects under a hold.
-            print("  Keep it past its folder's lifecycle: gcloud storage objects update --recursive "
-                  f"--temporary-hold {best['model_dir'].rstrip('/')}", file=out)
+            print(f"  Keep it past its folder's lifecycle: {hold_command(best['model_dir'])}", file=out)
     else:
         print(
             f"No trial succeeded{' yet' if active else ''}: no best trial and no parameter importance.",
@@ -236,6 +244,12 @@ def print_summary(
         if r["state"] == FAILED:
             print(f"Trial {r['id']} failed: {r['failure']}", file=out)
     out.flush()
+
+
+def hold_command(model_dir: str, hold: bool = True) -> str:
+    """The gcloud command that puts (``hold``) or takes off a temporary hold on each object under a folder."""
+    flag = "--temporary-hold" if hold else "--no-temporary-hold"
+    return f"gcloud storage objects update --recursive {flag} {model_dir.rstrip('/')}"
 
 
 def plot_study(summary: dict[str, Any], path: Path) -> Path | None:

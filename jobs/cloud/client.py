@@ -47,6 +47,11 @@ class Storage(Protocol):
         """The object's bytes; None when it does not exist; at most ``limit`` + 1 bytes are read, so a caller
         sees an object over its limit without downloading all of it."""
 
+    def hold(self, prefix: str) -> int:
+        """A temporary hold on every object under the folder ``prefix`` (gs://bucket/folder): lifecycle rules
+        delete no held object. How many objects under it are held now (one held already is left as it is);
+        0: the folder has none."""
+
 
 class GcsStorage:
     def __init__(self, project: str, client: Any = None) -> None:
@@ -81,12 +86,24 @@ class GcsStorage:
             return blob.download_as_bytes(start=0, end=limit)
         return blob.download_as_bytes()
 
+    def hold(self, prefix: str) -> int:
+        bucket, name = split_gs(prefix)
+        held = 0
+        # The trailing slash keeps <trial>/model from also matching a sibling such as <trial>/model_old.
+        for blob in self._client.list_blobs(bucket, prefix=name.rstrip("/") + "/"):
+            if not blob.temporary_hold:  # one held already (an earlier report) needs no second write
+                blob.temporary_hold = True
+                blob.patch()  # metadata only: storage.objects.update, the submitters' model_holders role
+            held += 1
+        return held
+
 
 class LocalDirStorage:
     """``gs://bucket/name`` as ``<root>/bucket/name``: the stand-in for Cloud Storage in tests."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.held: list[str] = []  # the gs:// uris held, in the order held (a directory has no holds)
 
     def path(self, uri: str) -> Path:
         bucket, name = split_gs(uri)
@@ -106,6 +123,14 @@ class LocalDirStorage:
             return None
         with open(target, "rb") as file:
             return file.read(limit + 1)
+
+    def hold(self, prefix: str) -> int:
+        bucket, _ = split_gs(prefix)
+        folder = self.path(prefix)
+        found = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+        uris = [f"gs://{bucket}/{p.relative_to(self.root / bucket).as_posix()}" for p in found]
+        self.held.extend(u for u in uris if u not in self.held)
+        return len(uris)
 
 
 class VertexJobs:

@@ -281,7 +281,7 @@ class ReportStudy:
 
     def run(self, ex: Execution) -> None:
         folder = report.report_folder(ex.repo_root, ex.remote["name"], self.folder)
-        report.write_study_report(ex.remote, folder, ex.out)
+        report.write_study_report(ex.remote, folder, ex.clients.storage, ex.out)
 
 
 @dataclass

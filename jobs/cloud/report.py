@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from common.reader import file_kind
 from jobs import study_report
-from jobs.cloud.client import TERMINAL_STATES, Storage, console_url, job_id_of
+from jobs.cloud.client import SUCCESS_STATE, TERMINAL_STATES, Storage, console_url, job_id_of
 from jobs.definition.body import final_metric, job_spec, measured_number
 from jobs.definition.cost import Earlier
 from jobs.definition.errors import SHORT_NAME, JobError, one_of, short
@@ -235,13 +235,46 @@ def study_summary(remote: dict[str, Any]) -> dict[str, Any]:
     return study_report.summarize(display, study, trials, state=state, base=base, parameters=study.tuned)
 
 
-def write_study_report(remote: dict[str, Any], folder: Path, out: TextIO) -> dict[str, Any]:
-    """study.json and study.png in ``folder``, the table and the best trial on ``out``; the summary."""
+def write_study_report(
+    remote: dict[str, Any], folder: Path, storage: Storage, out: TextIO
+) -> dict[str, Any]:
+    """study.json and study.png in ``folder``, the table and the best trial on ``out``; the summary. A
+    SUCCEEDED study's best model is held first (:func:`keep_best_model`)."""
     summary = study_summary(remote)
+    keep = keep_best_model(summary, str(remote.get("name")), storage)
     print(f"Study of {remote.get('name')}:", file=out)
-    study_report.publish(summary, folder, out)
+    study_report.publish(summary, folder, out, keep=keep)
     _print_error(remote, out)
     return summary
+
+
+def keep_best_model(summary: dict[str, Any], name: str, storage: Storage) -> str | None:
+    """A temporary hold on each object of a SUCCEEDED study's best model (gs://.../<trial>/model/), which its
+    folder's lifecycle rule would delete with the other trials' (infra/README.md, "Retention"); the line that
+    says so. A failure to hold is that line too, with the command to hold it by hand: the report goes on.
+
+    A study still running has no final best yet; a failed or cancelled one is a person's call (None: the
+    report prints the manual command)."""
+    best = summary.get("best") or {}
+    model_dir = str(best.get("model_dir") or "")
+    if not model_dir.startswith("gs://"):
+        return None  # no best trial, or a --local study's folder: no lifecycle rule to outlive
+    state = str(summary.get("state"))
+    if "JOB_STATE_" + state not in TERMINAL_STATES:
+        return (f"Once the study has SUCCEEDED, `run_job.py report {name}` holds its best model past its "
+                "folder's lifecycle")
+    if "JOB_STATE_" + state != SUCCESS_STATE:
+        return None
+    try:
+        held = storage.hold(model_dir)
+    except Exception as exc:  # noqa: BLE001 - permissions, network: the report goes on, the hold by hand
+        manual = study_report.hold_command(model_dir)
+        return f"Not held ({_why(exc)}); keep it past its folder's lifecycle: {manual}"
+    if not held:
+        return f"Nothing to hold: {model_dir} has no objects (the trial exported no model)"
+    objects = f"{held} object{'s' if held != 1 else ''}"
+    release = study_report.hold_command(model_dir, hold=False)
+    return f"Held its {objects} past its folder's lifecycle; to let them expire: {release}"
 
 
 def write_custom_job_report(
@@ -287,7 +320,7 @@ def _read_metrics(storage: Storage, uri: str) -> tuple[Any, str | None]:
     try:
         data = storage.read_bytes(uri, METRICS_LIMIT)
     except Exception as exc:  # noqa: BLE001 - permissions, network: the report goes on without it
-        return None, f"{uri}: not readable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+        return None, f"{uri}: not readable ({_why(exc)})"
     if data is None:
         return None, f"{uri}: not found (the job wrote no model yet, or failed before)"
     if len(data) > METRICS_LIMIT:
@@ -296,6 +329,11 @@ def _read_metrics(storage: Storage, uri: str) -> tuple[Any, str | None]:
         return json.loads(data), None
     except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None, f"{uri}: not JSON"
+
+
+def _why(exc: Exception) -> str:
+    """An exception on one shortened line: a 403's body can run to pages."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
 
 def _print_error(remote: dict[str, Any], out: TextIO) -> None:
@@ -309,7 +347,7 @@ def write_report(
 ) -> dict[str, Any]:
     """The report of any job: a study's for a tuning job, the short one for a CustomJob."""
     if runs_study(kind):
-        return write_study_report(remote, folder, out)
+        return write_study_report(remote, folder, storage, out)
     return write_custom_job_report(remote, storage, folder, out)
 
 

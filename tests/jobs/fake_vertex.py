@@ -350,6 +350,7 @@ class FakeVertexServer:
     def factory(self, storage_root):
         """A client factory for run_job.py: the real JobServiceClient on this endpoint, gs:// in a dir."""
         calls = []
+        made: list[Clients] = []  # each call's clients: a LocalDirStorage's holds live as long as it does
 
         def make(project: str, region: str) -> Clients:
             from google.auth.credentials import AnonymousCredentials
@@ -367,7 +368,7 @@ class FakeVertexServer:
                 "transport": "rest",
                 "client_options": {"api_endpoint": self.endpoint},
             }
-            return Clients(
+            made.append(Clients(
                 jobs=VertexJobs(JobServiceClient(**options)),
                 storage=LocalDirStorage(storage_root),
                 images=ImageRegistry(ArtifactRegistryClient(**options)),
@@ -376,7 +377,9 @@ class FakeVertexServer:
                 models=VertexModels(lambda: ModelServiceClient(**options)),
                 endpoints=VertexEndpoints(lambda: EndpointServiceClient(**options),
                                           lambda: PredictionServiceClient(**options)),
-            )
+            ))
+            return made[-1]
 
         make.calls = calls
+        make.made = made
         return make

@@ -38,8 +38,12 @@ def study_trials() -> list[dict]:
 def test_a_study_gets_the_local_report(vertex, tmp_path):
     vertex.fake.add_job(STUDY, remote_job(study_trials(), "JOB_STATE_RUNNING"))
     folder = tmp_path / "reports" / "census"
-    rc, out, err = run_cli(["report", STUDY, "--report-dir", folder], factory=vertex.factory(tmp_path))
+    (tmp_path / "demo-models/runs/s/4/model").mkdir(parents=True)
+    (tmp_path / "demo-models/runs/s/4/model/saved_model.pb").write_text("x")
+    factory = vertex.factory(tmp_path)
+    rc, out, err = run_cli(["report", STUDY, "--report-dir", folder], factory=factory)
     assert rc == 0, err
+    assert [c.storage.held for c in factory.made] == [[]]  # the best so far may not be the study's best
     assert sorted(p.name for p in folder.iterdir()) == ["study.json", "study.png"]
     study = json.loads((folder / "study.json").read_text())
     assert study["state"] == "RUNNING" and study["displayName"] == "fake-study"
@@ -55,8 +59,8 @@ def test_a_study_gets_the_local_report(vertex, tmp_path):
     assert lines[6].split() == ["4", "128", "0.9", "0.5", "sgd", "0.86", "SUCCEEDED", "-"]
     assert "Study running: 4 succeeded, 1 failed, 1 active" in out
     assert "Best trial 4: score=0.8600 with units=128 momentum=0.9 scale=0.5 opt=sgd" in out
-    assert ("Keep it past its folder's lifecycle: gcloud storage objects update --recursive --temporary-hold "
-            "gs://demo-models/runs/s/4/model\n") in out
+    assert (f"  Once the study has SUCCEEDED, `run_job.py report {STUDY}` holds its best model past its "
+            "folder's lifecycle\n") in out
     assert "Parameter importance (PED-ANOVA): " in out
     assert f"Results: {folder / 'study.json'}" in out and f"Plot: {folder / 'study.png'}" in out
     assert "Trial 5 failed: The replica ran out of memory" in out
@@ -75,6 +79,63 @@ def test_a_study_without_trials_is_reported_not_a_crash(vertex, tmp_path):
     assert study["trials"] == [] and study["best"] is None and study["state"] == "CANCELLED"
     assert "No trial succeeded: no best trial and no parameter importance." in out
     assert not (tmp_path / ".local/reports/43/study.png").exists()  # nothing to draw
+
+
+BEST = "demo-models/runs/s/4/model"  # trial 4 of study_trials() scores best
+
+
+def model_files(root):
+    """The best trial's SavedModel, beside a worse trial's and a sibling folder that shares its prefix."""
+    for name in (f"{BEST}/saved_model.pb", f"{BEST}/variables/variables.index", "demo-models/runs/s/3/model/x",
+                 "demo-models/runs/s/4/model_old/x", "demo-models/runs/s/4/logs/x"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+
+
+@pytest.fixture
+def no_plot(monkeypatch):
+    """The hold needs no plot; drawing one per report is most of a report's time."""
+    from jobs import study_report
+
+    monkeypatch.setattr(study_report, "plot_study", lambda summary, path: None)
+
+
+def test_a_succeeded_study_holds_its_best_model_and_says_how_to_release_it(vertex, tmp_path, no_plot):
+    name = f"{PARENT}/hyperparameterTuningJobs/46"
+    vertex.fake.add_job(name, remote_job(study_trials(), "JOB_STATE_SUCCEEDED"))
+    model_files(tmp_path)
+    factory = vertex.factory(tmp_path)
+    rc, out, err = run_cli(["report", name, "--report-dir", tmp_path / "r"], factory=factory)
+    assert rc == 0, err
+    (clients,) = factory.made
+    assert clients.storage.held == [f"gs://{BEST}/saved_model.pb", f"gs://{BEST}/variables/variables.index"]
+    assert ("  SavedModel: gs://demo-models/runs/s/4/model/\n"
+            "  Held its 2 objects past its folder's lifecycle; to let them expire: gcloud storage objects update "
+            f"--recursive --no-temporary-hold gs://{BEST}\n") in out
+    assert "--temporary-hold gs://" not in out.replace("--no-temporary-hold", "")  # no manual hold asked
+
+
+def test_a_hold_that_fails_says_why_on_one_line_and_the_report_goes_on(vertex, tmp_path, no_plot, monkeypatch):
+    from google.api_core.exceptions import Forbidden
+
+    from jobs.cloud.client import LocalDirStorage
+
+    def refused(self, prefix):
+        raise Forbidden("caller does not have storage.objects.update access\n" + "detail " * 200)
+
+    monkeypatch.setattr(LocalDirStorage, "hold", refused)
+    name = f"{PARENT}/hyperparameterTuningJobs/47"
+    vertex.fake.add_job(name, remote_job(study_trials(), "JOB_STATE_SUCCEEDED"))
+    folder = tmp_path / "r"
+    rc, out, err = run_cli(["report", name, "--report-dir", folder], factory=vertex.factory(tmp_path))
+    assert rc == 0, err
+    assert json.loads((folder / "study.json").read_text())["best"]["id"] == "4"
+    (line,) = [x for x in out.splitlines() if x.startswith("  Not held")]
+    assert line.startswith("  Not held (Forbidden: 403 caller does not have storage.objects.update access detail")
+    assert line.endswith("); keep it past its folder's lifecycle: gcloud storage objects update --recursive "
+                         f"--temporary-hold gs://{BEST}")
+    assert len(line) < 400
+    assert "Parameter importance" in out and f"Results: {folder / 'study.json'}" in out  # the rest follows
 
 
 @pytest.mark.parametrize(

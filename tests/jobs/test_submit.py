@@ -139,6 +139,28 @@ def test_a_followed_study_ends_with_its_report_whatever_its_end(gcs_root, tmp_pa
     assert "Study cancelled: 2 succeeded, 1 failed, 1 interrupted" in out
     assert "Best trial 2: accuracy=0.8570" in out
     assert "Trial 3 failed: The replica workerpool0-0 exited with status 1." in out
+    # A cancelled study's best model is a person's call: the command, no hold.
+    assert ("Keep it past its folder's lifecycle: gcloud storage objects update --recursive --temporary-hold "
+            f"gs://demo-project-models/census-tuning/{job_id}/2/model\n") in out
+
+
+def test_a_followed_study_that_succeeds_holds_its_best_model(tmp_path, monkeypatch):
+    from jobs import study_report
+    from tests.jobs.test_study_report import remote_job, trial
+
+    monkeypatch.setattr(study_report, "plot_study", lambda summary, path: None)  # the hold needs no plot
+    name = "projects/demo-project/locations/us-central1/hyperparameterTuningJobs/48"
+    model = tmp_path / "demo-models/runs/s/2/model/saved_model.pb"
+    model.parent.mkdir(parents=True)
+    model.write_text("x")
+    with FakeVertexServer(FakeVertex()) as server:
+        server.fake.add_job(name, remote_job([trial("1", score=0.8), trial("2", score=0.9)]))
+        factory = server.factory(tmp_path)
+        rc, out, err = run_cli(["--follow", name], factory=factory, repo_root=tmp_path)
+    assert rc == 0, err
+    assert [c.storage.held for c in factory.made] == [["gs://demo-models/runs/s/2/model/saved_model.pb"]]
+    assert ("  Held its 1 object past its folder's lifecycle; to let them expire: gcloud storage objects update "
+            "--recursive --no-temporary-hold gs://demo-models/runs/s/2/model\n") in out
 
 
 def test_following_an_earlier_study_writes_its_report_and_a_custom_job_takes_no_report_dir(tmp_path):
