@@ -144,6 +144,33 @@ def test_a_followed_study_ends_with_its_report_whatever_its_end(gcs_root, tmp_pa
             f"gs://demo-project-models/census-tuning/{job_id}/2/model\n") in out
 
 
+def test_a_submitted_study_followed_to_success_holds_its_best_model(gcs_root, tmp_path, monkeypatch):
+    from jobs import study_report
+    from jobs.cloud.client import LocalDirStorage
+
+    monkeypatch.setattr(study_report, "plot_study", lambda summary, path: None)  # the hold needs no plot
+    hold = LocalDirStorage.hold
+
+    def trained_then_hold(self, prefix):
+        # The trial wrote its SavedModel as the job ran; the job id (and so the folder) is known only now.
+        self.path(prefix + "saved_model.pb").parent.mkdir(parents=True, exist_ok=True)
+        self.path(prefix + "saved_model.pb").write_text("x")
+        return hold(self, prefix)
+
+    monkeypatch.setattr(LocalDirStorage, "hold", trained_then_hold)
+    trials = [census_trial("1", "SUCCEEDED", 0.851), census_trial("2", "SUCCEEDED", 0.857)]
+    fake = FakeVertex(states=["JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"], trials=trials)
+    with FakeVertexServer(fake) as server:
+        factory = server.factory(gcs_root)
+        rc, out, err = run_cli([TUNING, "--report-dir", tmp_path / "report"], factory=factory)
+    assert rc == 0, err
+    job_id = json.loads((tmp_path / "report/study.json").read_text())["displayName"]
+    best = f"gs://demo-project-models/census-tuning/{job_id}/2/model"
+    assert [c.storage.held for c in factory.made] == [[f"{best}/saved_model.pb"]]
+    assert ("  Held its 1 object past its folder's lifecycle; to let them expire: gcloud storage objects update "
+            f"--recursive --no-temporary-hold {best}\n") in out
+
+
 def test_a_followed_study_that_succeeds_holds_its_best_model(tmp_path, monkeypatch):
     from jobs import study_report
     from tests.jobs.test_study_report import remote_job, trial
