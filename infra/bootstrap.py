@@ -25,6 +25,7 @@ from infra.constructs.ci_identity import DEPLOYER_PROJECT_ROLES, GithubCiIdentit
 from infra.constructs.endpoint_predictors import EndpointPredictors, EndpointPredictorsProps
 from infra.constructs.image_builder import BUILDER_DESCRIPTION, BUILDER_PROJECT_ROLES, ImageBuilder
 from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES, JobSubmitters, JobSubmittersProps
+from infra.constructs.model_holders import ModelHolders, ModelHoldersProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
 from infra.constructs.runtime_identity import RUNTIME_DESCRIPTION, RUNTIME_PROJECT_ROLES, RuntimeIdentity
 from infra.constructs.schedule_runner import (
@@ -140,6 +141,12 @@ class BootstrapStack(TerraformStack):
         self.submitters = JobSubmitters(self, "job-submitters", JobSubmittersProps(
             project=project, members=submitters, project_roles=SUBMITTER_PROJECT_ROLES,
             depends_on=tuple(enabled)))
+        # The role the platform stack grants the submitters on the models bucket, so run_job.py can hold a
+        # finished study's best model past the bucket's lifecycle (ModelHolders says why it is defined here).
+        self.model_holders: ModelHolders | None = None
+        if submitters:
+            self.model_holders = ModelHolders(self, "model-holders", ModelHoldersProps(
+                project=project, role_id=names.model_holder_role_id, depends_on=tuple(enabled)))
         # Every endpoint's predictors, each once: the role is project-wide (EndpointPredictors says why).
         predictors = {member_id(m): m for endpoint in cfg.endpoints for m in endpoint.predictors}
         self.predictors: EndpointPredictors | None = None

@@ -47,6 +47,8 @@ class ResourceNames:
     scheduler_role_id: str
     # Who may call the endpoints (only created when some endpoint has predictors).
     predictor_role_id: str
+    # Who may hold models past the models bucket's lifecycle (only created when there are job submitters).
+    model_holder_role_id: str
 
     def schedule(self, name: str) -> str:
         """The workflow and the Cloud Scheduler job of schedule `name` (both regional, same name)."""
@@ -73,7 +75,14 @@ def resource_names(cfg: EnvironmentConfig) -> ResourceNames:
         # Custom role ids allow letters, digits, "_" and "." only.
         scheduler_role_id=prefix.replace("-", "_") + "_scheduled_runs",
         predictor_role_id=prefix.replace("-", "_") + "_endpoint_predictors",
+        model_holder_role_id=prefix.replace("-", "_") + "_model_holders",
     )
+
+
+def custom_role(cfg: EnvironmentConfig, role_id: str) -> str:
+    """The name the bootstrap stack's custom role `role_id` has (google_project_iam_custom_role.name), for
+    the platform stack to grant it on a resource without a reference across stacks."""
+    return f"projects/{cfg.project_id}/roles/{role_id}"
 
 
 def endpoint_id(cfg: EnvironmentConfig, name: str) -> str:

@@ -23,7 +23,7 @@ from infra.constructs.scheduled_job import ScheduledJob, ScheduledJobProps
 from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
 from infra.constructs.tensorboard import Tensorboard, TensorboardProps
 from infra.google import GoogleProvider
-from infra.naming import platform_member_allowed, resource_names, service_account_email
+from infra.naming import custom_role, platform_member_allowed, resource_names, service_account_email
 from infra.outputs import (
     Output,
     endpoint_resource_names,
@@ -171,12 +171,17 @@ class PlatformStack(TerraformStack):
             FolderExpiry((CACHE_PREFIX,), cfg.result_cache_retention_days),
             *((FolderExpiry(cfg.study_prefixes, cfg.study_retention_days),) if cfg.study_prefixes else ()),
         )}
+        # Submitters may also hold (never write) objects in the models bucket: run_job.py holds a finished
+        # study's best model past its folder's lifecycle. The role is the bootstrap stack's (ModelHolders).
+        holder = custom_role(cfg, names.model_holder_role_id)
+        holders = {"models": tuple(Grant(f"{key}-modelHolder", holder, m) for key, m in submitters)}
         self.buckets: dict[str, TrainingBucket] = {}
         for role, (viewers, users, tf_writers) in access.items():
             grants = (
                 *(Grant(f"{key}-objectViewer", OBJECT_VIEWER, m) for key, m in viewers),
                 *(Grant(f"{key}-objectUser", OBJECT_USER, m) for key, m in users),
                 *(Grant(f"{key}-legacyBucketReader", BUCKET_METADATA_READER, m) for key, m in tf_writers),
+                *holders.get(role, ()),
             )
             self.buckets[role] = TrainingBucket(self, f"{role}-bucket", BucketProps(
                 name=names.bucket(role),

@@ -21,6 +21,10 @@ from infra.constructs import Grant
 # Service account ids: 6-30 chars (the email's local part).
 ACCOUNT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 ROLE = re.compile(r"^roles/[A-Za-z0-9_.]+$")
+# What a resource-level grant gives: a predefined role, or a custom one of a project (the bootstrap stack
+# defines them: infra.naming.custom_role).
+GRANTED_ROLE = re.compile(
+    r"^(?:roles/[A-Za-z0-9_.]+|projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/roles/[A-Za-z0-9_.]{3,64})$")
 # Construct ids end up in Terraform logical ids and paths; "/" would nest them.
 KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 SERVICE = re.compile(r"^[a-z][a-z0-9-]*\.googleapis\.com$")
@@ -143,8 +147,8 @@ def check_grants(where_: str, grants: Any, reserved: Iterable[str] = (), name: s
         check(where_, f"{field_name}.key", grant.key, grant.key not in taken,
               f"a key used once (already {taken.get(grant.key)})")
         taken[grant.key] = f"{name}[{i}]"
-        check_str(where_, f"{field_name}.role", grant.role, ROLE,
-                  "a predefined role such as roles/storage.objectViewer")
+        check_str(where_, f"{field_name}.role", grant.role, GRANTED_ROLE,
+                  "a predefined role such as roles/storage.objectViewer, or projects/P/roles/ID")
         check_member(where_, f"{field_name}.member", grant.member)
         first = bindings.setdefault((grant.role, grant.member), i)
         # Two resources for one binding: destroying either removes the binding both stand for.
