@@ -19,6 +19,7 @@ from infra.constructs.endpoint import Endpoint, EndpointProps
 from infra.constructs.endpoint_predictors import EndpointPredictors, EndpointPredictorsProps
 from infra.constructs.image_builder import ImageBuilder
 from infra.constructs.job_submitters import JobSubmitters, JobSubmittersProps
+from infra.constructs.model_holders import ModelHolders, ModelHoldersProps
 from infra.constructs.project_services import ProjectServices, ProjectServicesProps
 from infra.constructs.runtime_identity import RuntimeIdentity
 from infra.constructs.service_agents import ServiceAgents, ServiceAgentsProps
@@ -64,6 +65,7 @@ VALID = {
         sampling_rate=0.5, logs_writer="serviceAccount:a@b.iam.example.com", psc_projects=(PROJECT,)),
     EndpointPredictors: EndpointPredictorsProps(project=PROJECT, role_id="acme_predictors",
                                                 members=(("ml", GROUP),)),
+    ModelHolders: ModelHoldersProps(project=PROJECT, role_id="acme_model_holders"),
     ProjectBudget: BillingBudgetProps(
         project=PROJECT, project_number="123456789012", display_name="acme monthly",
         billing_account="012345-6789AB-CDEF01", amount=99.5, thresholds=(50.0, 100.0),
@@ -96,6 +98,8 @@ BAD_PROPS = [
     (TrainingBucket, {"grants": (_grant(key=""),)}, "grants[0].key", "non-empty construct id"),
     (TrainingBucket, {"grants": (_grant(role=""),)}, "grants[0].role", "roles/"),
     (TrainingBucket, {"grants": (_grant(role="storage.objectViewer"),)}, "grants[0].role", "roles/"),
+    (TrainingBucket, {"grants": (_grant(role="projects/acme-ml-test/roles/a-b"),)}, "grants[0].role",
+     "projects/P/roles/ID"),
     (TrainingBucket, {"grants": (_grant(member=""),)}, "grants[0].member", "IAM member"),
     (TrainingBucket, {"grants": (_grant(member="ml@acme.example"),)}, "grants[0].member", "IAM member"),
     (TrainingBucket, {"grants": (_grant(), _grant(role="roles/storage.objectUser"))}, "grants[1].key",
@@ -230,6 +234,8 @@ BAD_PROPS = [
     (Endpoint, {"psc_projects": ("Acme",)}, "psc_projects[0]", "a project id"),
     (Endpoint, {"psc_projects": (PROJECT, PROJECT)}, "psc_projects[1]", "each project once"),
     (EndpointPredictors, {"role_id": "a-b"}, "role_id", "3-64 letters"),
+    (ModelHolders, {"role_id": "acme-model-holders"}, "role_id", "3-64 letters"),
+    (ModelHolders, {"project": "Acme"}, "project", "6-30 lowercase"),
     (EndpointPredictors, {"members": ()}, "members", "a non-empty tuple"),
     (EndpointPredictors, {"members": (("role", GROUP),)}, "members[0].key", "other than 'role'"),
     (EndpointPredictors, {"members": (("ml", "ml@acme.example"),)}, "members[0].member", "an IAM member"),

@@ -309,6 +309,34 @@ def test_runtime_and_builder_hold_the_documented_access_across_both_stacks(stack
         assert stack["output"]["builder_service_account"]["value"] == builder
 
 
+def test_submitters_may_hold_objects_in_the_models_bucket_and_nowhere_else(stacks, bootstraps, configs):
+    """The bootstrap stack defines the model-holder role with exactly objects get/list/update (holds, never
+    create or delete); the platform stack grants it to the job submitters on the models bucket alone."""
+    for env, stack in stacks.items():
+        cfg = configs[env]
+        role_id = resource_names(cfg).model_holder_role_id
+        roles = [b for b in resources(bootstraps[env], "google_project_iam_custom_role").values()
+                 if b["role_id"] == role_id]
+        holder = f"projects/{cfg.project_id}/roles/{role_id}"
+        granted = [(g["member"], ref_target(stack, g["bucket"])[1]["labels"]["bucket-role"])
+                   for g in resources(stack, "google_storage_bucket_iam_member").values()
+                   if g["role"] == holder]
+        project_grants = [b for b in resources(bootstraps[env], "google_project_iam_member").values()
+                          if role_id in b["role"]]
+        assert project_grants == [], env  # a project-level grant would reach every bucket
+        if not cfg.job_submitters:
+            assert roles == [] and granted == [], env
+            continue
+        (role,) = roles
+        assert role["project"] == cfg.project_id
+        assert role["permissions"] == [
+            "storage.objects.get", "storage.objects.list", "storage.objects.update"]
+        assert sorted(granted) == sorted((member, "models") for member in cfg.job_submitters), env
+        # ...and the platform stack names the role nowhere else (no other bucket, registry or member).
+        assert json.dumps(stack["resource"]).count(holder) == len(cfg.job_submitters)
+    assert configs[BASIC].job_submitters and not configs["minimal"].job_submitters
+
+
 def test_service_agents_built_from_project_number_get_bucket_access(stacks, configs):
     for env, stack in stacks.items():
         number = configs[env].project_number

@@ -86,8 +86,9 @@ BEST = "demo-models/runs/s/4/model"  # trial 4 of study_trials() scores best
 
 def model_files(root):
     """The best trial's SavedModel, beside a worse trial's and a sibling folder that shares its prefix."""
-    for name in (f"{BEST}/saved_model.pb", f"{BEST}/variables/variables.index", "demo-models/runs/s/3/model/x",
-                 "demo-models/runs/s/4/model_old/x", "demo-models/runs/s/4/logs/x"):
+    for name in (f"{BEST}/saved_model.pb", f"{BEST}/variables/variables.index",
+                 "demo-models/runs/s/3/model/x", "demo-models/runs/s/4/model_old/x",
+                 "demo-models/runs/s/4/logs/x"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("x")
 
@@ -110,12 +111,14 @@ def test_a_succeeded_study_holds_its_best_model_and_says_how_to_release_it(verte
     (clients,) = factory.made
     assert clients.storage.held == [f"gs://{BEST}/saved_model.pb", f"gs://{BEST}/variables/variables.index"]
     assert ("  SavedModel: gs://demo-models/runs/s/4/model/\n"
-            "  Held its 2 objects past its folder's lifecycle; to let them expire: gcloud storage objects update "
-            f"--recursive --no-temporary-hold gs://{BEST}\n") in out
+            "  Held its 2 objects past its folder's lifecycle; to let them expire: "
+            f"gcloud storage objects update --recursive --no-temporary-hold gs://{BEST}\n") in out
     assert "--temporary-hold gs://" not in out.replace("--no-temporary-hold", "")  # no manual hold asked
 
 
-def test_a_hold_that_fails_says_why_on_one_line_and_the_report_goes_on(vertex, tmp_path, no_plot, monkeypatch):
+def test_a_hold_that_fails_says_why_on_one_line_and_the_report_goes_on(
+    vertex, tmp_path, no_plot, monkeypatch
+):
     from google.api_core.exceptions import Forbidden
 
     from jobs.cloud.client import LocalDirStorage
@@ -131,7 +134,8 @@ def test_a_hold_that_fails_says_why_on_one_line_and_the_report_goes_on(vertex, t
     assert rc == 0, err
     assert json.loads((folder / "study.json").read_text())["best"]["id"] == "4"
     (line,) = [x for x in out.splitlines() if x.startswith("  Not held")]
-    assert line.startswith("  Not held (Forbidden: 403 caller does not have storage.objects.update access detail")
+    assert line.startswith(
+        "  Not held (Forbidden: 403 caller does not have storage.objects.update access detail")
     assert line.endswith("); keep it past its folder's lifecycle: gcloud storage objects update --recursive "
                          f"--temporary-hold gs://{BEST}")
     assert len(line) < 400

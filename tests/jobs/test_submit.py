@@ -167,7 +167,8 @@ def test_a_submitted_study_followed_to_success_holds_its_best_model(gcs_root, tm
     job_id = json.loads((tmp_path / "report/study.json").read_text())["displayName"]
     best = f"gs://demo-project-models/census-tuning/{job_id}/2/model"
     assert [c.storage.held for c in factory.made] == [[f"{best}/saved_model.pb"]]
-    assert ("  Held its 1 object past its folder's lifecycle; to let them expire: gcloud storage objects update "
+    assert ("  Held its 1 object past its folder's lifecycle; to let them expire: "
+            "gcloud storage objects update "
             f"--recursive --no-temporary-hold {best}\n") in out
 
 
@@ -186,7 +187,8 @@ def test_a_followed_study_that_succeeds_holds_its_best_model(tmp_path, monkeypat
         rc, out, err = run_cli(["--follow", name], factory=factory, repo_root=tmp_path)
     assert rc == 0, err
     assert [c.storage.held for c in factory.made] == [["gs://demo-models/runs/s/2/model/saved_model.pb"]]
-    assert ("  Held its 1 object past its folder's lifecycle; to let them expire: gcloud storage objects update "
+    assert ("  Held its 1 object past its folder's lifecycle; to let them expire: "
+            "gcloud storage objects update "
             "--recursive --no-temporary-hold gs://demo-models/runs/s/2/model\n") in out
 
 
