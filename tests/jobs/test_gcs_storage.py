@@ -22,8 +22,20 @@ class _Gcs(BaseHTTPRequestHandler):
     def _send(self, status: int, payload: dict) -> None:
         send_json(self, status, payload)
 
+    def _metadata(self, bucket: str, name: str) -> dict:
+        data = self.server.objects[f"{bucket}/{name}"]
+        return {"bucket": bucket, "name": name, "size": str(len(data)), "generation": "7",
+                "temporaryHold": f"{bucket}/{name}" in self.server.held}
+
     def do_GET(self):  # noqa: N802 - http.server naming
         path = urlparse(self.path).path  # [/download]/storage/v1/b/<bucket>/o/<name>
+        if path.endswith("/o"):  # objects.list: one page of the names under ?prefix=
+            bucket = path.removeprefix("/storage/v1/b/").removesuffix("/o")
+            prefix = parse_qs(urlparse(self.path).query).get("prefix", [""])[0]
+            names = sorted(k.partition("/")[2] for k in self.server.objects
+                           if k.startswith(f"{bucket}/{prefix}"))
+            self._send(200, {"items": [self._metadata(bucket, n) for n in names]})
+            return
         media = path.startswith("/download/")
         bucket, _, name = path.removeprefix("/download").removeprefix("/storage/v1/b/").partition("/o/")
         key = f"{bucket}/{unquote(name)}"
@@ -31,8 +43,7 @@ class _Gcs(BaseHTTPRequestHandler):
         if data is None:
             self._send(404, {"error": {"code": 404, "message": "No such object"}})
         elif not media:
-            metadata = {"bucket": bucket, "name": unquote(name), "size": str(len(data)), "generation": "7"}
-            self._send(200, metadata)
+            self._send(200, self._metadata(bucket, unquote(name)))
         else:  # the object's bytes (alt=media), a Range of them when asked
             self.server.downloads.append(
                 (parse_qs(urlparse(self.path).query).get("generation"), self.headers.get("Range"))
@@ -70,6 +81,14 @@ class _Gcs(BaseHTTPRequestHandler):
         self.server.objects[key] = media_part.get_payload(decode=True)
         self._send(200, {"bucket": bucket, "name": name, "generation": "1"})
 
+    def do_PATCH(self):  # noqa: N802 - objects.patch: only the temporary hold is ever changed
+        bucket, _, name = urlparse(self.path).path.removeprefix("/storage/v1/b/").partition("/o/")
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.patches.append((unquote(name), body))
+        if body.get("temporaryHold"):
+            self.server.held.add(f"{bucket}/{unquote(name)}")
+        self._send(200, self._metadata(bucket, unquote(name)))
+
     def log_message(self, *args):
         pass
 
@@ -78,6 +97,7 @@ class _Gcs(BaseHTTPRequestHandler):
 def gcs():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Gcs)
     server.objects, server.uploads, server.downloads = {}, [], []
+    server.held, server.patches = set(), []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -123,3 +143,15 @@ def test_read_bytes_is_bounded_and_none_when_absent(gcs, store):
     gcs.objects["demo-models/huge.json"] = b"x" * 100
     assert store.read_bytes("gs://demo-models/huge.json", 10) == b"x" * 11
     assert gcs.downloads == [(["7"], None), (["7"], "bytes=0-10")]  # the generation whose size was read
+
+
+def test_hold_patches_each_unheld_object_under_the_folder_and_only_those(gcs, store):
+    for name in ("model/saved_model.pb", "model/variables/variables.index", "model_old/x", "logs/x"):
+        gcs.objects[f"demo-models/s/4/{name}"] = b"x"
+    gcs.held.add("demo-models/s/4/model/saved_model.pb")  # held by an earlier report
+    assert store.hold("gs://demo-models/s/4/model/") == 2
+    # One metadata patch, of the one object not yet held; model_old/ is a sibling, not under model/.
+    assert gcs.patches == [("s/4/model/variables/variables.index", {"temporaryHold": True})]
+    assert gcs.held == {f"demo-models/s/4/model/{n}" for n in ("saved_model.pb", "variables/variables.index")}
+    assert store.hold("gs://demo-models/s/4/model") == 2 and len(gcs.patches) == 1  # nothing new to patch
+    assert store.hold("gs://demo-models/s/9/model/") == 0
