@@ -7,7 +7,8 @@ studySpec metric in each trial's ``finalMeasurement``; an INFEASIBLE trial is FA
 none); a trial still REQUESTED, ACTIVE or STOPPING is ACTIVE while the job runs and INTERRUPTED once it has
 ended. Parameter values are typed by the studySpec (Vertex AI sends every number as a double: INTEGER 64
 arrives as 64.0). A trial's SavedModel is ``<baseOutputDirectory>/<trial id>/model/``, the AIP_MODEL_DIR
-Vertex AI gave it.
+Vertex AI gave it. A SUCCEEDED study's best SavedModel is held (a temporary hold on each object) so that its
+study folder's lifecycle rule spares it (:func:`keep_best_model`).
 
 A response that is not what was asked (a trial id that is not a number, a state or parameter the study does
 not have, a studySpec that does not parse) is a JobError naming the job and the field: one line, exit 2.
