@@ -334,7 +334,6 @@ class StudyRunner:
         """SIGINT and SIGTERM while the study runs: a clean, resumable stop. Python drops an exception raised
         while a finalizer runs ("Exception ignored in ..."), so a Ctrl-C landing there would be lost and the
         study run on (measured: 1 full suite run in 3 hung so); the flag lets the loop see it anyway."""
-        self._interrupted = False
 
         def interrupt(signum, frame):
             self._interrupted = True
