@@ -798,9 +798,10 @@ def preview_deploy(ref, spec, target) -> dict:
 
 
 def run_deploy(verb: str, factory: Callable | None, target, out: TextIO, *, ref=None, spec=None,
-               instance=None):
+               instance=None, dry_run: bool = False):
     """Deploy (``ref`` as ``spec`` says, then smoke-test with ``instance``), undeploy ``ref``, or roll back
-    the endpoint; bad input found at the cloud (no such version or endpoint) is a JobError."""
+    the endpoint; bad input found at the cloud (no such version or endpoint) is a JobError. ``dry_run``
+    (undeploy, rollback): read the endpoint and print the request, change nothing."""
     from jobs.cloud import deploy
     from jobs.definition.deployment import DeployError
 
@@ -810,7 +811,7 @@ def run_deploy(verb: str, factory: Callable | None, target, out: TextIO, *, ref=
         if verb == "deploy":
             return deploy.deploy(made, ref, spec, target, instance, out)
         if verb == "undeploy":
-            return deploy.undeploy(made, ref, target, out)
-        return deploy.rollback(made, target, out)
+            return deploy.undeploy(made, ref, target, out, dry_run=dry_run)
+        return deploy.rollback(made, target, out, dry_run=dry_run)
     except DeployError as exc:
         raise exc.to_job_error(verb) from None

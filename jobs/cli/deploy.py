@@ -12,7 +12,8 @@ of the rest) or the whole --traffic-split. A version deployed there already is n
 smoke prediction through the endpoint: --instance, or the example request the trainer's export wrote
 beside the model. --dry-run prints the request and sends nothing.
 undeploy takes a version off (its traffic goes to the others in proportion); rollback takes off the model the
-last deploy added and puts back the traffic split from before it.
+last deploy added and puts back the traffic split from before it. With --dry-run both read the endpoint (what
+it serves decides the request) and print the UndeployModelRequest, changing nothing.
 
 Bad input (a malformed MODEL@ALIAS, an endpoint the environment does not have, a machine the catalogue lacks,
 a split that does not sum to 100, a version the registry does not have) is one line and exit status 2, with
@@ -69,6 +70,9 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
         p.add_argument("--instance", metavar="JSON", help="the instance the smoke prediction sends (default: "
                        "the first of the example_request.json the export wrote beside the model)")
         p.add_argument("--dry-run", action="store_true", help="print the DeployModelRequest; send nothing")
+    else:
+        p.add_argument("--dry-run", action="store_true", help="read the endpoint and print the "
+                       "UndeployModelRequest it would send; change nothing")
     return p
 
 
@@ -106,7 +110,8 @@ def _run(verb: str, call, target, *, ref=None, spec=None, instance=None, args=No
     from jobs.api import JobError, SmokeFailed, run_deploy
 
     try:
-        run_deploy(verb, call.factory, target, call.out, ref=ref, spec=spec, instance=instance)
+        run_deploy(verb, call.factory, target, call.out, ref=ref, spec=spec, instance=instance,
+                   dry_run=verb != "deploy" and args.dry_run)
     except JobError:
         raise
     except SmokeFailed as failed:
@@ -124,6 +129,9 @@ def _run(verb: str, call, target, *, ref=None, spec=None, instance=None, args=No
     except Exception as exc:  # noqa: BLE001 - cloud/auth failures: one line, no traceback
         line = io.StringIO()
         status = cloud_failure(exc, line)
+        if verb != "deploy" and args.dry_run:
+            print(f"{line.getvalue().rstrip()}; nothing was changed (--dry-run)", file=call.err)
+            return status
         print(f"{line.getvalue().rstrip()}; {verb} did not complete and the endpoint's traffic is where it "
               "was: running the same command again finishes it (a version deployed already is not deployed "
               "twice)",

@@ -159,9 +159,11 @@ def smoke(endpoints: cloud.VertexEndpoints, target: Target, deployed_id: str, in
     )
 
 
-def undeploy(clients: cloud.Clients, ref: VersionRef, target: Target, out: TextIO) -> list[str]:
+def undeploy(clients: cloud.Clients, ref: VersionRef, target: Target, out: TextIO, *,
+             dry_run: bool = False) -> list[str]:
     """Undeploy every deployed model of ``ref``'s version from ``target``; its traffic goes to the others in
-    proportion. Nothing deployed is no error (a retried undeploy)."""
+    proportion. Nothing deployed is no error (a retried undeploy). ``dry_run``: read the endpoint, print the
+    UndeployModelRequests, send none."""
     version_id = str(version_of(clients.models, ref, target.parent).get("versionId", ""))
     state = endpoint_state(clients.endpoints, target)
     model = ref.model_name(target.parent)
@@ -173,12 +175,13 @@ def undeploy(clients: cloud.Clients, ref: VersionRef, target: Target, out: TextI
     split = traffic(state)
     for deployed_id in gone:
         split = without(split, deployed_id)
-        _undeploy(clients.endpoints, target, deployed_id, split, out)
+        _undeploy(clients.endpoints, target, deployed_id, split, out, dry_run)
     return gone
 
 
-def rollback(clients: cloud.Clients, target: Target, out: TextIO) -> str:
-    """Undeploy the newest deployed model that recorded the split before it, putting that split back."""
+def rollback(clients: cloud.Clients, target: Target, out: TextIO, *, dry_run: bool = False) -> str:
+    """Undeploy the newest deployed model that recorded the split before it, putting that split back.
+    ``dry_run``: read the endpoint, print the UndeployModelRequest, send it not."""
     state = endpoint_state(clients.endpoints, target)
     deployed = serving(state)
     newest = next((s for s in reversed(deployed) if recorded_split(s.display_name) is not None), None)
@@ -191,16 +194,19 @@ def rollback(clients: cloud.Clients, target: Target, out: TextIO) -> str:
         )
     remaining = [s.id for s in deployed if s.id != newest.id]
     split = rollback_split(recorded_split(newest.display_name), remaining)
-    _undeploy(clients.endpoints, target, newest.id, split, out)
+    _undeploy(clients.endpoints, target, newest.id, split, out, dry_run)
     return newest.id
 
 
 def _undeploy(endpoints: cloud.VertexEndpoints, target: Target, deployed_id: str, split: dict[str, int],
-              out: TextIO) -> None:
+              out: TextIO, dry_run: bool = False) -> None:
     # One call: the split is applied as the model goes, so no traffic is ever sent to a model being removed.
     request: dict[str, Any] = {"endpoint": target.resource, "deployedModelId": deployed_id}
     if split:
         request["trafficSplit"] = split
+    if dry_run:  # the request as it would be sent; what the endpoint serves now decided it
+        print(json.dumps(request, indent=2), file=out)
+        return
     print(f"undeploy: removing deployed model {deployed_id} from {target.name}; traffic then "
           f"{_shares(split)}", file=out, flush=True)
     endpoints.undeploy(request)

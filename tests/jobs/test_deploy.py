@@ -263,6 +263,34 @@ def test_undeploy_gives_the_version_s_traffic_to_the_others_and_a_retry_does_not
     assert rc == 0 and "is not deployed on census; nothing to do" in out
 
 
+def test_undeploy_and_rollback_dry_runs_print_the_request_the_endpoint_decides_and_change_nothing(
+    endpoints, tmp_path
+):
+    fake = FakeVertex()
+    registry(fake, versions=3)
+    fake.endpoints.add_endpoint(ENDPOINT)
+    first = fake.endpoints.add_deployed(ENDPOINT, MODEL, "1", 70)
+    with FakeVertexServer(fake) as server:
+        factory = server.factory(tmp_path)
+        assert run_cli(["deploy", "census@production", "--endpoint", "census", "--traffic", "20"],
+                       factory=factory)[0] == 0
+        new = fake.endpoints.endpoints[ENDPOINT]["deployedModels"][-1]["id"]
+        before = fake.endpoints.split(ENDPOINT)
+        sent = len(fake.requests)
+        rc, out, err = run_cli(["rollback", "--endpoint", "census", "--dry-run"], factory=factory)
+        assert (rc, err) == (0, ""), err
+        request = json.loads(out[out.index("{"):])
+        UndeployModelRequest.from_json(json.dumps(request))
+        assert request == {"endpoint": ENDPOINT, "deployedModelId": new, "trafficSplit": {first: 100}}
+        rc, out, err = run_cli(["undeploy", "census@production", "--endpoint", "census", "--dry-run"],
+                               factory=factory)
+        assert (rc, err) == (0, ""), err
+        assert json.loads(out[out.index("{"):]) == request
+        # Only reads went out; the endpoint serves what it served.
+        assert all(r.method == "GET" for r in fake.requests[sent:])
+        assert fake.endpoints.split(ENDPOINT) == before == {first: 80, new: 20}
+
+
 def test_a_failed_smoke_prediction_exits_1_naming_the_rollback(endpoints, tmp_path):
     fake = FakeVertex()
     registry(fake)
