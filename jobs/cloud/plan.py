@@ -26,6 +26,7 @@ from jobs.cloud import report
 from jobs.cloud.builds import ImageBuild
 from jobs.cloud.deploy import DeployRegistered, target_of
 from jobs.cloud.deploy import preview_request as deploy_preview
+from jobs.cloud.experiments import RecordRun
 from jobs.cloud.logs import GRACE_SECONDS, LogStream
 from jobs.cloud.register import RegisterModel, preview_request
 from jobs.definition import body
@@ -52,6 +53,7 @@ class Execution:
     package_path: Path | None = None
     remote: dict[str, Any] | None = None  # the job as the API returned it
     missing_images: set[str] = field(default_factory=set)  # images ResolveImages found absent
+    registered: str | None = None  # the Model Registry version RegisterModel uploaded or found
 
 
 class BuildFailed(RuntimeError):
@@ -346,10 +348,12 @@ def build_plan(
     logs: bool = True,
     report_dir: Path | None = None,
     cost: tuple[Estimate, Cap | None] | None = None,
+    tensorboard: str = "",
 ) -> Plan:
     """Submit ``job`` (or, with ``follow``, pick up that job submitted from it), follow it unless told not
     to wait, write a tuning job's study report (to ``report_dir``, default .local/reports/<job id>), then
-    register its model when the definition has a registry block."""
+    register its model when the definition has a registry block, and record it as a run of its experiment
+    (``tensorboard``: the environment's, the experiment's backing TensorBoard)."""
     steps: list[Step] = image_steps(list(builds))
     if follow is not None:
         steps += [AttachJob(follow), ShowLinks()]
@@ -365,6 +369,7 @@ def build_plan(
             steps.append(RegisterModel())
         if job.deploy is not None:
             steps.append(DeployRegistered())
+        steps.append(RecordRun(tensorboard))
     return Plan(job, steps, list(builds), cost if follow is None else None)
 
 
