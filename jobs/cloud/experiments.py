@@ -19,11 +19,27 @@ from typing import Any, TextIO
 from jobs.cloud import client as cloud
 from jobs.definition import experiments as ex
 from jobs.definition.body import is_gs, job_spec
-from jobs.definition.kinds import runs_study
+from jobs.definition.kinds import JOB_KINDS, runs_study
 from jobs.definition.model_registry import best_trial, model_dir, output_prefix
 from trainer.contract import CONFIG_FILE, METRICS_FILE
 
 MAX_JSON_BYTES = 1 << 20
+# The permission each MetadataService call here needs (the REST reference's "IAM Permissions" of each method):
+# all in the aiplatform.metadataStores/contexts/artifacts/executions families that roles/aiplatform.user
+# grants, the role job submitters and the CI deployer hold already (tests/jobs/test_experiments.py).
+PERMISSIONS = {
+    "get_metadata_store": "aiplatform.metadataStores.get",
+    "create_metadata_store": "aiplatform.metadataStores.create",
+    "create_context": "aiplatform.contexts.create",
+    "get_context": "aiplatform.contexts.get",
+    "update_context": "aiplatform.contexts.update",
+    "list_contexts": "aiplatform.contexts.list",  # run_job.py runs --env
+    "add_context_children": "aiplatform.contexts.addContextChildren",
+    "add_context_artifacts_and_executions": "aiplatform.contexts.addContextArtifactsAndExecutions",
+    "create_artifact": "aiplatform.artifacts.create",
+    "create_execution": "aiplatform.executions.create",
+    "add_execution_events": "aiplatform.executions.addExecutionEvents",
+}
 
 
 def _json(storage: cloud.Storage, uri: str) -> Any:
@@ -128,6 +144,47 @@ def list_runs(metadata: cloud.VertexMetadata, parent: str, experiment: str) -> l
         except ex.RunError:
             continue  # a child of another kind (a pipeline run): not a run of this definition
     return runs
+
+
+JOB_ID = "<job id>"
+
+
+def preview_requests(job: Any, tensorboard: str) -> list[tuple[str, dict[str, Any]]]:
+    """The calls --dry-run prints: what recording sends once the job has ended, with what only then is known
+    as placeholders (and a CustomJob's one data file as an example: each file the flags name is one)."""
+    import json
+
+    prefix = output_prefix(job.body, job.kind) or "<baseOutputDirectory>"
+    trial = "<best trial id>/" if runs_study(job.kind) else ""
+    board = (job_spec(job.body, job.kind) or {}).get("tensorboard") or ""
+    data = ex.DataFile("<each object that --train-files and --eval-files name>",
+                       {"size": "<size>", "crc32c": "<crc32c>"})
+    record = ex.run_record(
+        file=job.file,
+        run_name="0",
+        display_name=str(job.body.get("displayName") or job.job_id),
+        state=ex.COMPLETE,
+        params={"<flag>": "<its value in trainer_config.json>"},
+        metrics={"<metric>": "<its eval value in metrics.json>"},
+        lineage=ex.Lineage(
+            code=ex.code_of(job),
+            data=(data,),
+            job=f"{job.parent}/{JOB_KINDS[job.kind].collection}/{JOB_ID}",
+            model=f"{prefix}/{trial}model",
+            registry_version="<the version registered, if any>" if job.registry is not None else "",
+            tensorboard=f"{board}/experiments/{JOB_ID}" if board else "",
+        ),
+        tensorboard=tensorboard,
+        console_uri="<the job's console page>",
+    )
+    swaps = {
+        record.run_id: f"{record.experiment_id}-{JOB_ID}",
+        ex.data_artifact_id(data.uri, data.identity): "data-<sha256 of its uri and identity>",
+    }
+    text = json.dumps(ex.metadata_requests(record, job.parent))
+    for placeholder, shown in swaps.items():
+        text = text.replace(json.dumps(placeholder)[1:-1], shown)
+    return json.loads(text)
 
 
 class RecordRun:

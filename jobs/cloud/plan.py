@@ -27,6 +27,7 @@ from jobs.cloud.builds import ImageBuild
 from jobs.cloud.deploy import DeployRegistered, target_of
 from jobs.cloud.deploy import preview_request as deploy_preview
 from jobs.cloud.experiments import RecordRun
+from jobs.cloud.experiments import preview_requests as experiment_preview
 from jobs.cloud.logs import GRACE_SECONDS, LogStream
 from jobs.cloud.register import RegisterModel, preview_request
 from jobs.definition import body
@@ -323,6 +324,12 @@ class Plan:
         if not any(isinstance(step, RegisterModel) for step in self.steps):
             return None
         return preview_request(self.job)
+
+    def experiment_requests(self) -> list[tuple[str, dict[str, Any]]]:
+        """The Vertex AI Experiments calls recording the run sends once the job has ended (placeholders for
+        what only then is known); [] when the plan records nothing."""
+        step = next((s for s in self.steps if isinstance(s, RecordRun)), None)
+        return [] if step is None else experiment_preview(self.job, step.tensorboard)
 
     def deploy_request(self) -> dict[str, Any] | None:
         """The DeployModelRequest the plan sends once the model is registered (placeholders for what only

@@ -177,6 +177,19 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         experiment = fake.metadata.contexts()[f"{STORE}/contexts/census-cpu"]
         assert experiment["metadata"]["backing_tensorboard_resource"] == BOARD
 
+        # What was sent is what --dry-run prints, placeholders filled in.
+        rc, _, plan = run_cli([CENSUS, "--dry-run"])
+        preview = json.loads(plan[plan.index("[", plan.index("Vertex AI Experiments requests")):
+                                  plan.index("\n]\n", plan.index("Vertex AI Experiments requests")) + 2])
+        assert [p["method"] for p in preview] == [
+            "create_context", "create_context", "create_artifact", "create_artifact", "create_execution",
+            "add_execution_events", "add_context_artifacts_and_executions", "add_context_children"]
+        assert preview[0]["request"]["context"] == sent[2][3] and sent[2][2]["contextId"] == ["census-cpu"]
+        shown = preview[1]["request"]["context"]["metadata"]
+        assert set(shown) == set(metadata) and set(shown["lineage"]) == set(metadata["lineage"])
+        assert preview[1]["request"]["contextId"] == "census-cpu-<job id>" and sent[3][2]["contextId"] == [
+            "census-cpu-1000"]
+
         # Followed again (after a failure, or by hand): the run is updated, nothing is added twice.
         before = len(fake.requests)
         rc, out, err = run_cli([CENSUS, "--follow", name], factory=factory)
@@ -313,3 +326,28 @@ def test_runs_on_vertex_ai_without_a_run_is_one_line(tmp_path):
     assert (rc, out) == (2, "")
     assert err == (f"jobs/census_cpu.yaml: --env: no run of experiment census-cpu in {PARENT}; allowed: an "
                    "environment where `run_job.py jobs/census_cpu.yaml` ran and ended\n")
+
+
+# What roles/aiplatform.user holds of the metadata store, whole families ("Vertex AI User" in
+# https://cloud.google.com/iam/docs/roles-permissions/aiplatform and the Vertex AI access-control page).
+AIPLATFORM_USER_FAMILIES = ("aiplatform.metadataStores.", "aiplatform.contexts.", "aiplatform.artifacts.",
+                            "aiplatform.executions.")
+
+
+def test_whoever_submits_jobs_may_record_runs_without_a_new_grant():
+    """Recording runs from the client needs the metadata permissions of the calls it makes, all inside
+    roles/aiplatform.user, which job submitters and the CI deployer hold already: no grant is added."""
+    import inspect
+
+    from infra.constructs.ci_identity import DEPLOYER_PROJECT_ROLES
+    from infra.constructs.job_submitters import SUBMITTER_PROJECT_ROLES
+    from jobs.cloud import experiments
+    from jobs.cloud.client import VertexMetadata
+
+    assert "roles/aiplatform.user" in SUBMITTER_PROJECT_ROLES
+    assert "roles/aiplatform.user" in DEPLOYER_PROJECT_ROLES
+    called = {m for m, _ in ex.metadata_requests(census_record(), PARENT)} | {"update_context", "get_context"}
+    source = inspect.getsource(VertexMetadata)
+    called |= {m for m in experiments.PERMISSIONS if f".{m}(" in source or f'"{m}"' in source}
+    assert called <= set(experiments.PERMISSIONS)
+    assert all(p.startswith(AIPLATFORM_USER_FAMILIES) for p in experiments.PERMISSIONS.values())
