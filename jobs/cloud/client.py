@@ -397,16 +397,8 @@ def logging_session() -> Any:
     return AuthorizedSession(credentials)
 
 
-class VertexModels:
-    """The Model Registry through the generated ModelServiceClient, in REST JSON form.
-
-    The client is made on first use: following a job never pays for the ModelService import. Every call has
-    a deadline (a REST call without one can hang on a silent server); an upload waits for its long-running
-    operation, whose failure raises.
-    """
-
-    CALL_TIMEOUT = 60.0
-    UPLOAD_TIMEOUT = 1800.0
+class _MadeOnFirstUse:
+    """A generated client made by ``make_client`` the first time it is used."""
 
     def __init__(self, make_client: Callable[[], Any]) -> None:
         self._make_client = make_client
@@ -417,6 +409,18 @@ class VertexModels:
         if self._client is None:
             self._client = self._make_client()
         return self._client
+
+
+class VertexModels(_MadeOnFirstUse):
+    """The Model Registry through the generated ModelServiceClient, in REST JSON form.
+
+    The client is made on first use: following a job never pays for the ModelService import. Every call has
+    a deadline (a REST call without one can hang on a silent server); an upload waits for its long-running
+    operation, whose failure raises.
+    """
+
+    CALL_TIMEOUT = 60.0
+    UPLOAD_TIMEOUT = 1800.0
 
     def get(self, name: str) -> dict[str, Any] | None:
         """A model (its default version), or with ``@<alias|version>`` that version; None when absent."""
@@ -515,7 +519,7 @@ class VertexEndpoints:
         return _message_json(self._client("predictions").predict(request=message, timeout=self.CALL_TIMEOUT))
 
 
-class VertexMetadata:
+class VertexMetadata(_MadeOnFirstUse):
     """Vertex AI Experiments' store, the MetadataService, through its generated client in REST JSON form.
 
     Made on first use; every call has a deadline. ``call`` sends one request (``method`` of
@@ -525,16 +529,6 @@ class VertexMetadata:
 
     CALL_TIMEOUT = 60.0
     STORE_TIMEOUT = 300.0
-
-    def __init__(self, make_client: Callable[[], Any]) -> None:
-        self._make_client = make_client
-        self._client = None
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = self._make_client()
-        return self._client
 
     def call(self, method: str, request: dict[str, Any]) -> dict[str, Any] | None:
         from google.api_core.exceptions import Aborted, Conflict

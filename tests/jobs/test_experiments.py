@@ -142,17 +142,15 @@ def metadata_requests(fake):
 
 
 def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_path):
-    fake = FakeVertex(states=["JOB_STATE_PENDING"])
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))  # the submission run_cli makes
+    prefix = job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
+    write_outputs(tmp_path, prefix, epochs=8, auc=0.93)  # what the job will have left when it ends
+    fake = FakeVertex()
     with FakeVertexServer(fake) as server:
         factory = server.factory(tmp_path)
-        rc, out, err = run_cli([CENSUS, "--no-wait"], factory=factory)
+        rc, out, err = run_cli([CENSUS], factory=factory)
         assert rc == 0, err
         name = next(iter(fake.jobs))
-        prefix = fake.jobs[name]["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
-        write_outputs(tmp_path, prefix, epochs=8, auc=0.93)
-        fake.states = ["JOB_STATE_SUCCEEDED"]
-        rc, out, err = run_cli([CENSUS, "--follow", name], factory=factory)
-        assert rc == 0, err
         assert "experiments: recorded run census-cpu-1000 of experiment census-cpu" in out
         sent = metadata_requests(fake)
         assert [(m, p.rsplit("/", 1)[-1]) for m, p, _, _ in sent] == [
