@@ -64,7 +64,7 @@ def cloud_run(
     prefix = output_prefix(remote, job.kind) or output_prefix(job.body, job.kind)
     trial = ""
     if runs_study(job.kind):
-        metric, goal = ex.definition_metric(job, None)
+        metric, goal = ex.study_metric(job.body)
         best = best_trial(remote.get("trials"), metric, goal)
         trial = best[0] if best is not None else ""
     model = model_dir(prefix, trial or None) if is_gs(prefix) else ""
@@ -79,7 +79,7 @@ def cloud_run(
     metrics = _json(storage, f"{model}/{METRICS_FILE}") if model else None
     board = (job_spec(remote, job.kind) or job_spec(job.body, job.kind) or {}).get("tensorboard") or ""
     lineage = ex.Lineage(
-        code=ex.code_of(job),
+        code=ex.code_of(remote, job.kind) or ex.code_of(job.body, job.kind),
         data=tuple(data),
         job=name,
         model=model if config is not None or metrics is not None else "",  # a folder the job wrote
@@ -167,7 +167,7 @@ def preview_requests(job: Any, tensorboard: str) -> list[tuple[str, dict[str, An
         params={"<flag>": "<its value in trainer_config.json>"},
         metrics={"<metric>": "<its eval value in metrics.json>"},
         lineage=ex.Lineage(
-            code=ex.code_of(job),
+            code=ex.code_of(job.body, job.kind),
             data=(data,),
             job=f"{job.parent}/{JOB_KINDS[job.kind].collection}/{JOB_ID}",
             model=f"{prefix}/{trial}model",

@@ -374,9 +374,10 @@ def build_plan(
             steps.append(ReportStudy(report_dir))
         if job.registry is not None:
             steps.append(RegisterModel())
+        # Recorded once the registry version is known, before a deploy whose smoke test may fail.
+        steps.append(RecordRun(tensorboard))
         if job.deploy is not None:
             steps.append(DeployRegistered())
-        steps.append(RecordRun(tensorboard))
     return Plan(job, steps, list(builds), cost if follow is None else None)
 
 

@@ -435,6 +435,12 @@ def runs_comparison(a: Run, b: Run) -> list[str]:
     ]
 
 
+def study_metric(body: Mapping[str, Any]) -> tuple[str, str]:
+    """(metricId, goal) of a HyperparameterTuningJob body's study."""
+    metrics = (body.get("studySpec") or {}).get("metrics") or [{}]
+    return str(metrics[0].get("metricId", "")), str(metrics[0].get("goal", "MAXIMIZE"))
+
+
 def definition_metric(job: Any, trainer_spec: Any) -> tuple[str, str]:
     """(metric, goal) a definition's runs are ordered by: a study's own metric; else the registry block's,
     which the definition names for its evaluation gate; else the primary metric of the model its chief
@@ -442,8 +448,7 @@ def definition_metric(job: Any, trainer_spec: Any) -> tuple[str, str]:
     from jobs.definition.kinds import runs_study
 
     if runs_study(job.kind):
-        metrics = (job.body.get("studySpec") or {}).get("metrics") or [{}]
-        return str(metrics[0].get("metricId", "")), str(metrics[0].get("goal", "MAXIMIZE"))
+        return study_metric(job.body)
     if job.registry is not None:
         return job.registry.metric, job.registry.goal
     pools = job.pools()
@@ -454,10 +459,12 @@ def definition_metric(job: Any, trainer_spec: Any) -> tuple[str, str]:
     return model.default_metric, model.metric_goals.get(model.default_metric, "MAXIMIZE")
 
 
-def code_of(job: Any) -> dict[str, str]:
-    """The code a run ran: its chief's trainer image (the tag is the hash of the build context) or, on a
-    prebuilt image, the trainer sdist (its folder is the code hash) and that image."""
-    pools = job.pools()
+def code_of(body: Mapping[str, Any], kind: str) -> dict[str, str]:
+    """The code a job's body runs: its chief's trainer image (the tag is the hash of the build context) or,
+    on a prebuilt image, the trainer sdist (its folder is the code hash) and that image."""
+    from jobs.definition.body import job_pools
+
+    pools = job_pools(dict(body), kind)
     if not pools:
         return {}
     chief = pools[0]

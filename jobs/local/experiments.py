@@ -80,8 +80,8 @@ def local_run(job: Any, local_root: Path, status: int, base: Path | None) -> ex.
     if runs_study(job.kind):
         summary = _json_file(base / "study.json")
         best = summary.get("best") if isinstance(summary, dict) else None
-        if isinstance(best, dict) and best.get("trial") is not None:
-            trial = str(best["trial"])
+        if isinstance(best, dict) and best.get("id") is not None:  # study.json's best trial row
+            trial = str(best["id"])
             folder = base / trial
     model = folder / "model"
     config = _json_file(model / CONFIG_FILE)
@@ -89,7 +89,7 @@ def local_run(job: Any, local_root: Path, status: int, base: Path | None) -> ex.
     params = {k: to_gs(v, local_root) if isinstance(v, str) else v for k, v in ex.flat_params(config).items()}
     patterns = [str(v) for k in ("train_files", "eval_files") for v in [params.get(k)] if v]
     lineage = ex.Lineage(
-        code=ex.code_of(job),
+        code=ex.code_of(job.body, job.kind),
         data=data_files(patterns, local_root),
         model=to_gs(str(model), local_root) if model.is_dir() else "",
         trial=trial,

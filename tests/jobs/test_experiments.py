@@ -285,6 +285,23 @@ def test_local_runs_are_listed_best_first_and_compared(tmp_path):
                      f"gs://demo-project-models/census-cpu/{ids[1]}/model"]]
 
 
+def test_a_local_study_is_recorded_as_one_run_with_its_best_trial(tmp_path):
+    job = compile_text(TUNING.read_text(), file="jobs/census_tuning.yaml")
+    base = base_folder(job, tmp_path)
+    best = {"id": "2", "state": "SUCCEEDED", "metric": 0.86}
+    base.mkdir(parents=True)
+    (base / "study.db").write_text("")  # Optuna's storage: the study ran here
+    (base / "study.json").write_text(json.dumps({"best": best, "trials": [best]}))
+    for trial, epochs in (("1", 3), ("2", 5)):
+        uri = "gs://" + str((base / trial).relative_to(tmp_path / "gs"))
+        write_outputs(tmp_path / "gs", uri, epochs, 0.9)
+    record_run(job, tmp_path, 0, NOW.isoformat(), io.StringIO())
+    (path,) = (tmp_path / "experiments" / "census-tuning").iterdir()
+    metadata = json.loads(path.read_text())["run"]["metadata"]
+    assert metadata["lineage"]["trial"] == "2" and metadata["_params"]["num_epochs"] == 5
+    assert metadata["lineage"]["model"].endswith(f"{job.job_id}/2/model")
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--compare", "X"], "run_job.py runs: error: argument --compare: expected 2 arguments"),
     (["--compare", "census-cpu-nope", "RUN0"],

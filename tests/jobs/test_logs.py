@@ -38,7 +38,7 @@ def follow(server, tmp_path, *args, path=None):
         path = tmp_path / CPU.name
         path.write_text(re.sub(r"\nregistry:\n(?:  .*\n)+", "\n", CPU.read_text()))
     rc, out, err = run_cli([path, *args], factory=server.factory(tmp_path))
-    # The run's recording in Vertex AI Experiments comes after the final state (tests/jobs/test_experiments.py).
+    # Recording the run in Vertex AI Experiments follows the final state (tests/jobs/test_experiments.py).
     return rc, [line for line in out.splitlines() if not line.startswith("experiments: ")], err
 
 
