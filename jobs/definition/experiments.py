@@ -201,6 +201,10 @@ class RunRecord:
         }
 
 
+def file_name(file: str) -> str:
+    return re.split(r"[\\/]", file)[-1]
+
+
 def experiment_context(experiment: str, tensorboard: str, file: str) -> dict[str, Any]:
     metadata: dict[str, Any] = {"experiment_deleted": False}
     if tensorboard:
@@ -209,7 +213,7 @@ def experiment_context(experiment: str, tensorboard: str, file: str) -> dict[str
         "displayName": experiment,
         "schemaTitle": EXPERIMENT_SCHEMA,
         "schemaVersion": SCHEMA_VERSION,
-        "description": f"runs of {file} (run_job.py)",
+        "description": f"runs of {file_name(file)} (run_job.py)",
         "metadata": metadata,
     }
 

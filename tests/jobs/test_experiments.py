@@ -104,7 +104,7 @@ def test_the_requests_are_aiplatform_v1_messages_in_the_sdks_shapes():
     experiment, run = calls[0][1], calls[1][1]
     assert experiment == {"parent": STORE, "contextId": "census-cpu", "context": {
         "displayName": "census-cpu", "schemaTitle": "system.Experiment", "schemaVersion": "0.0.1",
-        "description": "runs of jobs/census_cpu.yaml (run_job.py)",
+        "description": "runs of census_cpu.yaml (run_job.py)",
         "metadata": {"experiment_deleted": False, "backing_tensorboard_resource": BOARD}}}
     assert run["contextId"] == "census-cpu-1000" and run["context"]["schemaTitle"] == "system.ExperimentRun"
     metadata = run["context"]["metadata"]
