@@ -24,10 +24,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
+from jobs.api import DEFAULT_ENV
 from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser, cloud_failure
 
 
-def build_parser(default_env: str) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="run_job.py runs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -35,7 +36,7 @@ def build_parser(default_env: str) -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="the runs of --local, from the local store")
     where.add_argument(
-        "--env", help=f"the environment whose Vertex AI Experiments holds the runs (default {default_env})"
+        "--env", help=f"the environment whose Vertex AI Experiments holds the runs (default {DEFAULT_ENV})"
     )
     p.add_argument(
         "--local-root", type=Path, metavar="DIR", help="with --local: where the runs ran (default .local/)"
@@ -55,11 +56,11 @@ def main(argv: list[str], *, factory: Callable | None, out: TextIO, err: TextIO,
          outputs: Mapping[str, str] | None, now: datetime | None) -> int:
     from jobs import api
 
-    parser = build_parser(api.DEFAULT_ENV)
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.local_root is not None and not args.local:
         parser.error("--local-root is where --local runs ran; add --local")
-    env = args.env or api.DEFAULT_ENV
+    env = args.env or DEFAULT_ENV
     try:
         if outputs is None:
             outputs = api.load_outputs(env, args.outputs_file, args.job_file)
