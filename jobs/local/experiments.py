@@ -25,6 +25,7 @@ from jobs.definition.body import is_gs
 from jobs.definition.errors import JobError, short
 from jobs.definition.kinds import runs_study
 from jobs.definition.model_registry import output_prefix
+from jobs.local.spec import LocalRunError
 from trainer.contract import CONFIG_FILE, METRICS_FILE
 
 STORE = "experiments"
@@ -35,28 +36,35 @@ def store_folder(local_root: Path, experiment: str) -> Path:
     return Path(local_root) / STORE / experiment
 
 
-def to_gs(path: str, local_root: Path) -> str:
-    """A path under ``<local root>/gs/`` back to the gs:// URI it stands for (others as they are)."""
+def to_gs(value: str, local_root: Path) -> str:
+    """Each path under ``<local root>/gs/`` in ``value`` (one, or a comma list as the trainer's file flags
+    hold them) back to the gs:// URI it stands for (environment.to_local's inverse); others as they are."""
     gs_root = Path(local_root) / "gs"
-    try:
-        return "gs://" + Path(path).relative_to(gs_root).as_posix()
-    except ValueError:
-        return path
 
+    def one(path: str) -> str:
+        try:
+            return "gs://" + Path(path).relative_to(gs_root).as_posix() if path else path
+        except ValueError:
+            return path
 
-def to_path(uri: str, local_root: Path) -> Path:
-    return Path(local_root) / "gs" / uri.removeprefix("gs://")
+    return ",".join(one(p) for p in value.split(","))
 
 
 def data_files(patterns: list[str], local_root: Path) -> tuple[ex.DataFile, ...]:
     """Each file the trainer's --train-files/--eval-files name (globs expanded), with its identity."""
+    from jobs.local import environment
+
     found: list[ex.DataFile] = []
     for pattern in patterns:
         for item in (p for p in str(pattern).split(",") if p):
             uri = to_gs(item, local_root)
             if not is_gs(uri):
                 continue
-            for path in ex.matching_files(to_path(uri, local_root), ex.MAX_DATA_FILES):
+            try:
+                local = Path(environment.to_local(uri, local_root, "train_files"))
+            except LocalRunError:  # an edited trainer_config.json naming a path outside: not read
+                continue
+            for path in ex.matching_files(local, ex.MAX_DATA_FILES):
                 found.append(ex.DataFile(to_gs(str(path), local_root), ex.file_identity(path)))
     return tuple(found)
 

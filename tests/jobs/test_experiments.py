@@ -16,7 +16,7 @@ from google.cloud import aiplatform_v1
 
 from jobs.cloud.experiments import RecordRun
 from jobs.definition import experiments as ex
-from jobs.local.experiments import base_folder, record_run
+from jobs.local.experiments import base_folder, record_run, to_gs
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
 from tests.jobs.helpers import JOBS_DIR, NOW, OUTPUTS, compile_text, run_cli
 
@@ -256,6 +256,16 @@ def local_runs(root, figures):
         record_run(job, root, 0, now.isoformat(), io.StringIO())
         ids.append(job.job_id)
     return ids
+
+
+@pytest.mark.parametrize("value, uri", [
+    ("ROOT/gs/b/census/adult.data", "gs://b/census/adult.data"),
+    ("ROOT/gs/b/x,ROOT/gs/b/y*", "gs://b/x,gs://b/y*"),  # the file flags' comma lists, item by item
+    ("/elsewhere/file", "/elsewhere/file"),
+    ("", ""),
+])
+def test_local_paths_in_the_trainers_flags_go_back_to_their_gs_uris(tmp_path, value, uri):
+    assert to_gs(value.replace("ROOT", str(tmp_path)), tmp_path) == uri
 
 
 def test_local_runs_are_listed_best_first_and_compared(tmp_path):
