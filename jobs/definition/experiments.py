@@ -355,15 +355,15 @@ def _desc(text: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in text)
 
 
-def show(value: Any) -> str:
+def show(value: Any, digits: int = 4) -> str:
     """A parameter, metric or lineage value as a cell: a whole float as an integer (Struct numbers are
-    doubles: a flag of 8 comes back 8.0), others to 4 significant places."""
+    doubles: a flag of 8 comes back 8.0), others to ``digits`` significant places."""
     if value is None:
         return "-"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.{digits}g}"
     if isinstance(value, Mapping | list):
         return json.dumps(value, sort_keys=True)
     return str(value)
@@ -404,7 +404,8 @@ def differences(a: Run, b: Run) -> list[tuple[str, str, str, str]]:
     )
     for section, left, right in sections:
         for key in sorted(set(left) | set(right)):
-            x, y = show(left.get(key)), show(right.get(key))
+            # Figures to 8 places: two runs a table shows alike may still differ.
+            x, y = show(left.get(key), 8), show(right.get(key), 8)
             if x != y:
                 found.append((section, key, x, y))
     return found
