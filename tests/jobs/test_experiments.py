@@ -376,3 +376,16 @@ def test_whoever_submits_jobs_may_record_runs_without_a_new_grant():
     called |= {m for m in experiments.PERMISSIONS if f".{m}(" in source or f'"{m}"' in source}
     assert called <= set(experiments.PERMISSIONS)
     assert all(p.startswith(AIPLATFORM_USER_FAMILIES) for p in experiments.PERMISSIONS.values())
+
+
+def test_compare_shows_figures_the_table_rounds_alike_and_nothing_that_is_the_same():
+    a = ex.Run("a", "a", "COMPLETE", "", params={"n": 8.0, "lr": 0.1}, metrics={"auc": 0.912361},
+               lineage={"data": [{"uri": "gs://b/x", "crc32c": "A"}], "code": {"image": "i:1"}})
+    b = ex.Run("b", "b", "FAILED", "", params={"n": 8, "lr": 0.1}, metrics={"auc": 0.912362},
+               lineage={"data": [{"uri": "gs://b/x", "crc32c": "B"}], "code": {"image": "i:1"}})
+    assert ex.show(a.metrics["auc"]) == ex.show(b.metrics["auc"])  # the table's 4 places
+    assert ex.differences(a, b) == [
+        ("metric", "auc", "0.912361", "0.912362"),
+        ("lineage", "data gs://b/x", '{"crc32c": "A"}', '{"crc32c": "B"}'),  # the same file, other bytes
+        ("state", "state", "COMPLETE", "FAILED"),
+    ]  # 8.0 from Vertex AI's Struct and 8 from the local store are the same parameter
