@@ -389,3 +389,17 @@ def test_compare_shows_figures_the_table_rounds_alike_and_nothing_that_is_the_sa
         ("lineage", "data gs://b/x", '{"crc32c": "A"}', '{"crc32c": "B"}'),  # the same file, other bytes
         ("state", "state", "COMPLETE", "FAILED"),
     ]  # 8.0 from Vertex AI's Struct and 8 from the local store are the same parameter
+
+
+def test_a_failed_local_run_is_recorded_and_listed_after_the_runs_with_the_metric(tmp_path):
+    (done,) = local_runs(tmp_path, [(8, 0.9)])
+    job = compile_text(CENSUS.read_text(), file="jobs/census_cpu.yaml", now=NOW + timedelta(hours=1))
+    (base_folder(job, tmp_path) / "replica-logs").mkdir(parents=True)  # it started, and wrote no model
+    record_run(job, tmp_path, 1, (NOW + timedelta(hours=1)).isoformat(), io.StringIO())
+    rc, out, err = run_cli(["runs", CENSUS, "--local", "--local-root", tmp_path])
+    assert rc == 0, err
+    rows = [line.split() for line in out.splitlines()[2:4]]
+    assert rows[0][:2] == [done, "COMPLETE"] and rows[1][:2] == [job.job_id, "FAILED"] and "-" in rows[1]
+    never = compile_text(CENSUS.read_text(), file="jobs/census_cpu.yaml", now=NOW + timedelta(hours=2))
+    record_run(never, tmp_path, 1, NOW.isoformat(), io.StringIO())  # refused before it made its folder
+    assert len(list((tmp_path / "experiments" / "census-cpu").iterdir())) == 2
