@@ -66,6 +66,8 @@ REEXPORTED = {
     "DEFAULT_MACHINE": "jobs.definition.batch_prediction",
     "check_cap": "jobs.definition.cost",  # a submit's ceiling against its cap (run_job.py)
     "SmokeFailed": "jobs.cloud.deploy",
+    "runs_table": "jobs.definition.experiments",  # run_job.py runs: the table, and --compare's lines
+    "runs_comparison": "jobs.definition.experiments",
 }
 
 
@@ -290,6 +292,7 @@ def plan_job(
     from jobs.cloud.plan import build_plan
 
     serving = serving_builds(job, outputs, job.image_hash)
+    board = str(outputs.get("tensorboard", ""))  # the backing TensorBoard of the definition's experiment
     if follow is not None:
         project, region, kind = parse_job_name(follow)
         if (project, region, kind) != (job.project, job.region, job.kind):
@@ -300,10 +303,12 @@ def plan_job(
                 f"{job.kind} in {short(job.parent, quote=False)}",
                 "a job submitted from this JOB_FILE with the same --env (and --region)",
             )
-        return build_plan(job, builds=serving, follow=follow, logs=logs, report_dir=report_dir)
+        return build_plan(job, builds=serving, follow=follow, logs=logs, report_dir=report_dir,
+                          tensorboard=board)
     builds = job_builds(job, outputs, job.image_hash)
     builds += [b for b in serving if b.image not in {known.image for known in builds}]
-    return build_plan(job, wait=wait, builds=builds, logs=logs, report_dir=report_dir, cost=cost)
+    return build_plan(job, wait=wait, builds=builds, logs=logs, report_dir=report_dir, cost=cost,
+                      tensorboard=board)
 
 
 def plan_image_builds(outputs: Mapping[str, str], variants: Sequence[str], digest: str):
@@ -412,7 +417,7 @@ def run_local(
         except LocalRunError as exc:
             raise job.error(exc.path, exc.problem, exc.allowed) from None
         preemption = Preemption(preempt_after)
-    return run(
+    status = run(
         job.kind,
         job.body,
         dict(outputs),
@@ -423,6 +428,50 @@ def run_local(
         stream=stream,
         preemption=preemption,
     )
+    if status in (0, 1, 130):  # a run that ended, failed or was stopped (2: refused before it began)
+        from datetime import timezone
+
+        from jobs.local.experiments import record_run
+
+        root = (Path(local_root) if local_root else Path(repo_root) / ".local").resolve()
+        record_run(job, root, status, datetime.now(timezone.utc).isoformat(timespec="seconds"), stream)
+    return status
+
+
+def list_runs(
+    job_file: str,
+    *,
+    env: str,
+    overrides: Sequence[str],
+    outputs: Mapping[str, str],
+    repo_root: Path,
+    local_root: Path | None,
+    local: bool,
+    factory: Callable | None,
+    now: datetime,
+):
+    """(the definition's experiment, its metric and goal, its runs): from the local store under
+    ``local_root`` (``local``), else from the environment's Vertex AI Experiments. A JobError when there is
+    no run (or the store holds something that is not one)."""
+    from jobs.definition import experiments
+    from jobs.definition.trainer_spec import load_trainer_spec
+
+    job = compile_file(job_file, env=env, overrides=overrides, outputs=outputs, repo_root=repo_root, now=now)
+    experiment = experiments.experiment_id(job.file)
+    metric, goal = experiments.definition_metric(job, load_trainer_spec)
+    if local:
+        from jobs.local.experiments import read_runs
+
+        root = (Path(local_root) if local_root else Path(repo_root) / ".local").resolve()
+        return experiment, metric, goal, read_runs(root, experiment, job.file)
+    from jobs.cloud.experiments import list_runs as vertex_runs
+
+    made = clients(factory, job.project, job.region)
+    runs = vertex_runs(made.metadata, job.parent, experiment)
+    if not runs:
+        raise JobError(job.file, "--env", f"no run of experiment {experiment} in {job.parent}",
+                       f"an environment where `run_job.py {job.file}` ran and ended")
+    return experiment, metric, goal, runs
 
 
 def report_job(

@@ -28,6 +28,9 @@ OUTPUT_DIRS: dict[str, str] = {"model": MODEL_DIR, "checkpoints": CHECKPOINT_DIR
 # (trainer.train), read back by `run_job.py report` for a CustomJob.
 METRICS_FILE = "metrics.json"
 
+# Written by the chief beside the SavedModel: the trainer's resolved flags (TrainerConfig.to_json), which
+# `run_job.py` records as a run's parameters in Vertex AI Experiments (jobs.definition.experiments).
+CONFIG_FILE = "trainer_config.json"
 # Keras's BackupAndRestore record in a replica's backup folder (AIP_CHECKPOINT_DIR; a multi-worker replica's
 # <AIP_CHECKPOINT_DIR>/<its name>): {"epoch": <epochs completed>, ...}, gone once training completes. The
 # trainer resumes from it; `run_job.py --local --preempt-after` reads it to say what a preemption cost.

@@ -9,14 +9,12 @@ import time
 from dataclasses import dataclass, field
 
 from trainer.config import TrainerConfig
-from trainer.contract import METRICS_FILE
+from trainer.contract import CONFIG_FILE, METRICS_FILE
 from trainer.env import Cluster, OutputDirs, data_cache_dir, trial_id
 
 log = logging.getLogger("trainer")
 # When the trainer's modules were first imported: the "imports" phase runs from here to the first data work.
 STARTED = time.perf_counter()
-
-CONFIG_FILE = "trainer_config.json"  # written beside saved_model.pb
 
 
 @dataclass

@@ -127,6 +127,12 @@ def print_plan(plan, err: TextIO) -> None:
             file=err,
         )
         print(json.dumps(upload, indent=2), file=err)
+    recording = plan.experiment_requests()
+    if recording:
+        print("Vertex AI Experiments requests (MetadataService, sent once the job has ended; <...> are "
+              "filled in then; a create that finds its resource goes on, the run's context is updated):",
+              file=err)
+        print(json.dumps([{"method": m, "request": r} for m, r in recording], indent=2), file=err)
     deploy = plan.deploy_request()
     if deploy is not None:
         print("deploy request (sent once the version is registered, unless it is deployed there already; "

@@ -479,6 +479,14 @@ def _batch_predict(argv: list[str], call: Call) -> int:
         argv, factory=call.factory, out=call.out, err=call.err, repo_root=call.repo_root,
         outputs=call.outputs, now=call.now,
     )
+def _runs(argv: list[str], call: Call) -> int:
+    """A definition's runs in Vertex AI Experiments or the local store (jobs/cli/runs.py)."""
+    from jobs.cli import runs
+
+    return runs.main(argv, factory=call.factory, out=call.out, err=call.err, repo_root=call.repo_root,
+                     outputs=call.outputs, now=call.now)
+
+
 def _deploy_verb(verb: str) -> Callable[[list[str], Call], int]:
     """deploy, undeploy, rollback: a registered version on an endpoint (jobs/cli/deploy.py)."""
 
@@ -497,6 +505,7 @@ VERBS: dict[str, Callable[[list[str], Call], int]] = {
     "report": _report,
     "serve": _serve,
     "batch-predict": _batch_predict,
+    "runs": _runs,
     **{verb: _deploy_verb(verb) for verb in DEPLOY_VERBS},
 }
 # Each verb as --help lists it; written here, as importing the verbs' modules would be heavier than the help.
@@ -505,6 +514,7 @@ VERB_HELP = {
     "report": ("report RESOURCE_NAME", "an earlier job's report: a study's trials, a CustomJob's metrics"),
     "serve": ("serve MODEL_DIR", "serve an exported SavedModel here as its Model Registry entry serves it"),
     "batch-predict": ("batch-predict MODEL@ALIAS", "JSONL through a registry version on Vertex AI, or here"),
+    "runs": ("runs JOB_FILE [--local | --env ENV]", "a definition's runs, best first; --compare RUN RUN"),
     "deploy": ("deploy MODEL@ALIAS --endpoint NAME", "a registered version to an endpoint, or a canary"),
     "undeploy": ("undeploy MODEL@ALIAS --endpoint NAME", "take a version off an endpoint"),
     "rollback": ("rollback --endpoint NAME", "undo the last deploy: its traffic back where it was"),

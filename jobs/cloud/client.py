@@ -52,6 +52,10 @@ class Storage(Protocol):
         delete no held object. How many objects under it are held now (one held already is left as it is);
         0: the folder has none."""
 
+    def identify(self, pattern: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        """(uri, identity) of each object ``pattern`` names (a gs:// URI, maybe with * ? [ in its last
+        segment), at most ``limit``: its size and crc32c (+ generation on Cloud Storage)."""
+
 
 class GcsStorage:
     def __init__(self, project: str, client: Any = None) -> None:
@@ -98,6 +102,30 @@ class GcsStorage:
         return held
 
 
+    def identify(self, pattern: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        import fnmatch
+
+        bucket, name = split_gs(pattern)
+        folder, _, leaf = name.rpartition("/")
+        if not any(c in leaf for c in "*?["):
+            blob = self._client.bucket(bucket).get_blob(name)
+            return [] if blob is None else [(pattern, _blob_identity(blob))]
+        prefix = f"{folder}/" if folder else ""
+        found = []
+        # Listed by the literal start of the pattern, matched by the whole of it within that folder.
+        for blob in self._client.list_blobs(bucket, prefix=prefix + re.split(r"[*?[]", leaf)[0]):
+            if "/" not in blob.name[len(prefix):] and fnmatch.fnmatchcase(blob.name[len(prefix):], leaf):
+                found.append((f"gs://{bucket}/{blob.name}", _blob_identity(blob)))
+                if len(found) >= limit:
+                    break
+        return found
+
+
+def _blob_identity(blob: Any) -> dict[str, Any]:
+    return {"size": int(blob.size or 0), "crc32c": blob.crc32c or "",
+            "generation": str(blob.generation or "")}
+
+
 class LocalDirStorage:
     """``gs://bucket/name`` as ``<root>/bucket/name``: the stand-in for Cloud Storage in tests."""
 
@@ -131,6 +159,14 @@ class LocalDirStorage:
         uris = [f"gs://{bucket}/{p.relative_to(self.root / bucket).as_posix()}" for p in found]
         self.held.extend(u for u in uris if u not in self.held)
         return len(uris)
+
+    def identify(self, pattern: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        from jobs.definition.experiments import file_identity, matching_files
+
+        bucket, _ = split_gs(pattern)
+        found = matching_files(self.path(pattern), limit)
+        return [(f"gs://{bucket}/{p.relative_to(self.root / bucket).as_posix()}", file_identity(p))
+                for p in found]
 
 
 class VertexJobs:
@@ -361,16 +397,8 @@ def logging_session() -> Any:
     return AuthorizedSession(credentials)
 
 
-class VertexModels:
-    """The Model Registry through the generated ModelServiceClient, in REST JSON form.
-
-    The client is made on first use: following a job never pays for the ModelService import. Every call has
-    a deadline (a REST call without one can hang on a silent server); an upload waits for its long-running
-    operation, whose failure raises.
-    """
-
-    CALL_TIMEOUT = 60.0
-    UPLOAD_TIMEOUT = 1800.0
+class _MadeOnFirstUse:
+    """A generated client made by ``make_client`` the first time it is used."""
 
     def __init__(self, make_client: Callable[[], Any]) -> None:
         self._make_client = make_client
@@ -381,6 +409,18 @@ class VertexModels:
         if self._client is None:
             self._client = self._make_client()
         return self._client
+
+
+class VertexModels(_MadeOnFirstUse):
+    """The Model Registry through the generated ModelServiceClient, in REST JSON form.
+
+    The client is made on first use: following a job never pays for the ModelService import. Every call has
+    a deadline (a REST call without one can hang on a silent server); an upload waits for its long-running
+    operation, whose failure raises.
+    """
+
+    CALL_TIMEOUT = 60.0
+    UPLOAD_TIMEOUT = 1800.0
 
     def get(self, name: str) -> dict[str, Any] | None:
         """A model (its default version), or with ``@<alias|version>`` that version; None when absent."""
@@ -479,6 +519,68 @@ class VertexEndpoints:
         return _message_json(self._client("predictions").predict(request=message, timeout=self.CALL_TIMEOUT))
 
 
+class VertexMetadata(_MadeOnFirstUse):
+    """Vertex AI Experiments' store, the MetadataService, through its generated client in REST JSON form.
+
+    Made on first use; every call has a deadline. ``call`` sends one request (``method`` of
+    MetadataServiceClient, its request as aiplatform_v1 JSON, checked against the request message): a create
+    whose resource exists returns None instead of raising, so a retried recording goes on.
+    """
+
+    CALL_TIMEOUT = 60.0
+    STORE_TIMEOUT = 300.0
+
+    def call(self, method: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        from google.api_core.exceptions import Aborted, Conflict
+        from google.cloud import aiplatform_v1
+
+        message_type = "".join(part.title() for part in method.split("_")) + "Request"
+        message = getattr(aiplatform_v1, message_type).from_json(json.dumps(request))
+        try:
+            answer = getattr(self.client, method)(request=message, timeout=self.CALL_TIMEOUT)
+        except Conflict as exc:  # over REST, ALREADY_EXISTS is HTTP 409: Conflict (AlreadyExists over gRPC)
+            if isinstance(exc, Aborted):  # 409 too, but a concurrent change: not "it exists"
+                raise
+            return None
+        return _message_json(answer) if hasattr(type(answer), "pb") else {}
+
+    def get(self, method: str, name: str) -> dict[str, Any] | None:
+        """A store, context or execution by name (``get_context``, ...); None when absent."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return _message_json(getattr(self.client, method)(name=name, timeout=self.CALL_TIMEOUT))
+        except NotFound:
+            return None
+
+    def ensure_store(self, parent: str, store_id: str) -> None:
+        """The region's metadata store, created (and waited for) where it does not exist yet, as the SDK's
+        ``ensure_default_metadata_store_exists`` does."""
+        if self.get("get_metadata_store", f"{parent}/metadataStores/{store_id}") is not None:
+            return
+        from google.api_core.exceptions import Aborted, Conflict
+
+        try:
+            operation = self.client.create_metadata_store(
+                parent=parent, metadata_store={}, metadata_store_id=store_id, timeout=self.CALL_TIMEOUT
+            )
+            operation.result(timeout=self.STORE_TIMEOUT)
+        except Conflict as exc:  # made by someone else meanwhile (ALREADY_EXISTS)
+            if isinstance(exc, Aborted):
+                raise
+
+    def list_contexts(self, store: str, filter_: str) -> list[dict[str, Any]]:
+        """The store's contexts matching ``filter_``, every page; [] where the store does not exist."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            pager = self.client.list_contexts(request={"parent": store, "filter": filter_},
+                                              timeout=self.CALL_TIMEOUT)
+            return [_message_json(c) for c in pager]
+        except NotFound:
+            return []
+
+
 @dataclass
 class Clients:
     jobs: VertexJobs
@@ -488,6 +590,7 @@ class Clients:
     logs: CloudLogs | None = None  # None: nothing to stream a job's log entries from
     models: VertexModels | None = None
     endpoints: VertexEndpoints | None = None
+    metadata: VertexMetadata | None = None  # Vertex AI Experiments; None: runs are not recorded
 
 
 ClientFactory = Callable[[str, str], Clients]
@@ -516,6 +619,11 @@ def default_factory(project: str, region: str) -> Clients:
 
         return PredictionServiceClient(client_options=options)
 
+    def metadata_service():
+        from google.cloud.aiplatform_v1.services.metadata_service import MetadataServiceClient
+
+        return MetadataServiceClient(client_options=options)
+
     return Clients(
         jobs=VertexJobs(JobServiceClient(client_options=options)),
         storage=GcsStorage(project),
@@ -524,6 +632,7 @@ def default_factory(project: str, region: str) -> Clients:
         logs=CloudLogs(logging_session),
         models=VertexModels(model_service),
         endpoints=VertexEndpoints(endpoint_service, prediction_service),
+        metadata=VertexMetadata(metadata_service),
     )
 
 

@@ -26,6 +26,8 @@ from jobs.cloud import report
 from jobs.cloud.builds import ImageBuild
 from jobs.cloud.deploy import DeployRegistered, target_of
 from jobs.cloud.deploy import preview_request as deploy_preview
+from jobs.cloud.experiments import RecordRun
+from jobs.cloud.experiments import preview_requests as experiment_preview
 from jobs.cloud.logs import GRACE_SECONDS, LogStream
 from jobs.cloud.register import RegisterModel, preview_request
 from jobs.definition import body
@@ -52,6 +54,7 @@ class Execution:
     package_path: Path | None = None
     remote: dict[str, Any] | None = None  # the job as the API returned it
     missing_images: set[str] = field(default_factory=set)  # images ResolveImages found absent
+    registered: str | None = None  # the Model Registry version RegisterModel uploaded or found
 
 
 class BuildFailed(RuntimeError):
@@ -322,6 +325,12 @@ class Plan:
             return None
         return preview_request(self.job)
 
+    def experiment_requests(self) -> list[tuple[str, dict[str, Any]]]:
+        """The Vertex AI Experiments calls recording the run sends once the job has ended (placeholders for
+        what only then is known); [] when the plan records nothing."""
+        step = next((s for s in self.steps if isinstance(s, RecordRun)), None)
+        return [] if step is None else experiment_preview(self.job, step.tensorboard)
+
     def deploy_request(self) -> dict[str, Any] | None:
         """The DeployModelRequest the plan sends once the model is registered (placeholders for what only
         the endpoint knows then), or None when the plan deploys nothing."""
@@ -346,10 +355,12 @@ def build_plan(
     logs: bool = True,
     report_dir: Path | None = None,
     cost: tuple[Estimate, Cap | None] | None = None,
+    tensorboard: str = "",
 ) -> Plan:
     """Submit ``job`` (or, with ``follow``, pick up that job submitted from it), follow it unless told not
     to wait, write a tuning job's study report (to ``report_dir``, default .local/reports/<job id>), then
-    register its model when the definition has a registry block."""
+    register its model when the definition has a registry block, and record it as a run of its experiment
+    (``tensorboard``: the environment's, the experiment's backing TensorBoard)."""
     steps: list[Step] = image_steps(list(builds))
     if follow is not None:
         steps += [AttachJob(follow), ShowLinks()]
@@ -363,6 +374,8 @@ def build_plan(
             steps.append(ReportStudy(report_dir))
         if job.registry is not None:
             steps.append(RegisterModel())
+        # Recorded once the registry version is known, before a deploy whose smoke test may fail.
+        steps.append(RecordRun(tensorboard))
         if job.deploy is not None:
             steps.append(DeployRegistered())
     return Plan(job, steps, list(builds), cost if follow is None else None)

@@ -215,7 +215,7 @@ class RegisterModel:
     def run(self, ex) -> None:
         name = ex.remote["name"]
         try:
-            register(ex.clients.models, ex.clients.storage, ex.job, ex.remote, ex.out)
+            ex.registered = register(ex.clients.models, ex.clients.storage, ex.job, ex.remote, ex.out)
         except KeyboardInterrupt:
             raise RegistrationFailed(ex.job.registry.model_id, name) from None
         except Exception as exc:  # noqa: BLE001 - any cloud failure: say it, and how a rerun finishes it

@@ -197,6 +197,17 @@ def _registry(local_root: Path, study_spec: dict) -> Path:
     return local_root / "studies" / f"{digest}.json"
 
 
+def study_base(base: Path, local_root: Path, study_spec: dict) -> Path:
+    """Where a study mapped to ``base`` ran: there, or (a resumed study, whose own folder is new) the folder
+    of the last local run of the same studySpec; ``base`` when neither holds one."""
+    if (base / "study.db").exists():
+        return base
+    try:
+        return Path(json.loads(_registry(local_root, study_spec).read_text())["base"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return base
+
+
 def _base_dir(
     uri: str, local_root: Path, name: str, study_spec: dict | None, resume: bool, field: str
 ) -> Path:

@@ -1,11 +1,11 @@
-"""A fake Google Cloud REST endpoint on 127.0.0.1: Vertex AI's JobService and ModelService (the Model
-Registry), Cloud Build's builds, Artifact Registry's tags and Cloud Logging's entries.list
-(tests/jobs/fake_logging.py), for the real generated clients (REST transport, anonymous credentials) and the
-logs reader to talk to. It records every request and plays scripted sequences of job and build states (a
-created tuning job reports the scripted ``trials``) and log entries; a successful build creates its image tags
-the way Cloud Build's push does; an upload is a long-running operation that completes on its first poll (or
-fails, when told to). ``add_job`` stores a job as an earlier run left it, for `run_job.py report` and
-`--follow`."""
+"""A fake Google Cloud REST endpoint on 127.0.0.1: Vertex AI's JobService, ModelService (the Model
+Registry) and MetadataService (Vertex AI Experiments, tests/jobs/fake_metadata.py), Cloud Build's builds,
+Artifact Registry's tags and Cloud Logging's entries.list (tests/jobs/fake_logging.py), for the real
+generated clients (REST transport, anonymous credentials) and the logs reader to talk to. It records every
+request and plays scripted sequences of job and build states (a created tuning job reports the scripted
+``trials``) and log entries; a successful build creates its image tags the way Cloud Build's push does; an
+upload is a long-running operation that completes on its first poll (or fails, when told to). ``add_job``
+stores a job as an earlier run left it, for `run_job.py report` and `--follow`."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from jobs.cloud.client import (
     LocalDirStorage,
     VertexEndpoints,
     VertexJobs,
+    VertexMetadata,
     VertexModels,
     tag_resource_name,
 )
@@ -31,6 +32,7 @@ from jobs.definition.image import VARIANTS
 from tests.jobs.fake_batch import FakeBatch
 from tests.jobs.fake_endpoints import FakeEndpoints
 from tests.jobs.fake_logging import RESET, FakeLogging
+from tests.jobs.fake_metadata import FakeMetadata
 from tests.jobs.helpers import IMAGE_HASH, OUTPUTS
 
 COLLECTIONS = ("customJobs", "hyperparameterTuningJobs")
@@ -84,6 +86,7 @@ class FakeVertex:
     endpoints: FakeEndpoints = field(default_factory=FakeEndpoints)  # EndpointService and predict
     fixed: set[str] = field(default_factory=set)  # jobs from add_job: returned as stored, state included
     batch: FakeBatch = field(default_factory=FakeBatch)  # BatchPredictionJobs (tests/jobs/fake_batch.py)
+    metadata: FakeMetadata = field(default_factory=FakeMetadata)  # Experiments (tests/jobs/fake_metadata.py)
 
     def add_job(self, name: str, job: dict) -> None:
         """A job that exists already, e.g. one that ended last week; GETs return it unchanged."""
@@ -135,6 +138,8 @@ class FakeVertex:
         path = unquote(path).removeprefix("/v1/").removeprefix("/ui/")
         if "/tags/" in path or path.endswith("/builds") or "/builds/" in path:
             return self._registry_or_build(method, path, query, body)
+        if self.metadata.owns(path):
+            return self.metadata.handle(method, path, query, body or {})
         if self.batch.owns(path):
             return self.batch.handle(method, path, body, self.models)
         if "/endpoints/" in path:
@@ -320,6 +325,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         self._reply("POST")
 
+    def do_PATCH(self):  # noqa: N802
+        self._reply("PATCH")
+
     def log_message(self, *args):  # keep test output quiet
         pass
 
@@ -357,6 +365,7 @@ class FakeVertexServer:
             from google.auth.transport.requests import AuthorizedSession
             from google.cloud.aiplatform_v1.services.endpoint_service import EndpointServiceClient
             from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+            from google.cloud.aiplatform_v1.services.metadata_service import MetadataServiceClient
             from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
             from google.cloud.aiplatform_v1.services.prediction_service import PredictionServiceClient
             from google.cloud.artifactregistry_v1 import ArtifactRegistryClient
@@ -377,6 +386,7 @@ class FakeVertexServer:
                 models=VertexModels(lambda: ModelServiceClient(**options)),
                 endpoints=VertexEndpoints(lambda: EndpointServiceClient(**options),
                                           lambda: PredictionServiceClient(**options)),
+                metadata=VertexMetadata(lambda: MetadataServiceClient(**options)),
             ))
             return made[-1]
 

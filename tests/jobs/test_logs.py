@@ -38,7 +38,8 @@ def follow(server, tmp_path, *args, path=None):
         path = tmp_path / CPU.name
         path.write_text(re.sub(r"\nregistry:\n(?:  .*\n)+", "\n", CPU.read_text()))
     rc, out, err = run_cli([path, *args], factory=server.factory(tmp_path))
-    return rc, out.splitlines(), err
+    # Recording the run in Vertex AI Experiments follows the final state (tests/jobs/test_experiments.py).
+    return rc, [line for line in out.splitlines() if not line.startswith("experiments: ")], err
 
 
 def test_entries_appear_in_the_poll_they_are_written_in_with_replica_and_severity(server, tmp_path):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from jobs.cli import convert, report, run_job, serve
+from jobs.cli import convert, report, run_job, runs, serve
 from jobs.definition.gcloud_flags import FLAGS
 from tests.jobs.helpers import run_cli
 from tests.scripts.test_run_job import heavy_modules, probe
@@ -27,12 +27,14 @@ OPTIONS = {
     ],
     "report": ["--report-dir"],
     "serve": ["--port", "--host"],
+    "runs": ["--local", "--env", "--local-root", "--compare"],
 }
 PARSERS = {
     "": run_job.build_parser,
     "convert": convert.build_parser,
     "report": report.build_parser,
     "serve": serve.build_parser,
+    "runs": runs.build_parser,
 }
 
 
@@ -54,8 +56,8 @@ def test_help_is_one_screen_of_the_common_use(script_env):
 @pytest.mark.parametrize(
     "argv",
     [["--help-all"], ["jobs/census_cpu.yaml", "--help"], ["convert", "--help"], ["report", "--help"],
-     ["serve", "--help"]],
-    ids=["help-all", "job-file-help", "convert", "report", "serve"],
+     ["serve", "--help"], ["runs", "--help"]],
+    ids=["help-all", "job-file-help", "convert", "report", "serve", "runs"],
 )
 def test_each_help_works_without_tensorflow(argv, script_env):
     result = probe(argv, script_env)

@@ -40,6 +40,15 @@ def test_readme_local_run_trains_on_the_shipped_data(tmp_path, job, folder, warn
     assert [h["epoch"] for h in metrics["history"]] == [1]
     # One epoch on the full split already beats always answering "<=50K" (0.764 of adult.test).
     assert metrics["eval"]["accuracy"] > 0.8 and metrics["distribution"] == "default"
+    # Recorded as a run of its experiment: the trainer's resolved flags, its eval figures, the data it read.
+    record = json.loads((tmp_path / "experiments" / folder / f"{run.name}.json").read_text())
+    run_metadata = record["run"]["metadata"]
+    assert run_metadata["_params"]["num_epochs"] == 1 and run_metadata["_metrics"] == metrics["eval"]
+    assert run_metadata["_params"]["train_files"] == f"{outputs['data_bucket']}/census/adult.data"
+    assert [d["size"] for d in run_metadata["lineage"]["data"]] == [
+        (REPO_ROOT / "data/census" / name).stat().st_size for name in ("adult.data", "adult.test")]
+    listed = run_script(["runs", f"jobs/{job}.yaml", "--local", "--local-root", tmp_path], script_env)
+    assert listed.returncode == 0 and listed.stdout.splitlines()[2].startswith(run.name), listed.stderr
 
 
 def _tree(root):
