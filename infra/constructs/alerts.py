@@ -107,10 +107,13 @@ def failed_filter(schedule: AlertedSchedule) -> str:
 
 
 def no_success_query(schedule: AlertedSchedule, days: int) -> str:
-    """PromQL: 1 when the workflow had no SUCCEEDED execution in `days` days but ran before them."""
+    """PromQL: a series when the workflow had no SUCCEEDED execution in `days` days but ran before them.
+    No success is no point at all, or (should the service write zeros between executions) points that sum
+    to 0."""
     executions = (f'{FINISHED_PROMQL}{{monitored_resource="{WORKFLOW_RESOURCE}",'
                   f'workflow_id="{schedule.workflow}",location="{schedule.region}"')
-    return (f'absent_over_time({executions},status="SUCCEEDED"}}[{days}d]) '
+    succeeded = f'{executions},status="SUCCEEDED"}}[{days}d]'
+    return (f'(absent_over_time({succeeded}) or sum(sum_over_time({succeeded})) < 1) '
             f'and on() count_over_time({executions}}}[{HISTORY_DAYS - days}d] offset {days}d)')
 
 

@@ -58,8 +58,9 @@ def test_each_schedule_alerts_on_failed_runs_and_unpaused_ones_on_missing_succes
             promql = condition["condition_prometheus_query_language"]
             series = ('workflows_googleapis_com:finished_execution_count{monitored_resource='
                       f'"workflows.googleapis.com/Workflow",workflow_id="{workflow}",location="{cfg.region}"')
+            succeeded = f'{series},status="SUCCEEDED"}}[{days}d]'
             assert promql["query"] == (
-                f'absent_over_time({series},status="SUCCEEDED"}}[{days}d]) and on() '
+                f'(absent_over_time({succeeded}) or sum(sum_over_time({succeeded})) < 1) and on() '
                 f'count_over_time({series}}}[{HISTORY_DAYS - days}d] offset {days}d)')
             assert (promql["duration"], promql["evaluation_interval"]) == ("0s", "300s")
             assert policy["severity"] == "WARNING"
