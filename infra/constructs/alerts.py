@@ -130,7 +130,8 @@ class ScheduleAlerts(Construct):
         self.channel = MonitoringNotificationChannel(
             self, "email", project=props.project, type="email", display_name=f"{props.display_name} (email)",
             labels={"email_address": props.email}, user_labels=labels or None, depends_on=depends_on)
-        channels = [self.channel.name]
+        self._common = {"project": props.project, "combiner": "OR", "user_labels": labels or None,
+                        "notification_channels": [self.channel.name], "depends_on": depends_on}
         self.failed: dict[str, MonitoringAlertPolicy] = {}
         self.no_success: dict[str, MonitoringAlertPolicy] = {}
         days = props.no_success_days
@@ -138,13 +139,9 @@ class ScheduleAlerts(Construct):
             where = f"workflow `{schedule.workflow}` in `{schedule.region}`, job file `{schedule.job_file}`"
             executions = (f"gcloud workflows executions list {schedule.workflow} "
                           f"--location={schedule.region} --limit=5")
-            self.failed[schedule.name] = MonitoringAlertPolicy(
-                self, f"failed-{schedule.name}",
-                project=props.project,
-                display_name=f"{schedule.workflow}: a scheduled run failed",
-                combiner="OR",
-                severity="ERROR",
-                conditions=[MonitoringAlertPolicyConditions(
+            self.failed[schedule.name] = self._policy(
+                f"failed-{schedule.name}", f"{schedule.workflow}: a scheduled run failed", "ERROR",
+                MonitoringAlertPolicyConditions(
                     display_name="a FAILED execution (the workflow, or the job it waits for)",
                     condition_threshold=MonitoringAlertPolicyConditionsConditionThreshold(
                         filter=failed_filter(schedule),
@@ -152,38 +149,30 @@ class ScheduleAlerts(Construct):
                         aggregations=[MonitoringAlertPolicyConditionsConditionThresholdAggregations(
                             alignment_period=f"{FAILED_WINDOW_S}s", per_series_aligner="ALIGN_SUM")],
                         trigger=MonitoringAlertPolicyConditionsConditionThresholdTrigger(count=1),
-                        evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE"),
-                )],
-                alert_strategy=MonitoringAlertPolicyAlertStrategy(auto_close=f"{FAILED_AUTO_CLOSE_S}s"),
-                documentation=MonitoringAlertPolicyDocumentation(mime_type="text/markdown", content=(
-                    f"A scheduled run of schedule `{schedule.name}` failed ({where}): its job failed or the "
-                    f"workflow did. The error is the failed execution's: `{executions} "
-                    "--filter=state=FAILED`.")),
-                notification_channels=channels,
-                user_labels=labels or None,
-                depends_on=depends_on,
-            )
+                        evaluation_missing_data="EVALUATION_MISSING_DATA_INACTIVE")),
+                f"A scheduled run of schedule `{schedule.name}` failed ({where}): its job failed or the "
+                f"workflow did. The error is the failed execution's: `{executions} --filter=state=FAILED`.",
+                alert_strategy=MonitoringAlertPolicyAlertStrategy(auto_close=f"{FAILED_AUTO_CLOSE_S}s"))
             if schedule.paused:
                 continue
-            self.no_success[schedule.name] = MonitoringAlertPolicy(
-                self, f"no-success-{schedule.name}",
-                project=props.project,
-                display_name=f"{schedule.workflow}: no successful run in {days} days",
-                combiner="OR",
-                severity="WARNING",
-                conditions=[MonitoringAlertPolicyConditions(
+            self.no_success[schedule.name] = self._policy(
+                f"no-success-{schedule.name}", f"{schedule.workflow}: no successful run in {days} days",
+                "WARNING",
+                MonitoringAlertPolicyConditions(
                     display_name=f"no SUCCEEDED execution in {days} days",
                     condition_prometheus_query_language=(
                         MonitoringAlertPolicyConditionsConditionPrometheusQueryLanguage(
                             query=no_success_query(schedule, days), duration="0s",
-                            evaluation_interval=f"{NO_SUCCESS_EVALUATION_S}s")),
-                )],
-                documentation=MonitoringAlertPolicyDocumentation(mime_type="text/markdown", content=(
-                    f"Schedule `{schedule.name}` ({where}) has produced no model in {days} days: its runs "
-                    f"fail (`{executions}`) or none starts (`gcloud scheduler jobs describe "
-                    f"{schedule.workflow} --location={schedule.region}`: paused, or its last attempt's "
-                    "status).")),
-                notification_channels=channels,
-                user_labels=labels or None,
-                depends_on=depends_on,
-            )
+                            evaluation_interval=f"{NO_SUCCESS_EVALUATION_S}s"))),
+                f"Schedule `{schedule.name}` ({where}) has produced no model in {days} days: its runs fail "
+                f"(`{executions}`) or none starts (`gcloud scheduler jobs describe {schedule.workflow} "
+                f"--location={schedule.region}`: paused, or its last attempt's status).")
+
+    def _policy(self, id_: str, display_name: str, severity: str, condition: MonitoringAlertPolicyConditions,
+                documentation: str, **extra: object) -> MonitoringAlertPolicy:
+        """One condition, notifying the channel; `documentation` is the email's text (markdown)."""
+        return MonitoringAlertPolicy(
+            self, id_, display_name=display_name, severity=severity, conditions=[condition],
+            documentation=MonitoringAlertPolicyDocumentation(mime_type="text/markdown",
+                                                             content=documentation),
+            **self._common, **extra)
