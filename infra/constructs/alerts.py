@@ -18,13 +18,13 @@ opened long before). A paused schedule gets only the failure policy: it is not m
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from infra.cdk import Construct, TerraformResource
-from infra.config import EMAIL, MAX_NO_SUCCESS_DAYS
+from infra.config import EMAIL, MAX_NO_SUCCESS_DAYS, SCHEDULE_NAME
 from infra.constructs import validation as v
+from infra.constructs.scheduled_job import WORKFLOW_NAME
 from infra.google import (
     MonitoringAlertPolicy,
     MonitoringAlertPolicyAlertStrategy,
@@ -54,8 +54,6 @@ FAILED_WINDOW_S = 300
 FAILED_AUTO_CLOSE_S = 1800
 # The no-success query is about days: evaluating it every 5 minutes is plenty (a multiple of 30 s).
 NO_SUCCESS_EVALUATION_S = 300
-WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}[a-z0-9]$")
-SCHEDULE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,28}[a-z0-9]$")
 
 
 @dataclass(frozen=True)
