@@ -13,7 +13,11 @@ alerted; if runs keep not succeeding, the second policy says so.
 deprecated, so it is a PromQL condition, whose queries may read up to 2 years back: no SUCCEEDED point in
 the last N days, while the workflow ran at some time in the year before that. The second half keeps a new
 schedule quiet until it has had N days (and a schedule silent for a year stops alerting: its incident was
-opened long before). A paused schedule gets only the failure policy: it is not meant to run.
+opened long before). A paused schedule gets no such policy: it is not meant to run.
+
+Neither sees a trigger that cannot start an execution at all (Cloud Scheduler refused by the Workflow
+Executions API: a missing grant, a deleted workflow) on a schedule that has never run, so a third policy
+matches Cloud Scheduler's own log of a failed attempt (severity ERROR) of the schedule's job.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from infra.constructs.scheduled_job import WORKFLOW_NAME
 from infra.google import (
     MonitoringAlertPolicy,
     MonitoringAlertPolicyAlertStrategy,
+    MonitoringAlertPolicyAlertStrategyNotificationRateLimit,
     MonitoringAlertPolicyConditions,
+    MonitoringAlertPolicyConditionsConditionMatchedLog,
     MonitoringAlertPolicyConditionsConditionPrometheusQueryLanguage,
     MonitoringAlertPolicyConditionsConditionThreshold,
     MonitoringAlertPolicyConditionsConditionThresholdAggregations,
@@ -54,6 +60,9 @@ FAILED_WINDOW_S = 300
 FAILED_AUTO_CLOSE_S = 1800
 # The no-success query is about days: evaluating it every 5 minutes is plenty (a multiple of 30 s).
 NO_SUCCESS_EVALUATION_S = 300
+# A log-matching policy must limit its notifications: a failing trigger retries within 10 minutes
+# (infra.schedules), so this is one email per failed tick.
+TRIGGER_NOTIFY_PERIOD_S = 3600
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,12 @@ def failed_filter(schedule: AlertedSchedule) -> str:
             'AND metric.label.status = "FAILED"')
 
 
+def trigger_failed_filter(schedule: AlertedSchedule) -> str:
+    """Cloud Scheduler's log entries of a failed attempt of the schedule's job (a Logging filter)."""
+    return (f'resource.type = "cloud_scheduler_job" AND resource.labels.job_id = "{schedule.workflow}" '
+            f'AND resource.labels.location = "{schedule.region}" AND severity >= ERROR')
+
+
 def no_success_query(schedule: AlertedSchedule, days: int) -> str:
     """PromQL: a series when the workflow had no SUCCEEDED execution in `days` days but ran before them.
     No success is no point at all, or (should the service write zeros between executions) points that sum
@@ -116,9 +131,9 @@ def no_success_query(schedule: AlertedSchedule, days: int) -> str:
 
 
 class ScheduleAlerts(Construct):
-    """The email notification channel and, per schedule, a policy on its failed executions and (unpaused)
-    one on its missing successes. Grants nothing: the deployer's Monitoring roles are the bootstrap stack's
-    (ALERT_DEPLOYER_ROLES)."""
+    """The email notification channel and, per schedule, a policy on its failed executions, one on its
+    trigger's failed attempts and (unpaused) one on its missing successes. Grants nothing: the deployer's
+    Monitoring roles are the bootstrap stack's (ALERT_DEPLOYER_ROLES)."""
 
     def __init__(self, scope: Construct, id_: str, props: ScheduleAlertsProps) -> None:
         v.validate_props(type(self), id_, props)  # first: bad props leave nothing half-built in the stack
@@ -131,6 +146,7 @@ class ScheduleAlerts(Construct):
         self._common = {"project": props.project, "combiner": "OR", "user_labels": labels or None,
                         "notification_channels": [self.channel.name], "depends_on": depends_on}
         self.failed: dict[str, MonitoringAlertPolicy] = {}
+        self.trigger_failed: dict[str, MonitoringAlertPolicy] = {}
         self.no_success: dict[str, MonitoringAlertPolicy] = {}
         days = props.no_success_days
         for schedule in props.schedules:
@@ -151,6 +167,20 @@ class ScheduleAlerts(Construct):
                 f"A scheduled run of schedule `{schedule.name}` failed ({where}): its job failed or the "
                 f"workflow did. The error is the failed execution's: `{executions} --filter=state=FAILED`.",
                 alert_strategy=MonitoringAlertPolicyAlertStrategy(auto_close=f"{FAILED_AUTO_CLOSE_S}s"))
+            self.trigger_failed[schedule.name] = self._policy(
+                f"trigger-failed-{schedule.name}", f"{schedule.workflow}: the trigger could not start a run",
+                "ERROR",
+                MonitoringAlertPolicyConditions(
+                    display_name="a failed Cloud Scheduler attempt",
+                    condition_matched_log=MonitoringAlertPolicyConditionsConditionMatchedLog(
+                        filter=trigger_failed_filter(schedule))),
+                f"Cloud Scheduler could not start a run of schedule `{schedule.name}` ({where}): see the "
+                f"attempt's status in `gcloud scheduler jobs describe {schedule.workflow} "
+                f"--location={schedule.region}` and its log entry.",
+                alert_strategy=MonitoringAlertPolicyAlertStrategy(
+                    auto_close=f"{FAILED_AUTO_CLOSE_S}s",
+                    notification_rate_limit=MonitoringAlertPolicyAlertStrategyNotificationRateLimit(
+                        period=f"{TRIGGER_NOTIFY_PERIOD_S}s")))
             if schedule.paused:
                 continue
             self.no_success[schedule.name] = self._policy(

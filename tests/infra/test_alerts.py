@@ -23,7 +23,8 @@ def _resources(stack: dict, rtype: str) -> dict:
     return stack.get("resource", {}).get(rtype, {})
 
 
-def test_each_schedule_alerts_on_failed_runs_and_unpaused_ones_on_missing_successes(stacks, configs):
+def test_each_schedule_alerts_on_failed_runs_and_triggers_and_unpaused_ones_on_missing_successes(
+        stacks, configs):
     cfg = configs[BASIC]
     stack = stacks[BASIC]
     (channel_key, channel), = _resources(stack, CHANNEL).items()
@@ -34,6 +35,8 @@ def test_each_schedule_alerts_on_failed_runs_and_unpaused_ones_on_missing_succes
     assert [s.paused for s in cfg.schedules] == [False, True]
     days = cfg.alerts.no_success_days
     assert set(policies) == {f"{nightly}: a scheduled run failed", f"{weekly}: a scheduled run failed",
+                             f"{nightly}: the trigger could not start a run",
+                             f"{weekly}: the trigger could not start a run",
                              f"{nightly}: no successful run in {days} days"}
     for policy in policies.values():
         assert policy["notification_channels"] == [f"${{{CHANNEL}.{channel_key}.name}}"]
@@ -42,7 +45,14 @@ def test_each_schedule_alerts_on_failed_runs_and_unpaused_ones_on_missing_succes
         (condition,) = policy["conditions"]
         workflow = policy["display_name"].split(":")[0]
         assert f"`{workflow}`" in policy["documentation"]["content"]
-        if "failed" in policy["display_name"]:
+        if "trigger" in policy["display_name"]:
+            assert condition["condition_matched_log"]["filter"] == (
+                f'resource.type = "cloud_scheduler_job" AND resource.labels.job_id = "{workflow}" AND '
+                f'resource.labels.location = "{cfg.region}" AND severity >= ERROR')
+            # A log-matching policy must limit its emails.
+            assert policy["alert_strategy"] == {"auto_close": "1800s",
+                                                "notification_rate_limit": {"period": "3600s"}}
+        elif "failed" in policy["display_name"]:
             threshold = condition["condition_threshold"]
             assert threshold["filter"] == (
                 'resource.type = "workflows.googleapis.com/Workflow" AND resource.label.workflow_id = '
