@@ -19,6 +19,7 @@ from __future__ import annotations
 from infra.cdk import Construct, GcsBackend, TerraformOutput, TerraformResource, TerraformStack
 from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
+from infra.constructs.alerts import ALERT_DEPLOYER_ROLES
 from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
 from infra.constructs.billing_budget import BillingBudgetProps, ProjectBudget, budget_services
 from infra.constructs.ci_identity import DEPLOYER_PROJECT_ROLES, GithubCiIdentity, GithubCiIdentityProps
@@ -92,7 +93,8 @@ class BootstrapStack(TerraformStack):
             repository_id=cfg.github.repository_id,
             deploy_branch=cfg.github.deploy_branch,
             deployer_account_id=names.deployer_account_id,
-            project_roles=DEPLOYER_PROJECT_ROLES + (SCHEDULE_DEPLOYER_ROLES if cfg.schedules else ()),
+            project_roles=DEPLOYER_PROJECT_ROLES + (SCHEDULE_DEPLOYER_ROLES if cfg.schedules else ())
+            + (ALERT_DEPLOYER_ROLES if cfg.schedules and cfg.alerts else ()),
             depends_on=tuple(enabled),
         ))
         submitters = tuple((member_id(member), member) for member in cfg.job_submitters)

@@ -29,7 +29,7 @@ from typing import Any
 from common import reader
 from common.gcs import UNDOTTED_BUCKET_NAME
 from common.prices import KINDS, MACHINES, TABLE_FILE, TIERS, Price, load_table
-from infra.cron import CronError, parse_cron
+from infra.cron import MINUTES_PER_DAY, CronError, parse_cron
 from infra.schedules import MIN_SCHEDULE_GAP_MINUTES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -83,6 +83,9 @@ PUBSUB_TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-
 # also matches census-tuning-grid/ (a lifecycle prefix is matched as plain text).
 BUCKET_FOLDER = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}(/[a-z0-9][a-z0-9._-]{0,62}){0,7}/$")
 MAX_STUDY_PREFIXES = 50
+# `alerts.no_success_days` at most: a schedule quiet for longer is not one to page about, and the alert's
+# query must also look back a long stretch before those days (infra/constructs/alerts.py).
+MAX_NO_SUCCESS_DAYS = 90
 KMS_KEY = re.compile(
     r"^projects/(?P<project>[a-z][a-z0-9-]{4,28}[a-z0-9])/locations/(?P<location>[a-z0-9-]+)"
     r"/keyRings/[A-Za-z0-9_-]{1,63}/cryptoKeys/[A-Za-z0-9_-]{1,63}$"
@@ -204,6 +207,15 @@ class BillingBudgetConfig:
 
 
 @dataclass(frozen=True)
+class AlertsConfig:
+    """`alerts`: Cloud Monitoring alert policies on the schedules (platform stack): a run that failed, and an
+    unpaused schedule with no successful run in `no_success_days`, each notify the email channel `email`."""
+
+    email: str
+    no_success_days: int
+
+
+@dataclass(frozen=True)
 class EnvironmentConfig:
     name: str
     project_id: str
@@ -236,6 +248,8 @@ class EnvironmentConfig:
     # Prices over common/vertex_ai_prices.yaml: sorted (region, kind, name, on_demand, spot) rows.
     prices: tuple[tuple[str, str, str, float | None, float | None], ...] = ()
     billing_budget: BillingBudgetConfig | None = None
+    # None: no schedules, or `alerts: false` (an explicit opt-out).
+    alerts: AlertsConfig | None = None
     source: str = ""
 
     @property
@@ -341,7 +355,7 @@ _TOP_OPTIONAL = {
     "noncurrent_retention_days",
     "registry_keep_versions", "registry_untagged_retention_days", "schedules", "endpoints",
     "max_job_cost", "max_study_cost", "prices", "billing_budget",
-    "result_cache_retention_days", "study_prefixes", "study_retention_days",
+    "result_cache_retention_days", "study_prefixes", "study_retention_days", "alerts",
 }
 _GITHUB_REQUIRED = {"owner", "repository", "repository_id"}
 
@@ -425,7 +439,8 @@ def parse_environment(env: str, raw: Any, path: Path | str = "<memory>") -> Envi
         result_cache_retention_days=_days(path, doc, "result_cache_retention_days", 7),
         study_prefixes=_study_prefixes(path, doc.get("study_prefixes") or []),
         study_retention_days=_days(path, doc, "study_retention_days", 30),
-        schedules=_schedules(path, doc.get("schedules") or {}),
+        schedules=(schedules := _schedules(path, doc.get("schedules") or {})),
+        alerts=_alerts(path, doc.get("alerts"), schedules),
         endpoints=_endpoints(path, doc.get("endpoints") or {}, doc["name_prefix"]),
         max_job_cost=_cap(path, doc, "max_job_cost"),
         max_study_cost=_cap(path, doc, "max_study_cost"),
@@ -532,6 +547,42 @@ def _study_prefixes(path: Path, raw: Any) -> tuple[str, ...]:
             raise ConfigError(path, f"study_prefixes[{i}]",
                               f"{prefix!r} repeats study_prefixes[{first}]; allowed: each folder once")
     return tuple(raw)
+
+
+_ALERT_KEYS = {"email", "no_success_days"}
+
+
+def _alerts(path: Path, raw: Any, schedules: tuple[ScheduleConfig, ...]) -> AlertsConfig | None:
+    """Schedules require a choice: where to send their alerts, or `false` for none (a failed run otherwise
+    tells nobody)."""
+    if raw is None and schedules:
+        raise ConfigError(path, "alerts", "missing; required with schedules: {email: ADDRESS} (alerts on "
+                                          "failed and missing runs), or false for none")
+    if raw is None or raw is False:
+        return None
+    _check(path, "alerts", raw, lambda v: isinstance(v, dict),
+           "{email: ADDRESS, no_success_days: N}, or false for no alerts")
+    entry = _mapping(path, "alerts", raw, _ALERT_KEYS, {"email"})
+    email = _check(path, "alerts.email", entry["email"], _str_matching(EMAIL),
+                   "an email address (the alerts' notification channel)")
+    # The window must hold the longest wait for an unpaused schedule's next run and that run's own time.
+    needed = {s.name: (-(-parse_cron(s.cron).max_gap_minutes() // MINUTES_PER_DAY) + 1, s.cron)
+              for s in schedules if not s.paused}
+    most = max((days for days, _ in needed.values()), default=1)
+    default = min(most, MAX_NO_SUCCESS_DAYS)
+    days = _check(path, "alerts.no_success_days", entry.get("no_success_days", default),
+                  _positive_int(MAX_NO_SUCCESS_DAYS),
+                  f"a whole number of days from 1 to {MAX_NO_SUCCESS_DAYS}")
+    for name, (least, cron) in needed.items():
+        apart = f"schedule {name!r} ({cron!r}) runs up to {least - 1} day{'s' * (least > 2)} apart"
+        if least > MAX_NO_SUCCESS_DAYS:
+            raise ConfigError(path, "alerts.no_success_days",
+                              f"{apart}; allowed: schedules at most {MAX_NO_SUCCESS_DAYS - 1} days apart "
+                              "(pause it, or alerts: false)")
+        if days < least:
+            raise ConfigError(path, "alerts.no_success_days",
+                              f"got {days}; {apart} and a run takes time; allowed: at least {least}")
+    return AlertsConfig(email=email, no_success_days=days)
 
 
 _SCHEDULE_KEYS = {"job", "cron", "time_zone", "set", "paused", "batch_predict", "deploy"}

@@ -11,8 +11,10 @@ refused here rather than by the API at deploy time.
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from common.reader import shown
 
@@ -29,6 +31,9 @@ FIELDS = (
 _ITEM = re.compile(r"^(?P<range>\*|(?P<lo>[0-9A-Za-z]+)(?:-(?P<hi>[0-9A-Za-z]+))?)(?:/(?P<step>[0-9]+))?$")
 _TEXT = re.compile(r"[ -~]*")
 MINUTES_PER_DAY = 24 * 60
+# Weekdays and leap years repeat every 28 years (between 1901 and 2099): one cycle, and a year more so that
+# the gap across its end is seen too, holds every gap a schedule has.
+_CYCLE = (datetime.date(2001, 1, 1), datetime.date(2030, 1, 1))
 _MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
@@ -55,6 +60,19 @@ class Cron:
         gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
         return min([*gaps, times[0] + MINUTES_PER_DAY - times[-1]])
 
+    def max_gap_minutes(self) -> int:
+        """The longest time between two consecutive runs, in wall-clock minutes (DST aside), over a whole
+        calendar cycle: what an alert on "no run for a while" must wait at least."""
+        return _max_gap(self)
+
+    def runs_on(self, day: datetime.date) -> bool:
+        """Cron's day rule: with both day fields restricted a day matches either, otherwise both."""
+        weekday = day.isoweekday() % 7  # 0 = Sunday
+        in_month = day.day in self.days_of_month
+        in_week = weekday in self.days_of_week
+        either = len(self.days_of_month) < 31 and len(self.days_of_week) < 7
+        return day.month in self.months and ((in_month or in_week) if either else (in_month and in_week))
+
 
 def parse_cron(text: str) -> Cron:
     if not isinstance(text, str):
@@ -73,6 +91,18 @@ def parse_cron(text: str) -> Cron:
         raise CronError(f"day-of-month {fields[2]!r} never occurs in month {fields[3]!r}; allowed: a day "
                         "that exists in one of the months")
     return Cron(text, *values)
+
+
+@lru_cache(maxsize=256)
+def _max_gap(cron: Cron) -> int:
+    times = sorted(h * 60 + m for h in cron.hours for m in cron.minutes)
+    within = max((b - a for a, b in zip(times, times[1:], strict=False)), default=0)
+    start, end = _CYCLE
+    days = [n for n in range(start.toordinal(), end.toordinal())
+            if cron.runs_on(datetime.date.fromordinal(n))]
+    across = max((b - a) * MINUTES_PER_DAY + times[0] - times[-1]
+                 for a, b in zip(days, days[1:], strict=False))
+    return max(within, across)
 
 
 def _parse_field(field: str, name: str, low: int, high: int, names: tuple[str, ...] | None) -> frozenset[int]:

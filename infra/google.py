@@ -36,6 +36,18 @@ from cdktn_provider_google.data_google_storage_project_service_account import (
 from cdktn_provider_google.iam_workload_identity_pool import IamWorkloadIdentityPool
 from cdktn_provider_google.iam_workload_identity_pool_provider import IamWorkloadIdentityPoolProvider
 from cdktn_provider_google.kms_crypto_key_iam_member import KmsCryptoKeyIamMember
+from cdktn_provider_google.monitoring_alert_policy import (
+    MonitoringAlertPolicy,
+    MonitoringAlertPolicyAlertStrategy,
+    MonitoringAlertPolicyAlertStrategyNotificationRateLimit,
+    MonitoringAlertPolicyConditions,
+    MonitoringAlertPolicyConditionsConditionMatchedLog,
+    MonitoringAlertPolicyConditionsConditionPrometheusQueryLanguage,
+    MonitoringAlertPolicyConditionsConditionThreshold,
+    MonitoringAlertPolicyConditionsConditionThresholdAggregations,
+    MonitoringAlertPolicyConditionsConditionThresholdTrigger,
+    MonitoringAlertPolicyDocumentation,
+)
 from cdktn_provider_google.monitoring_notification_channel import MonitoringNotificationChannel
 from cdktn_provider_google.project_iam_audit_config import (
     ProjectIamAuditConfig,
@@ -86,6 +98,16 @@ __all__ = [
     "IamWorkloadIdentityPool",
     "IamWorkloadIdentityPoolProvider",
     "KmsCryptoKeyIamMember",
+    "MonitoringAlertPolicy",
+    "MonitoringAlertPolicyAlertStrategy",
+    "MonitoringAlertPolicyAlertStrategyNotificationRateLimit",
+    "MonitoringAlertPolicyConditions",
+    "MonitoringAlertPolicyConditionsConditionMatchedLog",
+    "MonitoringAlertPolicyConditionsConditionPrometheusQueryLanguage",
+    "MonitoringAlertPolicyConditionsConditionThreshold",
+    "MonitoringAlertPolicyConditionsConditionThresholdAggregations",
+    "MonitoringAlertPolicyConditionsConditionThresholdTrigger",
+    "MonitoringAlertPolicyDocumentation",
     "MonitoringNotificationChannel",
     "ProjectIamAuditConfig",
     "ProjectIamAuditConfigAuditLogConfig",

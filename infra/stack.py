@@ -13,6 +13,7 @@ from __future__ import annotations
 from infra.cdk import Construct, Fn, GcsBackend, TerraformOutput, TerraformResource, TerraformStack
 from infra.config import EnvironmentConfig, member_id
 from infra.constructs import Grant
+from infra.constructs.alerts import AlertedSchedule, ScheduleAlerts, ScheduleAlertsProps
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.billing_budget import budget_services
 from infra.constructs.buckets import CACHE_PREFIX, BucketProps, FolderExpiry, TrainingBucket
@@ -249,6 +250,16 @@ class PlatformStack(TerraformStack):
                 labels=labels, kms_key=cfg.kms_key, depends_on=tuple(encryption_deps)))
             for run in schedules
         ]
+        # Who hears of a failed or missing run (config `alerts`; none without schedules, or alerts: false).
+        self.alerts: ScheduleAlerts | None = None
+        if schedules and cfg.alerts:
+            self.alerts = ScheduleAlerts(self, "schedule-alerts", ScheduleAlertsProps(
+                project=project, display_name=f"{cfg.name_prefix} scheduled retraining",
+                email=cfg.alerts.email, no_success_days=cfg.alerts.no_success_days,
+                schedules=tuple(AlertedSchedule(name=run.name, workflow=names.schedule(run.name),
+                                                region=run.region, job_file=run.job_file, paused=run.paused)
+                                for run in schedules),
+                labels=labels, depends_on=tuple(enabled)))
         self.members = {"runtime": runtime_member, "builder": builder_member, "deployer": deployer_member}
         self._add_outputs()
         # Last: every grant above exists now, and none may name anyone else.

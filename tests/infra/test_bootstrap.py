@@ -12,6 +12,7 @@ import pytest
 from infra import cdk
 from infra.bootstrap import SCHEDULE_DEPLOYER_ROLES
 from infra.constructs import BUILDS_EDITOR
+from infra.constructs.alerts import ALERT_DEPLOYER_ROLES
 from infra.constructs.buckets import ACCESS_LOGS_REASON
 from infra.constructs.ci_identity import (
     DEPLOY_EVENTS,
@@ -83,7 +84,10 @@ def test_deployer_holds_exactly_what_applying_the_platform_stack_needs(all_stack
             "roles/aiplatform.user", BUILDS_EDITOR}
         # Workflows and Cloud Scheduler jobs only for an environment that has schedules.
         scheduling = set(SCHEDULE_DEPLOYER_ROLES) if schedules else set()
-        assert set(project) == set(DEPLOYER_PROJECT_ROLES) | scheduling
+        # ...and their alert policies and channel unless the config opts out (`cmek`: alerts: false).
+        alerting = set(ALERT_DEPLOYER_ROLES) if schedules and configs[env].alerts else set()
+        assert alerting or env != "standard"
+        assert set(project) == set(DEPLOYER_PROJECT_ROLES) | scheduling | alerting
         assert not [b for b in project.values() if "condition" in b]
         # On accounts: acting as the runtime, builder (and schedule) accounts only; on itself nothing (the WIF
         # binding isn't its).

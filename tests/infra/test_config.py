@@ -125,7 +125,7 @@ _DELETE = object()
         ("project_id", _DELETE, "project_id", "required"),
         ("region", "US-Central1", "region", "us-central1"),
         ("region", "uscentral", "region", "us-central1"),
-        ("surprise", 1, "surprise", "allowed: billing_budget, endpoints, github, job_service_accounts"),
+        ("surprise", 1, "surprise", "allowed: alerts, billing_budget, endpoints, github, job_service"),
         ("github.branch", "main", "github.branch", "deploy_branch"),
         ("github.repository_id", "acme/repo", "github.repository_id", "gh api repos"),
         ("project_number", "12ab", "project_number", "numeric"),
@@ -367,7 +367,7 @@ BROKEN_CONFIGS = [
     ("project_id", _DELETE, "field 'project_id': missing; this field is required"),
     ("region", "us_central1", "field 'region': got 'us_central1'; allowed: a Google Cloud region such as"),
     ("regoin", "us-central1",
-     "field 'regoin': unknown key; allowed: billing_budget, endpoints, github, job_service_accounts"),
+     "field 'regoin': unknown key; allowed: alerts, billing_budget, endpoints, github, job_service_accounts"),
     # ...and the three a schedule can get wrong.
     ("schedules.nightly.cron", "0 3 * * * *", "field 'schedules.nightly.cron': '0 3 * * * *': 6 fields"),
     ("schedules.nightly.time_zone", "Europe/Atlantis",
@@ -381,12 +381,14 @@ BROKEN_CONFIGS = [
     # ...and a lifecycle folder.
     ("study_prefixes", ["census-tuning"],
      "field 'study_prefixes[0]': got 'census-tuning'; allowed: a folder of the models bucket ending in '/'"),
+    # ...and schedules with nobody to tell of their failures.
+    ("alerts", _DELETE, "field 'alerts': missing; required with schedules: {email: ADDRESS}"),
 ]
 
 
 @pytest.mark.parametrize(("field", "value", "message"), BROKEN_CONFIGS,
                          ids=["missing", "region", "unknown", "cron", "time-zone", "job-file",
-                              "sampling-rate", "study-prefix"])
+                              "sampling-rate", "study-prefix", "alerts"])
 def test_app_exits_2_with_one_line_on_broken_config(env_dir, tmp_path_factory, field, value, message):
     doc = _dev_doc()
     _set(doc, field, value)

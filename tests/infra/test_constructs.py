@@ -9,6 +9,7 @@ import pytest
 
 from infra import cdk
 from infra.constructs import Grant
+from infra.constructs.alerts import AlertedSchedule, ScheduleAlerts, ScheduleAlertsProps
 from infra.constructs.artifact_registry import ImageRegistry, ImageRegistryProps
 from infra.constructs.audit_logs import DataAccessLogs, DataAccessLogsProps
 from infra.constructs.billing_budget import BillingBudgetProps, ProjectBudget
@@ -70,6 +71,11 @@ VALID = {
         project=PROJECT, project_number="123456789012", display_name="acme monthly",
         billing_account="012345-6789AB-CDEF01", amount=99.5, thresholds=(50.0, 100.0),
         email="costs@acme.example", pubsub_topic=f"projects/{PROJECT}/topics/budget"),
+    ScheduleAlerts: ScheduleAlertsProps(
+        project=PROJECT, display_name="acme scheduled retraining", email="oncall@acme.example",
+        no_success_days=2, labels={"team": "ml"}, schedules=(
+            AlertedSchedule("daily", "acme-daily", "us-central1", "jobs/recommender.yaml"),
+            AlertedSchedule("weekly", "acme-weekly", "us-central1", "jobs/recommender.yaml", paused=True))),
 }
 VALID[ImageBuilder] = VALID[RuntimeIdentity]
 
@@ -247,6 +253,19 @@ BAD_PROPS = [
     (ProjectBudget, {"thresholds": (100.0, 50.0)}, "thresholds", "increasing"),
     (ProjectBudget, {"email": "not an email"}, "email", "an email address"),
     (ProjectBudget, {"pubsub_topic": "budget"}, "pubsub_topic", "projects/P/topics/T"),
+    (ScheduleAlerts, {"email": "oncall"}, "email", "an email address"),
+    (ScheduleAlerts, {"no_success_days": 0}, "no_success_days", "from 1 to 90"),
+    (ScheduleAlerts, {"no_success_days": 91}, "no_success_days", "from 1 to 90"),
+    (ScheduleAlerts, {"schedules": ()}, "schedules", "a non-empty tuple of AlertedSchedule"),
+    # Names go into a Monitoring filter and a PromQL query, quoted: nothing that could end the quote.
+    (ScheduleAlerts, {"schedules": (AlertedSchedule("daily", 'a"b', "us-central1", "jobs/x.yaml"),)},
+     "schedules[0].workflow", "a workflow name"),
+    (ScheduleAlerts, {"schedules": (AlertedSchedule("daily", "acme-daily", "us central1", "jobs/x.yaml"),)},
+     "schedules[0].region", "Google Cloud region"),
+    (ScheduleAlerts, {"schedules": (AlertedSchedule("daily", "acme-a", "us-central1", "jobs/x.yaml"),
+                                    AlertedSchedule("daily", "acme-b", "us-central1", "jobs/x.yaml"))},
+     "schedules[1]", "each schedule once"),
+    (ScheduleAlerts, {"labels": {"Team": "ml"}}, "labels.Team", "a label key"),
 ]
 
 

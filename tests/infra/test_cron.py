@@ -29,6 +29,26 @@ def test_parses_fields_and_the_smallest_gap(text, minutes, hours, days_of_week, 
 
 
 @pytest.mark.parametrize(
+    ("text", "days"),
+    [
+        ("0 3 * * *", 1),
+        ("0 */6 * * *", 0.25),
+        ("15,45 8-9 * * *", 1350 / 1440),  # 9:45 -> 8:15 the next day
+        ("30 2 * * MON-FRI", 3),  # Friday -> Monday
+        ("0 6 * * MON", 7),
+        ("0 3 1 * *", 31),
+        ("0 0 31 * *", 61),  # July 31 -> August 31 is 31 days, but Aug 31 -> Oct 31 is 61
+        ("0 3 1 1 *", 366),  # across a leap day
+        ("0 0 29 feb *", 1461),  # leap years only
+        ("0 0 31 2 MON", 350),  # day-of-month OR day-of-week: February's Mondays
+        ("0 0 1 * MON", 7),  # the 1st or a Monday: never more than a week
+    ],
+)
+def test_the_longest_gap_between_runs(text, days):
+    assert parse_cron(text).max_gap_minutes() == days * 1440
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ("60 * * * *", "minute 60 is out of range; allowed: 0-59"),

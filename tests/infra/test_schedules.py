@@ -28,7 +28,7 @@ from infra.schedules import (
     workflow_source,
 )
 from tests.infra.helpers import BASIC, CMEK, scenario_runs
-from tests.infra.workflows_interpreter import Interpreter, WorkflowRaised
+from tests.infra.workflows_interpreter import Interpreter, WorkflowRaised, operation_error
 
 NOW = datetime(2026, 11, 24, 2, 30, 5, tzinfo=timezone.utc).timestamp()
 EXECUTION = "0f3a9c2e-5b1d-4e7a-9c3b-2d1e0f9a8b7c"
@@ -170,10 +170,29 @@ def test_a_retried_trigger_never_starts_a_second_run(nightly, existing, duplicat
         assert len(vertex.created) == 1 and result["duplicate"] is False
 
 
-def test_a_failed_job_fails_the_execution(nightly):
+@pytest.mark.parametrize("state", ["JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"])
+def test_a_failed_job_fails_the_execution(nightly, state):
+    """What the failure alert relies on (infra/constructs/alerts.py): no job outcome but success ends the
+    execution SUCCEEDED."""
     _, _, workflow, _ = nightly
-    with pytest.raises(WorkflowRaised, match=r"customJobs/1 ended JOB_STATE_CANCELLED"):
-        execute(workflow, FakeVertex(outcome="JOB_STATE_CANCELLED"))
+    with pytest.raises(WorkflowRaised, match=rf"customJobs/1 ended {state}"):
+        execute(workflow, FakeVertex(outcome=state))
+
+
+def test_a_job_the_connector_reports_failed_fails_the_execution(nightly):
+    """The real connector raises OperationError when the job it waits for fails: nothing catches it."""
+    _, _, workflow, _ = nightly
+    vertex = FakeVertex()
+    created = vertex.create
+
+    def create(args: dict) -> dict:
+        job = created(args)
+        raise operation_error("job failed", {"name": job["name"], "state": "JOB_STATE_FAILED"})
+
+    vertex.create = create
+    with pytest.raises(WorkflowRaised) as info:
+        execute(workflow, vertex)
+    assert info.value.value["tags"] == ["OperationError"] and len(vertex.created) == 1
 
 
 def test_the_trigger_starts_the_workflow_as_the_schedule_account(stacks, configs):

@@ -631,6 +631,8 @@ GOLDEN_FIELDS = {
                                   "user_env_vars", "deletion_protection"),
     "google_cloud_scheduler_job": ("name", "region", "schedule", "time_zone", "paused", "attempt_deadline",
                                    "retry_config", "http_target"),
+    "google_monitoring_alert_policy": ("display_name", "conditions", "notification_channels", "severity"),
+    "google_monitoring_notification_channel": ("type", "labels"),
 }
 SUFFIX = re.compile(r"_[0-9A-F]{8}\b")
 

@@ -463,7 +463,7 @@ def test_a_scheduled_definition_with_a_deploy_block_is_refused_not_silently_left
     (repo / "jobs").mkdir()
     with_block(tmp_path, "deploy:\n  endpoint: census\n").rename(repo / "jobs/census_deploy.yaml")
     (folder := tmp_path / "envs").mkdir()
-    schedule = "schedules:\n  nightly: {job: jobs/census_cpu.yaml, cron: '0 3 * * *'}\n"
+    schedule = "schedules:\n  nightly: {job: jobs/census_cpu.yaml, cron: '0 3 * * *'}\nalerts: false\n"
     (folder / "dev.yaml").write_text(ENVIRONMENT + schedule, encoding="utf-8")
     monkeypatch.setenv(ENVIRONMENTS_DIR_VAR, str(folder))
     cfg = load_environment("dev")  # its job must be the repository's; the checkout's has the block

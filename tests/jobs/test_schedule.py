@@ -22,6 +22,7 @@ region: europe-west4
 name_prefix: sched
 state_bucket: sched-tfstate
 github: {owner: o, repository: r, repository_id: 4}
+alerts: {email: ml@sched.example}
 schedules:
   daily:
     job: jobs/recommender.yaml

@@ -44,6 +44,7 @@ schedules:
     job: jobs/recommender.yaml
     cron: "0 3 * * *"
     set: {}
+alerts: {email: ml@acme.example}
 """
 MAX_WALL_S = 10
 RSS_BUDGET_KB = 512 * 1024  # half the issue's 1 GB: the worst attempt here uses about a tenth of it
