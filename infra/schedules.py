@@ -45,6 +45,7 @@ prediction: that is `run_job.py deploy`'s.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,7 @@ from common.model_registry import (
     metric_label_key,
     version_description,
 )
+from common.submission import SUBMISSION_LABEL, canonical_text, workflows_digest
 
 # Cloud Scheduler's retries of the trigger (its default is none: a transient API error would skip a day).
 RETRY_COUNT = 3
@@ -191,7 +193,7 @@ class ScheduledRun:
     job_name: str
     run_id_placeholder: str
     submission_hash: str
-    label: str  # the label key holding submission_hash (jobs.definition.compile.SUBMISSION_LABEL)
+    label: str  # the label key holding submission_hash (common.submission.SUBMISSION_LABEL)
     timeout_s: int
     registration: ScheduledRegistration | None = None
     batch: ScheduledBatch | None = None
@@ -413,6 +415,9 @@ def _batch_predict(run: ScheduledRun, substitutions: Mapping[str, str]) -> list[
     body = _substitute(run.batch.body_dict(), {
         **substitutions,
         BATCH_STAMP_PLACEHOLDER: 'text.substring(stamp, 0, 8) + "-" + text.substring(stamp, 9, 15)'})
+    # This run's own submission label (common.submission), as run_job.py batch-predict labels the same
+    # request: the digest of the body with this run's id in it, so it is computed here, not at synthesis.
+    body["labels"][SUBMISSION_LABEL] = "${batch_label}"
     name = _literal(run.batch.model)
     return [
         _assign("init_batch", batch_prediction=None, batch_version="${outcome.version}"),
@@ -426,6 +431,7 @@ def _batch_predict(run: ScheduledRun, substitutions: Mapping[str, str]) -> list[
             {"condition": True, "steps": [
                 _log("log_batch", "INFO", f'${{"batch prediction of " + {name} + " (version " + '
                                           'batch_version + ") for " + outcome.run}'),
+                *_batch_label(run.batch.body_dict(), substitutions),
                 {"create_batch": {"call": BATCH_CONNECTOR, "result": "predicted", "args": {
                     "parent": "${parent}", "region": run.region, "body": body,
                     "connector_params": {"timeout": BATCH_TIMEOUT_S, "polling_policy": _polling()}}}},
@@ -438,6 +444,22 @@ def _batch_predict(run: ScheduledRun, substitutions: Mapping[str, str]) -> list[
             ]},
         ]}},
     ]
+
+
+def _batch_label(body: dict[str, Any], substitutions: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Steps computing `batch_label`, the submission label of `body` once each placeholder is substituted:
+    the canonical text's literal pieces as plain values (an expression's length is limited), then the digest
+    of them joined by the placeholders' values."""
+    text, parts, pieces = canonical_text(body), [], {}
+    marks = [m for m in substitutions if m in text]
+    for token in re.split("(" + "|".join(map(re.escape, marks)) + ")", text) if marks else [text]:
+        if token in marks:
+            parts.append(substitutions[token])
+        elif token:
+            parts.append(f"batch_text_{len(pieces)}")
+            pieces[parts[-1]] = expression(token, {})
+    return [_assign("batch_text", **pieces),
+            _assign("label_batch", batch_label="${" + workflows_digest(" + ".join(parts)) + "}")]
 
 
 def _deploy_steps(run: ScheduledRun) -> list[dict[str, Any]]:

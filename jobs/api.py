@@ -332,15 +332,19 @@ def clients(factory: Callable | None, project: str, region: str):
 MAX_JOB_NAME = 256
 
 
+def _job_name_match(name: str, collections: str) -> re.Match | None:
+    """``name`` as projects/<p>/locations/<r>/<one of collections>/<numeric id>, or None."""
+    # Each segment starts with a letter or digit (no "." or ".." climbs the REST path); job ids are numbers.
+    pattern = rf"projects/([a-z0-9][a-z0-9.:-]*)/locations/([a-z0-9][a-z0-9-]*)/({collections})/([0-9]+)"
+    return re.fullmatch(pattern, name) if len(name) <= MAX_JOB_NAME else None
+
+
 def parse_job_name(name: str, where: str = "--follow") -> tuple[str, str, str]:
     """(project, region, kind) of a job resource name, e.g. projects/p/locations/r/customJobs/123; a JobError
     addressed to ``where`` (the flag or verb that took it) for anything else."""
     from jobs.definition.kinds import KIND_BY_COLLECTION
 
-    collections = "|".join(KIND_BY_COLLECTION)
-    # Each segment starts with a letter or digit (no "." or ".." climbs the REST path); job ids are numbers.
-    pattern = rf"projects/([a-z0-9][a-z0-9.:-]*)/locations/([a-z0-9][a-z0-9-]*)/({collections})/([0-9]+)"
-    found = len(name) <= MAX_JOB_NAME and re.fullmatch(pattern, name)
+    found = _job_name_match(name, "|".join(KIND_BY_COLLECTION))
     if not found:
         raise JobError(
             where,
@@ -727,11 +731,47 @@ def batch_request(
 
 
 def submit_batch(request: dict, factory: Callable | None, out: TextIO, *, wait: bool) -> dict:
-    """Create the batch prediction job and, with ``wait``, follow it to its end; returns it as last read."""
+    """Create the batch prediction job (or take the live one of the same submission) and, with ``wait``,
+    follow it to its end; returns it as last read."""
     from jobs.cloud.batch import submit_batch as submit
 
     project, region = request["parent"].split("/")[1::2]
     return submit(clients(factory, project, region), request, out, wait=wait)
+
+
+def batch_plan(request: dict, *, wait: bool) -> list[str]:
+    """The steps a submit of ``request`` takes, as --dry-run prints them."""
+    from jobs.cloud.batch import reuse_line
+    from jobs.definition.kinds import BATCH_PREDICTION_JOB, RESOURCE_KINDS
+
+    body = request[RESOURCE_KINDS[BATCH_PREDICTION_JOB].request_field]
+    return [reuse_line(body), "otherwise create the BatchPredictionJob (the model version's own serving "
+            "container)", *([] if not wait else ["follow it until it ends"])]
+
+
+def parse_batch_name(name: str) -> tuple[str, str]:
+    """(project, region) of a batch prediction job's resource name; a JobError naming --follow otherwise."""
+    from jobs.definition.kinds import BATCH_PREDICTION_JOB, RESOURCE_KINDS
+
+    found = _job_name_match(name, RESOURCE_KINDS[BATCH_PREDICTION_JOB].collection)
+    if not found:
+        raise JobError(BATCH_VERB, "--follow", f"{short(name)} is not a batch prediction job's resource name",
+                       "projects/<project>/locations/<region>/batchPredictionJobs/<numeric id>")
+    return found.group(1), found.group(2)
+
+
+def follow_batch(name: str, factory: Callable | None, out: TextIO) -> dict:
+    """Follow an existing batch prediction job to its end, then say where its output went; returns it as
+    last read."""
+    from jobs.cloud.batch import console_url
+    from jobs.cloud.batch import follow_batch as follow
+    from jobs.definition.kinds import BATCH_PREDICTION_JOB
+
+    project, region = parse_batch_name(name)
+    jobs = clients(factory, project, region)
+    remote = jobs.jobs.get(BATCH_PREDICTION_JOB, name)
+    print(f"following {name}\n  console: {console_url(name)}", file=out, flush=True)
+    return follow(jobs, remote, out)
 
 
 def prepare_local_batch(

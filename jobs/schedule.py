@@ -27,6 +27,7 @@ import math
 from datetime import datetime, timezone
 from pathlib import Path
 
+from common.submission import SUBMISSION_LABEL
 from infra.config import ConfigError, EnvironmentConfig, ScheduleConfig
 from infra.outputs import planned_outputs
 from infra.schedules import (
@@ -39,7 +40,7 @@ from infra.schedules import (
 )
 from jobs.api import REPO_ROOT
 from jobs.definition.body import duration_seconds
-from jobs.definition.compile import CONTAINER, SUBMISSION_LABEL, job_name
+from jobs.definition.compile import CONTAINER, job_name
 from jobs.definition.errors import JobError, short
 from jobs.definition.kinds import CUSTOM_JOB, spec_field
 

@@ -2,10 +2,12 @@
 BatchPredictionJob of a Model Registry version, in that version's serving container; ``--dry-run`` prints
 the exact request, and the job is followed to its end like a training job. With ``--local``, MODEL is an
 exported SavedModel folder: its server runs here and the JSONL streams through it, written in Vertex AI's
-output layout under the local root.
+output layout under the local root. A retry reuses the live job of the same request (its submission_hash
+label) instead of creating a second one; ``--follow NAME`` follows an existing job.
 
     python scripts/run_job.py batch-predict recommender@production --input gs://b/users/*.jsonl \\
         --output gs://b/predictions/ --signature top_k --dry-run
+    python scripts/run_job.py batch-predict --follow projects/p/locations/r/batchPredictionJobs/123
     python scripts/run_job.py batch-predict .local/gs/<models bucket>/recommender/<job id>/model --local \\
         --input gs://b/users/*.jsonl --output gs://b/predictions/ --signature top_k
 
@@ -35,12 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     from jobs.api import DEFAULT_BATCH_SIZE, DEFAULT_MACHINE
 
     p = Parser(prog="run_job.py batch-predict", description=__doc__.split("\n\n")[0])
-    p.add_argument("model", metavar="MODEL@ALIAS", help="a registry version, e.g. recommender@production "
+    p.add_argument("model", metavar="MODEL@ALIAS", nargs="?",
+                   help="a registry version, e.g. recommender@production "
                    "(or @<version id>); with --local, an exported SavedModel folder (a job's .../model)")
-    p.add_argument("--input", action="append", default=[], metavar="URI", required=True,
+    p.add_argument("--input", action="append", default=[], metavar="URI",
                    help="JSONL instances, one per line: gs://<bucket>/<path>.jsonl, * wildcards in the file "
                    "name (repeatable)")
-    p.add_argument("--output", required=True, metavar="URI",
+    p.add_argument("--output", metavar="URI",
                    help="a gs:// folder; the job writes prediction-<model>-<time>/ in it")
     p.add_argument("--signature", default="", help="the SavedModel signature every instance goes through "
                    "(Vertex AI's modelParameters; default: the server's serving_default), e.g. top_k")
@@ -51,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--local", action="store_true",
                       help="run it here: MODEL is a SavedModel folder, gs:// lives under --local-root")
     mode.add_argument("--no-wait", action="store_true", help="create the job and return without following")
+    mode.add_argument("--follow", metavar="NAME", help="follow an existing job to its end instead, e.g. "
+                      "projects/p/locations/r/batchPredictionJobs/123 (no MODEL@ALIAS, --input, --output)")
     cloud = p.add_argument_group("on Vertex AI")
     cloud.add_argument("--env", default=DEFAULT_ENV, help="infra environment: project, region, runtime "
                        "account (default %(default)s)")
@@ -84,6 +89,11 @@ def main(argv: list[str], *, factory, out: TextIO, err: TextIO, repo_root: Path,
         parser.error(f"{cloud_only[0]} is for a job on Vertex AI, not with --local")
     if args.local_root is not None and not args.local:
         parser.error("--local-root is for --local")
+    if args.follow is not None:
+        return _follow(args, parser, factory, out, err)
+    missing = [flag for flag, value in _new_job(args) if not value]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
     from jobs import api
 
     try:
@@ -102,18 +112,50 @@ def main(argv: list[str], *, factory, out: TextIO, err: TextIO, repo_root: Path,
         return EXIT_BAD_INPUT
     if args.dry_run:
         print(json.dumps(request, indent=2), file=out)
-        print("plan (not executed):\n  create the BatchPredictionJob (the model version's own serving "
-              "container)" + ("" if args.no_wait else "\n  follow it until it ends"), file=err)
+        print("plan (not executed):", *api.batch_plan(request, wait=not args.no_wait), sep="\n  ", file=err)
         return 0
     try:
         remote = api.submit_batch(request, factory, out, wait=not args.no_wait)
     except KeyboardInterrupt:
-        print("stopped following; the job keeps running (see its console link)", file=err)
+        print("stopped following; the job keeps running (see its console link; the same command again, or "
+              "--follow NAME, follows it)", file=err)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - cloud/auth failures: one line, no traceback
         return cloud_failure(exc, err)
+    return 0 if args.no_wait else _ended(remote, err)
+
+
+def _new_job(args) -> list[tuple[str, object]]:
+    """What names a new job: required without --follow, refused with it."""
+    return [("MODEL@ALIAS", args.model), ("--input", args.input), ("--output", args.output)]
+
+
+def _follow(args, parser, factory, out: TextIO, err: TextIO) -> int:
+    """--follow NAME: an existing job to its end, where its output went."""
+    given = [flag for flag, value in _new_job(args) if value]
+    if given:
+        parser.error(f"{given[0]} is for a new job, not with --follow")
+    from jobs import api
+
+    try:
+        api.parse_batch_name(args.follow)  # one line and exit 2, before any client exists
+    except JobError as exc:
+        print(str(exc), file=err)
+        return EXIT_BAD_INPUT
+    try:
+        remote = api.follow_batch(args.follow, factory, out)
+    except KeyboardInterrupt:
+        print(f"stopped following; the job keeps running (--follow {args.follow} follows it again)", file=err)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - cloud/auth failures: one line, no traceback
+        return cloud_failure(exc, err)
+    return _ended(remote, err)
+
+
+def _ended(remote: dict, err: TextIO) -> int:
+    """0 for a job that succeeded; else its end on ``err``, 1."""
     state = remote.get("state", "")
-    if args.no_wait or state == "JOB_STATE_SUCCEEDED":
+    if state == "JOB_STATE_SUCCEEDED":
         return 0
     print(f"{remote.get('name')} ended {state}: {(remote.get('error') or {}).get('message', '')}", file=err)
     return 1

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from common.submission import SUBMISSION_LABEL
 from jobs.cloud import client as cloud
 from jobs.cloud import report
 from jobs.cloud.builds import ImageBuild
@@ -31,7 +32,7 @@ from jobs.cloud.experiments import preview_requests as experiment_preview
 from jobs.cloud.logs import GRACE_SECONDS, LogStream
 from jobs.cloud.register import RegisterModel, preview_request
 from jobs.definition import body
-from jobs.definition.compile import SUBMISSION_LABEL, CompiledJob
+from jobs.definition.compile import CompiledJob
 from jobs.definition.cost import Cap, Estimate, cap_name, check_cap
 from jobs.definition.errors import JobError
 from jobs.definition.image import write_context

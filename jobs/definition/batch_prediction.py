@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.gcs import GS, is_bucket_name
+from common.submission import SUBMISSION_LABEL, submission_label
 from jobs.definition.errors import FieldError, short
 from jobs.definition.machines import allowed_types, carries_tpu, family_of
 from jobs.definition.model_registry import parse_model_ref
@@ -147,7 +148,8 @@ def check_signature(name: str) -> str:
 def batch_request(
     spec: BatchSpec, *, parent: str, display_name: str, service_account: str, labels: dict[str, str]
 ) -> dict[str, Any]:
-    """CreateBatchPredictionJobRequest in its JSON form: what --dry-run prints and the client sends."""
+    """CreateBatchPredictionJobRequest in its JSON form: what --dry-run prints and the client sends, labelled
+    with its submission label."""
     body: dict[str, Any] = {
         "displayName": display_name,
         "model": spec.model_name(parent),
@@ -168,6 +170,8 @@ def batch_request(
     }
     if spec.parameters() is not None:
         body["modelParameters"] = spec.parameters()
+    # What a retried submit finds its job by (common.submission: the body but its time-stamped name).
+    body["labels"][SUBMISSION_LABEL] = submission_label(body)
     from jobs.definition.kinds import BATCH_PREDICTION_JOB
     from jobs.definition.schema import check_message
     from jobs.definition.vertex_types import resource_message_class

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from common.submission import SUBMISSION_LABEL
 from infra.outputs import as_planned
 from jobs.definition import body as job_body
 from jobs.definition.body import GOALS
@@ -37,9 +38,6 @@ from jobs.definition.references import resolve
 PYTHON_PACKAGE = "python-package"
 CONTAINER = "container"
 DELIVERIES = (PYTHON_PACKAGE, CONTAINER)
-# Underscore, not hyphen: the key is used in a list filter (labels.<key>="<value>"), where a hyphen could be
-# read as the filter language's minus; label keys allow both.
-SUBMISSION_LABEL = "submission_hash"
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@ subworkflows (`params`, called by name), steps with assign, call (connectors, su
 switch (steps, return, raise), try/except, return, raise and `next: break`, and expressions of string
 literals, variables, attribute and `in` tests, comparisons, arithmetic, map and list literals, and the
 standard-library functions the program uses (sys.now, sys.get_env, time.format, time.parse, text.substring,
-text.replace_all_regex, text.split, text.to_lower, text.url_encode, json.decode, list.concat, map.get,
-map.merge, default, len, keys, int, string, get_type), and assignment to a map's computed key (`m[k]`).
+text.replace_all_regex, text.split, text.to_lower, text.url_encode, text.encode, hash.compute_checksum,
+base64.encode, json.decode, list.concat, map.get, map.merge, default, len, keys, int, string, get_type),
+and assignment to a map's computed key (`m[k]`).
 
 Anything else (an unknown step key, function or connector) fails the test instead of being skipped, so a typo
 in the generated program cannot pass; where Workflows documents that it refuses something (a duplicate step
@@ -18,6 +19,8 @@ never from users.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -171,6 +174,28 @@ def _substring(source: Any, start: Any, end: Any) -> str:
 def _replace_all_regex(source: Any, pattern: Any, replacement: Any) -> str:
     _strings("text.replace_all_regex", source, pattern, replacement)
     return re.sub(pattern, replacement, source)
+
+
+def _text_encode(source: Any, charset: Any = "UTF-8") -> bytes:
+    _strings("text.encode", source, charset)
+    return source.encode(charset)
+
+
+_CHECKSUMS = ("MD5", "SHA1", "SHA224", "SHA256", "SHA384", "SHA512")
+
+
+def _compute_checksum(data: Any, algorithm: Any) -> bytes:
+    """hash.compute_checksum: bytes only; MD5, SHA1, SHA224, SHA256, SHA384 or SHA512."""
+    if not isinstance(data, bytes) or algorithm not in _CHECKSUMS:
+        raise TypeError(f"hash.compute_checksum: bytes and one of {_CHECKSUMS}, got {data!r}, {algorithm!r}")
+    return hashlib.new(algorithm.lower(), data).digest()
+
+
+def _base64_encode(data: Any, padding: bool = True) -> str:
+    if not isinstance(data, bytes):
+        raise TypeError(f"base64.encode: {data!r} is not bytes")
+    encoded = base64.b64encode(data).decode("ascii")
+    return encoded if padding else encoded.rstrip("=")
 
 
 def _json_decode(data: Any) -> Any:
@@ -404,8 +429,10 @@ class Interpreter:
             "sys": SimpleNamespace(now=lambda: self.now, get_env=get_env),
             "time": SimpleNamespace(format=_format, parse=_parse),
             "text": SimpleNamespace(substring=_substring, replace_all_regex=_replace_all_regex, split=_split,
-                                    to_lower=_to_lower, url_encode=_url_encode),
+                                    to_lower=_to_lower, url_encode=_url_encode, encode=_text_encode),
             "json": SimpleNamespace(decode=_json_decode),
+            "hash": SimpleNamespace(compute_checksum=_compute_checksum),
+            "base64": SimpleNamespace(encode=_base64_encode),
             "list": SimpleNamespace(concat=_list_concat),
             "map": SimpleNamespace(get=_map_get, merge=_map_merge),
             "default": lambda value, fallback: fallback if value is None else value,

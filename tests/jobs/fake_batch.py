@@ -2,11 +2,13 @@
 parsed as the real aiplatform_v1.BatchPredictionJob (400 for what it would not take), its model version
 (``models/<id>@<alias or version id>``) must exist in the fake Model Registry (404 otherwise, as Vertex AI
 answers), and each GET of the job plays the next scripted state; a SUCCEEDED job reports the folder its
-output went to and its completion counts."""
+output went to and its completion counts. A list filters by one label (``labels.<key>="<value>"``, the only
+filter run_job.py sends) and returns the jobs as they stand, without playing a state."""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 COLLECTION = "batchPredictionJobs"
@@ -25,9 +27,17 @@ class FakeBatch:
     def owns(self, path: str) -> bool:
         return f"/{COLLECTION}" in path
 
-    def handle(self, method: str, path: str, body: dict | None, models: dict[str, list[dict]]):
+    def handle(self, method: str, path: str, query: dict, body: dict | None, models: dict[str, list[dict]]):
         if method == "POST" and path.endswith(f"/{COLLECTION}"):
             return self._create(path, body or {}, models)
+        if method == "GET" and path.endswith(f"/{COLLECTION}"):
+            wanted = re.fullmatch(r'labels\.([\w-]+)="([^"]*)"', query.get("filter", [""])[0])
+            if wanted is None:
+                message = "unsupported filter"
+                return 400, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+            found = [job for name, job in self.jobs.items() if name.startswith(path + "/")
+                     and job.get("labels", {}).get(wanted.group(1)) == wanted.group(2)]
+            return 200, {COLLECTION: found}
         if method == "GET" and path in self.jobs:
             self.polls[path] += 1
             job = self.jobs[path]
@@ -57,7 +67,9 @@ class FakeBatch:
             return 404, {"error": {"code": 404, "message": message, "status": "NOT_FOUND"}}
         name = f"{path}/{self.next_id}"
         self.next_id += 1
-        job = {**body, "name": name, "state": self.states[0], "createTime": "2026-01-02T03:04:05Z"}
+        # Each a second later than the one before: "the newest" is well defined.
+        created = f"2026-01-02T03:04:{5 + len(self.jobs):02d}Z"
+        job = {**body, "name": name, "state": self.states[0], "createTime": created}
         self.jobs[name] = job
         self.polls[name] = 0
         return 200, job

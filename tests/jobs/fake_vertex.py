@@ -141,7 +141,7 @@ class FakeVertex:
         if self.metadata.owns(path):
             return self.metadata.handle(method, path, query, body or {})
         if self.batch.owns(path):
-            return self.batch.handle(method, path, body, self.models)
+            return self.batch.handle(method, path, query, body, self.models)
         if "/endpoints/" in path:
             return self.endpoints.handle(method, path, body or {}, self.models)
         if "/models" in path:

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from jobs.definition.model_registry import RegistryError, parse_model_ref
 from tests.jobs.fake_vertex import FakeVertex, FakeVertexServer
-from tests.jobs.helpers import OUTPUTS
+from tests.jobs.helpers import OUTPUTS, run_cli
 from tests.serving.helpers import export_toy
 
 pytestmark = pytest.mark.usefixtures("no_poll_sleep")
@@ -52,7 +54,9 @@ def test_dry_run_prints_the_request(cli):
     rc, out, err = cli([*ARGS, "--machine-type", "n1-highmem-8", "--starting-replica-count", "2",
                         "--max-replica-count", "5", "--batch-size", "100", "--dry-run"])
     assert rc == 0, err
-    assert json.loads(out) == {
+    request = json.loads(out)
+    label = request["batchPredictionJob"]["labels"].pop("submission_hash")
+    assert request == {
         "parent": "projects/demo-project/locations/us-central1",
         "batchPredictionJob": {
             "displayName": "recommender-production-batch-20260102-030405",
@@ -69,7 +73,31 @@ def test_dry_run_prints_the_request(cli):
             "modelParameters": {"signature": "top_k"},
         },
     }
-    assert "plan (not executed)" in err
+    assert err.splitlines() == [
+        "plan (not executed):",
+        f"  reuse the newest live BatchPredictionJob labelled submission_hash={label}, if one exists",
+        "  otherwise create the BatchPredictionJob (the model version's own serving container)",
+        "  follow it until it ends"]
+
+
+def _label(argv, now=None) -> str:
+    rc, out, err = run_cli([*argv, "--dry-run"], **({} if now is None else {"now": now}))
+    assert rc == 0, err
+    return json.loads(out)["batchPredictionJob"]["labels"]["submission_hash"]
+
+
+def test_the_submission_label_is_the_request_but_its_time():
+    label = _label(ARGS)
+    assert re.fullmatch(r"[a-z0-9]{16}", label)  # a label value: lowercase, at most 63 characters
+    # A retry later (another display name) is the same submission...
+    assert _label(ARGS, now=datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)) == label
+    # ...anything else the job does is another.
+    others = [_label([*ARGS[:5], "gs://demo-project-models/batch2/", *ARGS[6:]]),
+              _label(["batch-predict", "recommender@3", *ARGS[2:]]),
+              _label([*ARGS[:-1], "serving_default"]),
+              _label([*ARGS, "--input", "gs://demo-project-data/more/*.jsonl"]),
+              _label([*ARGS, "--batch-size", "32"])]
+    assert len({label, *others}) == 6
 
 
 def _fake_with_model() -> FakeVertex:
@@ -93,6 +121,116 @@ def test_submit_creates_the_dry_runs_request_and_follows_it(cli, tmp_path):
     assert f"created {name}" in out and "batch-predictions/7000?project=demo-project" in out
     assert "JOB_STATE_PENDING" in out and "JOB_STATE_SUCCEEDED" in out
     assert "output: gs://demo-project-models/batch/prediction-recommender-2026-01-02T03:04:05Z" in out
+
+
+BATCH_JOBS = "/v1/projects/demo-project/locations/us-central1/batchPredictionJobs"
+
+
+def test_a_retry_reuses_the_live_job_and_creates_none(cli, tmp_path):
+    """The first submit lost its terminal after creating the job (--no-wait stands in for it): the same
+    command again follows that job instead of creating a second one."""
+    fake = _fake_with_model()
+    with FakeVertexServer(fake) as server:
+        rc, out, err = cli([*ARGS, "--no-wait"], factory=server.factory(tmp_path))
+        assert rc == 0, err
+        (name,) = fake.batch.jobs
+        label = fake.batch.jobs[name]["labels"]["submission_hash"]
+        rc, out, err = cli(ARGS, factory=server.factory(tmp_path))
+    assert rc == 0, err
+    assert [r.path for r in fake.requests if r.method == "POST"] == [BATCH_JOBS]
+    assert out.splitlines()[0] == (
+        f"reusing {name}: same submission (submission_hash={label}) is already JOB_STATE_PENDING")
+    assert "created" not in out and "JOB_STATE_SUCCEEDED" in out
+    assert "output: gs://demo-project-models/batch/prediction-recommender-2026-01-02T03:04:05Z" in out
+    listed = [r for r in fake.requests if r.method == "GET" and r.path == BATCH_JOBS][-1]
+    assert listed.query["filter"] == [f'labels.submission_hash="{label}"']
+
+
+def test_the_newest_live_job_is_reused(cli, tmp_path):
+    """Two live jobs of one submission (two created at once, before either was listed): the newest is taken,
+    whatever order the list gives them in."""
+    _, printed, _ = cli([*ARGS, "--dry-run"])
+    body = json.loads(printed)["batchPredictionJob"]
+    fake = _fake_with_model()
+    for job_id, created in (("11", "2026-01-02T03:05:00Z"), ("10", "2026-01-02T03:04:00Z")):
+        fake.batch.jobs[f"{BATCH_JOBS[4:]}/{job_id}"] = {
+            **body, "name": f"{BATCH_JOBS[4:]}/{job_id}", "state": "JOB_STATE_RUNNING", "createTime": created}
+    with FakeVertexServer(fake) as server:
+        rc, out, err = cli([*ARGS, "--no-wait"], factory=server.factory(tmp_path))
+    assert rc == 0, err
+    assert out.startswith(f"reusing {BATCH_JOBS[4:]}/11: ") and "is already JOB_STATE_RUNNING" in out
+    assert [r for r in fake.requests if r.method == "POST"] == []
+
+
+@pytest.mark.parametrize("ended", ["JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"])
+def test_an_ended_job_of_the_same_submission_does_not_block_a_new_one(ended, cli, tmp_path):
+    fake = _fake_with_model()
+    with FakeVertexServer(fake) as server:
+        cli([*ARGS, "--no-wait"], factory=server.factory(tmp_path))
+        (first,) = fake.batch.jobs.values()
+        first["state"] = ended
+        rc, out, err = cli([*ARGS, "--no-wait"], factory=server.factory(tmp_path))
+    assert rc == 0, err
+    assert [r.path for r in fake.requests if r.method == "POST"] == [BATCH_JOBS] * 2
+    assert out.startswith(f"created {BATCH_JOBS[4:]}/7001\n") and "reusing" not in out
+
+
+def test_follow_an_existing_job_to_its_end(cli, tmp_path):
+    fake = _fake_with_model()
+    with FakeVertexServer(fake) as server:
+        cli([*ARGS, "--no-wait"], factory=server.factory(tmp_path))
+        (name,) = fake.batch.jobs
+        rc, out, err = cli(["batch-predict", "--follow", name], factory=server.factory(tmp_path))
+    assert rc == 0, err
+    assert [r.method for r in fake.requests].count("POST") == 1
+    assert out.splitlines()[:2] == [f"following {name}",
+                                    "  console: https://console.cloud.google.com/vertex-ai/locations/"
+                                    "us-central1/batch-predictions/7000?project=demo-project"]
+    assert "JOB_STATE_RUNNING" in out and "JOB_STATE_SUCCEEDED" in out
+    assert out.splitlines()[-1] == (
+        "output: gs://demo-project-models/batch/prediction-recommender-2026-01-02T03:04:05Z "
+        "(610 predictions, 0 errors)")
+
+
+def test_follow_a_job_that_fails(cli, tmp_path):
+    fake = _fake_with_model()
+    fake.batch.states = ["JOB_STATE_RUNNING", "JOB_STATE_FAILED"]
+    with FakeVertexServer(fake) as server:
+        cli([*ARGS, "--no-wait"], factory=server.factory(tmp_path))
+        (name,) = fake.batch.jobs
+        rc, out, err = cli(["batch-predict", "--follow", name], factory=server.factory(tmp_path))
+    assert rc == 1 and err == f"{name} ended JOB_STATE_FAILED: the serving container exited\n"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--follow", "projects/demo-project/locations/us-central1/customJobs/7000"],
+     "batch-predict: --follow: 'projects/demo-project/locations/us-central1/customJobs/7000' is not a batch "
+     "prediction job's resource name; allowed: projects/<project>/locations/<region>/batchPredictionJobs/"
+     "<numeric id>"),
+    (["--follow", "projects/demo-project/locations/us-central1/batchPredictionJobs/../7000"],
+     "is not a batch prediction job's resource name"),
+    (["--follow", "batchPredictionJobs/7000"], "is not a batch prediction job's resource name"),
+    (["--follow", "projects/p/locations/r/batchPredictionJobs/1" + "1" * 100_000],
+     "is not a batch prediction job's resource name"),
+    (["--follow", "projects/p/locations/r/batchPredictionJobs/1\x1b[2J"],
+     "is not a batch prediction job's resource name"),
+    (["recommender@production", "--follow", "projects/p/locations/r/batchPredictionJobs/1"],
+     "MODEL@ALIAS is for a new job, not with --follow"),
+    (["--output", "gs://b/o/", "--follow", "projects/p/locations/r/batchPredictionJobs/1"],
+     "--output is for a new job, not with --follow"),
+    (["--follow", "projects/p/locations/r/batchPredictionJobs/1", "--dry-run"], "not allowed with"),
+    (["--input", "gs://b/a.jsonl", "--output", "gs://b/o/"],
+     "the following arguments are required: MODEL@ALIAS"),
+    (["recommender@production", "--output", "gs://b/o/"], "the following arguments are required: --input"),
+])
+def test_bad_follow_is_one_line_and_nothing_is_sent(argv, expected, cli, tmp_path, capsys):
+    fake = _fake_with_model()
+    with FakeVertexServer(fake) as server:
+        rc, out, err = cli(["batch-predict", *argv], factory=server.factory(tmp_path))
+    err += capsys.readouterr().err  # argparse writes to sys.stderr itself
+    assert rc == 2 and out == "", err
+    assert len(err.splitlines()) == 1 and expected in err and len(err) < 700, err
+    assert fake.requests == []
 
 
 @pytest.mark.parametrize("case", ["unknown-alias", "failed", "no-wait"])
