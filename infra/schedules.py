@@ -31,7 +31,13 @@ A schedule with `batch_predict:` (`ScheduledRun.batch`) then creates a BatchPred
 `<model>@<first alias>`: the request `run_job.py batch-predict` builds for the same flags (compiled by the
 jobs layer with this run's id and start time as placeholders), sent once this run is registered, whether or
 not the gate moved the alias: it predicts with whatever version the alias names then. Only where the alias
-names no version (this run has no metric and none held it) is there nothing to run; that is logged.
+names no version (this run has no metric and none held it) is there nothing to run; that is logged. The
+request carries the `submission_hash` label `run_job.py batch-predict` gives the same request
+(common/submission.py), computed by the workflow from the run's own request (it holds the run's id), so a
+`run_job.py batch-predict` retry of it reuses the run's job. The workflow does not itself look for a live job
+with the label before creating one: only the execution that started a run reaches its batch (a retried
+trigger returns as a duplicate first), and a live job of an earlier run with the same label (a `batch_predict:`
+without ${job.id}) is no stand-in for this run's, which predicts with the version the alias names now.
 
 A schedule with `deploy:` (`ScheduledRun.deploy`) deploys `<model>@<first alias>` to an endpoint as a canary
 when the gate moved that alias to this run's version (not when it was kept or already held): the
