@@ -36,8 +36,9 @@ request carries the `submission_hash` label `run_job.py batch-predict` gives the
 (common/submission.py), computed by the workflow from the run's own request (it holds the run's id), so a
 `run_job.py batch-predict` retry of it reuses the run's job. The workflow does not itself look for a live job
 with the label before creating one: only the execution that started a run reaches its batch (a retried
-trigger returns as a duplicate first), and a live job of an earlier run with the same label (a `batch_predict:`
-without ${job.id}) is no stand-in for this run's, which predicts with the version the alias names now.
+trigger returns as a duplicate first), and a live job of an earlier run with the same label (a
+`batch_predict:` without ${job.id}) is no stand-in for this run's, which predicts with the version the alias
+names now.
 
 A schedule with `deploy:` (`ScheduledRun.deploy`) deploys `<model>@<first alias>` to an endpoint as a canary
 when the gate moved that alias to this run's version (not when it was kept or already held): the
@@ -148,7 +149,8 @@ class ScheduledBatch:
     """A schedule's batch prediction (`batch_predict:`, compiled by the jobs layer): `body` is the
     BatchPredictionJob `run_job.py batch-predict --dry-run` prints for `model@alias` (canonical JSON text),
     with the run id placeholder in its input and output where the config has ${job.id}, and
-    BATCH_STAMP_PLACEHOLDER where the dry-run has its time stamp."""
+    BATCH_STAMP_PLACEHOLDER where the dry-run has its time stamp. Its submission_hash label is that of this
+    placeholder body: the workflow gives each run's request its own (common.submission)."""
 
     body: str
     model: str  # "<model id>@<alias>", as the body names it

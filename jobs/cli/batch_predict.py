@@ -90,7 +90,7 @@ def main(argv: list[str], *, factory, out: TextIO, err: TextIO, repo_root: Path,
     if args.local_root is not None and not args.local:
         parser.error("--local-root is for --local")
     if args.follow is not None:
-        return _follow(args, parser, factory, out, err)
+        return _follow(args, parser, factory, out, err, cloud_only)
     missing = [flag for flag, value in _new_job(args) if not value]
     if missing:
         parser.error(f"the following arguments are required: {', '.join(missing)}")
@@ -130,9 +130,13 @@ def _new_job(args) -> list[tuple[str, object]]:
     return [("MODEL@ALIAS", args.model), ("--input", args.input), ("--output", args.output)]
 
 
-def _follow(args, parser, factory, out: TextIO, err: TextIO) -> int:
+def _follow(args, parser, factory, out: TextIO, err: TextIO, cloud_only: list[str]) -> int:
     """--follow NAME: an existing job to its end, where its output went."""
-    given = [flag for flag, value in _new_job(args) if value]
+    from jobs.api import DEFAULT_BATCH_SIZE
+
+    # NAME says the project and region; the job's flags were the creator's.
+    shaping = [("--signature", args.signature), ("--batch-size", args.batch_size != DEFAULT_BATCH_SIZE)]
+    given = [flag for flag, value in [*_new_job(args), *shaping] if value] + cloud_only
     if given:
         parser.error(f"{given[0]} is for a new job, not with --follow")
     from jobs import api

@@ -202,6 +202,13 @@ def test_follow_a_job_that_fails(cli, tmp_path):
     assert rc == 1 and err == f"{name} ended JOB_STATE_FAILED: the serving container exited\n"
 
 
+def test_follow_a_job_that_does_not_exist_is_one_line(cli, tmp_path):
+    name = f"{BATCH_JOBS[4:]}/404"
+    with FakeVertexServer(_fake_with_model()) as server:
+        rc, out, err = cli(["batch-predict", "--follow", name], factory=server.factory(tmp_path))
+    assert rc == 1 and out == "" and len(err.splitlines()) == 1 and "NotFound" in err, err
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["--follow", "projects/demo-project/locations/us-central1/customJobs/7000"],
      "batch-predict: --follow: 'projects/demo-project/locations/us-central1/customJobs/7000' is not a batch "
@@ -219,6 +226,12 @@ def test_follow_a_job_that_fails(cli, tmp_path):
     (["--output", "gs://b/o/", "--follow", "projects/p/locations/r/batchPredictionJobs/1"],
      "--output is for a new job, not with --follow"),
     (["--follow", "projects/p/locations/r/batchPredictionJobs/1", "--dry-run"], "not allowed with"),
+    (["--follow", "projects/p/locations/r/batchPredictionJobs/1", "--machine-type", "n1-standard-8"],
+     "--machine-type is for a new job, not with --follow"),
+    (["--follow", "projects/p/locations/r/batchPredictionJobs/1", "--env", "prod"],
+     "--env is for a new job, not with --follow"),
+    (["--follow", "projects/p/locations/r/batchPredictionJobs/1", "--signature", "top_k"],
+     "--signature is for a new job, not with --follow"),
     (["--input", "gs://b/a.jsonl", "--output", "gs://b/o/"],
      "the following arguments are required: MODEL@ALIAS"),
     (["recommender@production", "--output", "gs://b/o/"], "the following arguments are required: --input"),
