@@ -7,6 +7,7 @@ is one line naming the config's key."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -47,6 +48,7 @@ def test_a_scheduled_run_registers_then_predicts_with_what_the_alias_names(dev, 
     assert run.batch is not None, "dev.yaml's recommender-daily has batch_predict"
     with FakeVertexServer(FakeVertex()) as server:
         project = Project(run, outputs, tmp_path, server)
+        labels = []
         # The first run takes production; a worse one is kept without it; both batches run on production.
         for index, value, moved, version in ((0, 0.30, "moved", "1"), (1, 0.20, "kept", "1")):
             result, sent = execute(project, program, index, value)
@@ -63,6 +65,10 @@ def test_a_scheduled_run_registers_then_predicts_with_what_the_alias_names(dev, 
                 "output": f"{outputs['models_bucket']}/recommender-batch/{run_id}/prediction-x"}
             # Registered before it predicted: the request names the alias the gate had just decided.
             assert project.holder("production") == version
+            labels.append(sent[0]["body"]["labels"]["submission_hash"])
+    # Each run's request carries its own submission label (computed by the workflow), the one
+    # `run_job.py batch-predict` gives it (compared above): a retry of that command reuses the run's job.
+    assert len(set(labels)) == 2 and all(re.fullmatch("[a-z0-9]{16}", label) for label in labels)
 
 
 def test_no_batch_while_the_alias_names_no_version(dev, tmp_path):  # noqa: F811
