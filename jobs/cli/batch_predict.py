@@ -89,13 +89,13 @@ def main(argv: list[str], *, factory, out: TextIO, err: TextIO, repo_root: Path,
         parser.error(f"{cloud_only[0]} is for a job on Vertex AI, not with --local")
     if args.local_root is not None and not args.local:
         parser.error("--local-root is for --local")
+    from jobs import api
+
     if args.follow is not None:
         return _follow(args, parser, factory, out, err, cloud_only)
     missing = [flag for flag, value in _new_job(args) if not value]
     if missing:
         parser.error(f"the following arguments are required: {', '.join(missing)}")
-    from jobs import api
-
     try:
         if args.local:
             return _local(args, out, err, repo_root)
