@@ -54,8 +54,10 @@ def render(event: dict[str, Any]) -> list[str]:
     """The console lines of one event (see ``trainer.contract.PROGRESS_EVENTS``)."""
     kind = event["event"]
     if kind == "start":
-        epochs = _count(event["epochs"])
-        return [f"trainer started: --model {_text(event['model'])}" + (f", {epochs} epochs" * bool(epochs))]
+        line, epochs = f"trainer started: --model {_text(event['model'])}", event["epochs"]
+        if _count(epochs) != "?":
+            line += f", {epochs} epoch{'s' if epochs != 1 else ''}"
+        return [line]
     if kind == "stage":
         return [f"pre-training: {_text(event['what'])}: {_text(event['detail'])}{_seconds(event['seconds'])}"]
     if kind == "note":
@@ -107,6 +109,16 @@ def publish_job_report(report: dict[str, Any], note: str | None, folder: Path, o
     print("\n".join(job_report_lines(report, note)), file=out)
     print(f"Results: {folder / 'job.json'}", file=out)
     out.flush()
+
+
+def parse_metrics(where: str, data: bytes) -> tuple[Any, str | None]:
+    """(a metrics.json's bytes, read up to one byte past METRICS_LIMIT, parsed; None), or (None, why not)."""
+    if len(data) > METRICS_LIMIT:
+        return None, f"{where}: over {METRICS_LIMIT} bytes, not read"
+    try:
+        return json.loads(data), None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        return None, f"{where}: not JSON"
 
 
 def metrics_parts(metrics: Any) -> tuple[Any, Any, Any]:

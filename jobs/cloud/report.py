@@ -307,12 +307,7 @@ def _read_metrics(storage: Storage, uri: str) -> tuple[Any, str | None]:
         return None, f"{uri}: not readable ({_why(exc)})"
     if data is None:
         return None, f"{uri}: not found (the job wrote no model yet, or failed before)"
-    if len(data) > console.METRICS_LIMIT:
-        return None, f"{uri}: over {console.METRICS_LIMIT} bytes, not read"
-    try:
-        return json.loads(data), None
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-        return None, f"{uri}: not JSON"
+    return console.parse_metrics(uri, data)
 
 
 def _why(exc: Exception) -> str:

@@ -9,7 +9,6 @@ A study's console is its own (``tuning.py``: a line per trial and the study repo
 
 from __future__ import annotations
 
-import json
 import stat
 import time
 from collections.abc import Callable
@@ -90,9 +89,4 @@ def read_metrics(path: Path) -> tuple[Any, str | None]:
         return None, f"{path}: not found"
     except OSError as exc:
         return None, f"{path}: not readable ({exc.strerror or type(exc).__name__})"
-    if len(data) > console.METRICS_LIMIT:
-        return None, f"{path}: over {console.METRICS_LIMIT} bytes, not read"
-    try:
-        return json.loads(data), None
-    except (ValueError, RecursionError):
-        return None, f"{path}: not JSON"
+    return console.parse_metrics(str(path), data)
