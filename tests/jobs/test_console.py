@@ -1,5 +1,6 @@
-"""The console of a single run (jobs/console.py): the trainer's progress lines, recorded from real runs, as the
-compact lines `--local` and a followed job print; lines that are not progress (or are hostile) are no event."""
+"""The console of a single run (jobs/console.py): the trainer's progress lines, recorded from real runs, as
+the compact lines `--local` and a followed job print; lines that are not progress (or are hostile) are no
+event."""
 
 from __future__ import annotations
 
@@ -18,17 +19,18 @@ RECORDED = [
         ["trainer started: --model image_classifier, 10 epochs"],
     ),
     (
-        HEAD + 'trainer-progress {"event":"stage","what":"data","detail":"train: 32561 rows from 1 file(s); eval: '
-        '16281 rows from 1 file(s)","seconds":1.3}',
+        HEAD + 'trainer-progress {"event":"stage","what":"data","detail":"train: 32561 rows from 1 file(s); '
+        'eval: 16281 rows from 1 file(s)","seconds":1.3}',
         ["pre-training: data: train: 32561 rows from 1 file(s); eval: 16281 rows from 1 file(s) (1.3 s)"],
     ),
     (
-        HEAD + 'trainer-progress {"event":"stage","what":"EASE weights","detail":"9724 x 9724 items, computed",'
-        '"seconds":11.8}',
+        HEAD + 'trainer-progress {"event":"stage","what":"EASE weights","detail":"9724 x 9724 items, '
+        'computed","seconds":11.8}',
         ["pre-training: EASE weights: 9724 x 9724 items, computed (11.8 s)"],
     ),
     (
-        HEAD + 'trainer-progress {"event":"note","text":"--backbone mobilenet_v2 is frozen at random weights"}',
+        HEAD + 'trainer-progress {"event":"note","text":"--backbone mobilenet_v2 is frozen at random '
+        'weights"}',
         ["note: --backbone mobilenet_v2 is frozen at random weights"],
     ),
     (  # census: loss first, then the task's metrics in the order Keras logged them; val after the bar
@@ -113,10 +115,11 @@ def test_every_contract_event_renders():
 
 
 def test_a_report_shows_the_closing_lines_of_a_metrics_file():
-    metrics = {"eval": {"accuracy": 0.2, "loss": 1.6094}, "data": {"notes": ["random weights"], "baselines": {}}}
-    report = {"name": "/runs/r", "displayName": "r", "state": "SUCCEEDED", "startTime": "2026-01-01T00:00:00Z",
-              "endTime": None, "duration_s": None, "modelDir": "/runs/r/model/", "error": "boom\nthere",
-              "metrics": metrics}
+    metrics = {"eval": {"accuracy": 0.2, "loss": 1.6094},
+               "data": {"notes": ["random weights"], "baselines": {}}}
+    report = {"name": "/runs/r", "displayName": "r", "state": "SUCCEEDED",
+              "startTime": "2026-01-01T00:00:00Z", "endTime": None, "duration_s": None,
+              "modelDir": "/runs/r/model/", "error": "boom\nthere", "metrics": metrics}
     assert console.job_report_lines(report, "a note") == [
         "CustomJob r (/runs/r): SUCCEEDED",
         "  start 2026-01-01T00:00:00Z",

@@ -22,7 +22,8 @@ LOG = "\n".join([
     "2026-11-28 05:33:01,285 INFO trainer: ratings: 100836 read from ratings.csv (0.4 s)",
     TAG + '{"event":"stage","what":"ratings","detail":"100836 read from ratings.csv","seconds":0.4}',
     TAG + '{"event":"stage","what":"EASE weights","detail":"9724 x 9724 items, computed","seconds":11.8}',
-    "2026-11-28 05:36:20,535 INFO trainer: epoch 1/2 loss=4.3896 val_loss=7.3866 val_recall_at_k=0.2963 (6.8 s)",
+    "2026-11-28 05:36:20,535 INFO trainer: epoch 1/2 loss=4.3896 val_loss=7.3866 val_recall_at_k=0.2963 "
+    "(6.8 s)",
     TAG + '{"event":"epoch","epoch":1,"epochs":2,"seconds":6.8,"train":{"loss":4.3896},"val":{"loss":7.3866,'
     '"recall_at_k":0.2963}}',
     TAG + '{"event":"epoch","epoch":2,"epochs":2,"seconds":5.6,"train":{"loss":4.365},"val":{"loss":7.369,'
@@ -101,11 +102,13 @@ def test_report_path_of_a_run_that_wrote_no_metrics_says_where_its_logs_are(loca
     rc, out, err = run_cli(["report", base, "--report-dir", tmp_path / "r"])
     assert rc == 0, err
     assert f"CustomJob job-1 ({base}): UNKNOWN" in out
-    assert f"model/metrics.json: not found (the run is still going, failed or was stopped; its logs: {base}" in out
+    assert ("model/metrics.json: not found (the run is still going, failed or was stopped; its logs: "
+            f"{base}") in out
 
 
 def test_report_path_reports_a_local_study_as_its_own_end_did(tmp_path, capsys):
-    body = tuning_job(["--dump-dir=gs://demo-models/dumps", "--fail-trials=2"], trials=4, parallel=2, failed=2)
+    args = ["--dump-dir=gs://demo-models/dumps", "--fail-trials=2"]
+    body = tuning_job(args, trials=4, parallel=2, failed=2)
     assert run_local("HyperparameterTuningJob", body, OUTPUTS, repo_root=REPO_ROOT, local_root=tmp_path) == 0
     ended = capsys.readouterr().out
     base = tmp_path / "gs/demo-models/runs/study-1"

@@ -258,8 +258,8 @@ def random_weights_note(task: ImageConfig, classes: int) -> str:
     if task.fine_tune:
         return (f"--backbone {task.backbone} starts from random weights (no --base-weights) and trains from "
                 f"scratch: on little data {chance}; {advice}")
-    return (f"--backbone {task.backbone} is frozen at random weights (no --base-weights, no --fine-tune): only "
-            f"the new head trains, on random features, so {chance}; {advice}")
+    return (f"--backbone {task.backbone} is frozen at random weights (no --base-weights, no --fine-tune): "
+            f"only the new head trains, on random features, so {chance}; {advice}")
 
 
 def serving_fn(model, data: TaskData, export_format: str):
