@@ -77,9 +77,8 @@ def closing_lines(model_dir: Any, evaluation: Any, baselines: Any, notes: Any = 
     if isinstance(evaluation, dict):
         lines.append(f"  eval: {_metrics(evaluation) or 'none'}")
     if isinstance(baselines, dict):
-        order = list(evaluation) if isinstance(evaluation, dict) else []
         for name, figures in list(baselines.items())[:MAX_BASELINES]:
-            lines.append(f"  baseline {_text(name)} (same eval data): {_metrics(figures, order) or 'none'}")
+            lines.append(f"  baseline {_text(name)} (same eval data): {_metrics(figures) or 'none'}")
     for text in notes if isinstance(notes, list) else ():
         lines.append(f"  note: {_text(text)}")
     return lines
@@ -129,12 +128,12 @@ def metrics_parts(metrics: Any) -> tuple[Any, Any, Any]:
     return metrics.get("eval"), data.get("baselines"), data.get("notes") or ()
 
 
-def _metrics(figures: Any, order: list | None = None) -> str:
-    """``loss 0.2767  accuracy 0.8710  auc 0.9274``: loss first, then ``order``'s names, then the rest in the
-    order the trainer logged them (Keras's: the task's compiled metrics in order)."""
+def _metrics(figures: Any) -> str:
+    """``loss 0.2767  accuracy 0.8710  auc 0.9274``: loss first, then the others by name, so that a run's
+    lines and its baselines' read alike whichever order the trainer or metrics.json (sorted) gave them in."""
     if not isinstance(figures, dict):
         return ""
-    names = list(dict.fromkeys(n for n in ["loss", *(order or []), *figures] if n in figures))[:MAX_METRICS]
+    names = sorted(figures, key=lambda name: (name != "loss", str(name)))[:MAX_METRICS]
     return "  ".join(f"{_text(name, 40)} {_number(figures[name])}" for name in names)
 
 

@@ -33,7 +33,7 @@ RECORDED = [
         'weights"}',
         ["note: --backbone mobilenet_v2 is frozen at random weights"],
     ),
-    (  # census: loss first, then the task's metrics in the order Keras logged them; val after the bar
+    (  # census: loss first, then the others by name; val after the bar
         HEAD + 'trainer-progress {"event":"epoch","epoch":1,"epochs":8,"seconds":10.7,"train":{"accuracy":'
         '0.8318,"auc":0.882,"loss":0.3498},"val":{"accuracy":0.8583,"auc":0.9144,"loss":0.304}}',
         ["epoch 1/8  loss 0.3498  accuracy 0.8318  auc 0.8820 | val loss 0.3040  accuracy 0.8583  auc 0.9144 "
@@ -50,9 +50,9 @@ RECORDED = [
         '"recall_at_k":0.1582},"ease":{"ndcg_at_k":0.2935,"recall_at_k":0.2884}}}',
         [
             "  SavedModel: gs://m/recommender/r-1/model/",
-            "  eval: loss 7.3690  recall_at_k 0.2958  ndcg_at_k 0.2980",
-            "  baseline popularity (same eval data): recall_at_k 0.1582  ndcg_at_k 0.1600",
-            "  baseline ease (same eval data): recall_at_k 0.2884  ndcg_at_k 0.2935",
+            "  eval: loss 7.3690  ndcg_at_k 0.2980  recall_at_k 0.2958",
+            "  baseline popularity (same eval data): ndcg_at_k 0.1600  recall_at_k 0.1582",
+            "  baseline ease (same eval data): ndcg_at_k 0.2935  recall_at_k 0.2884",
         ],
     ),
     (  # Cloud Logging's textPayload of the same line (Vertex AI writes what the replica printed)
@@ -93,7 +93,7 @@ HOSTILE = [
     ({"event": "epoch", "epoch": "1", "epochs": True, "seconds": float("nan"), "train": {"loss": "NaN"},
       "val": [1]}, "epoch ?/?  loss 'NaN'"),
     ({"event": "epoch", "epoch": 1, "epochs": 2, "seconds": 1, "train": {f"m{i}": i for i in range(1000)},
-      "val": {}}, "m6 6"),
+      "val": {}}, "epoch 1/2  m0 0  m1 1  m10 10"),
     ({"event": "result", "model_dir": None, "eval": "0.9", "baselines": {"b\x07": {"auc": 1e300}}},
      "baseline b\\x07 (same eval data): auc 1e+300"),
 ]

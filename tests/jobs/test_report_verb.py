@@ -149,11 +149,11 @@ def test_a_hold_that_fails_says_why_on_one_line_and_the_report_goes_on(
             b'{"eval": {"accuracy": 0.8616, "auc": 0.9189}, "history": []}',
             "  eval: accuracy 0.8616  auc 0.9189",
         ),
-        (  # the task's baselines on the same eval data, its metrics in the model's order, and its notes
+        (  # the task's baselines on the same eval data, loss first then by name, and its notes
             b'{"eval": {"loss": 7.369, "recall_at_k": 0.2958, "ndcg_at_k": 0.298}, "data": {"baselines": '
             b'{"popularity": {"ndcg_at_k": 0.16, "recall_at_k": 0.1582}}, "notes": ["from random weights"]}}',
-            "  eval: loss 7.3690  recall_at_k 0.2958  ndcg_at_k 0.2980\n"
-            "  baseline popularity (same eval data): recall_at_k 0.1582  ndcg_at_k 0.1600\n"
+            "  eval: loss 7.3690  ndcg_at_k 0.2980  recall_at_k 0.2958\n"
+            "  baseline popularity (same eval data): ndcg_at_k 0.1600  recall_at_k 0.1582\n"
             "  note: from random weights\nResults: ",
         ),
         (None, f"  gs://{MODELS}/model/metrics.json: not found"),
