@@ -41,7 +41,7 @@ EPOCH_LINE = r"epoch (\d+)/(\d+) "
 PROGRESS_TAG = "trainer-progress "
 PROGRESS_EVENTS: dict[str, tuple[str, ...]] = {
     "start": ("model", "epochs"),  # the trainer has imported TensorFlow and starts on the data
-    "stage": ("what", "detail", "seconds"),  # a step before training done; detail: what it did, with counts
+    "stage": ("what", "detail", "seconds"),  # a step before training done (seconds null: a slow one starts)
     "note": ("text",),  # one line the user should read (e.g. a backbone trained from random weights)
     "epoch": ("epoch", "epochs", "seconds", "train", "val"),  # {metric: value} on the training / eval data
     "result": ("model_dir", "eval", "baselines"),  # final eval {metric: value}, baselines {name: {metric: v}}

@@ -48,10 +48,13 @@ def note(text: str) -> None:
 
 
 @contextmanager
-def stage(what: str) -> Iterator[dict[str, str]]:
+def stage(what: str, starting: str = "") -> Iterator[dict[str, str]]:
     """Time a step before training; when it ends without an exception, log ``what``, the ``detail`` the
-    block put in the yielded dict and the seconds it took (a human line and a progress line)."""
+    block put in the yielded dict and the seconds it took (a human line and a progress line). ``starting``:
+    a step that can take minutes says so as it starts too (a progress line with no seconds)."""
     done = {"detail": ""}
+    if starting:
+        emit("stage", what=what, detail=starting, seconds=None)
     started = time.perf_counter()
     yield done
     seconds = round(time.perf_counter() - started, 1)

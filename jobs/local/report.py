@@ -134,10 +134,9 @@ def study_summary_of(path: Path) -> dict[str, Any]:
     import sqlite3
 
     db = path / STUDY_DB
-    name = "report"
 
     def refused(problem: str) -> JobError:
-        return JobError(name, "PATH", f"{short(str(db))} {problem}", PATH_ALLOWED)
+        return JobError("report", "PATH", f"{short(str(db))} {problem}", PATH_ALLOWED)
 
     try:  # Optuna would create its tables in a file that has none: check it read-only first
         uri = f"file:{quote(str(db))}?mode=ro"

@@ -23,6 +23,11 @@ RECORDED = [
         'eval: 16281 rows from 1 file(s)","seconds":1.3}',
         ["pre-training: data: train: 32561 rows from 1 file(s); eval: 16281 rows from 1 file(s) (1.3 s)"],
     ),
+    (  # a slow step says so as it starts (no seconds yet)
+        HEAD + 'trainer-progress {"event":"stage","what":"EASE weights","detail":"9724 x 9724 items: '
+        'starting","seconds":null}',
+        ["pre-training: EASE weights: 9724 x 9724 items: starting"],
+    ),
     (
         HEAD + 'trainer-progress {"event":"stage","what":"EASE weights","detail":"9724 x 9724 items, '
         'computed","seconds":11.8}',

@@ -139,7 +139,7 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     weights = None
     if task.item_item_scale > 0 and len(items) <= task.ease_max_items:
         # Every worker scores its eval users and exports with it: each reads the cached matrix or computes it.
-        with progress.stage("EASE weights") as done:
+        with progress.stage("EASE weights", f"{len(items)} x {len(items)} items: starting") as done:
             weights, cache_weights = cached_item_item(shard.cache_dir, files, [columns, split, cfg.seed],
                                                       len(items), lambda: rd.ease_weights(fit, len(items)),
                                                       claim=may_claim(shard))
@@ -157,11 +157,12 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     if shard.index == 0:
         depends = [columns, split, cfg.seed, task.positive_threshold, task.ranking_k, task.eval_users,
                    task.ease_max_items]
-        with progress.stage("baselines") as done:
+        with progress.stage("baselines", f"on {len(ranked)} users: starting") as done:
             baselines, cache_figures = cached_baselines(shard.cache_dir, files, depends, lambda: (
                 rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items, weights)),
                 claim=may_claim(shard))
-            done["detail"] = (f"{', '.join(baselines) or 'none'} on {len(ranked)} users, "
+            measured = [name for name, figures in baselines.items() if "skipped" not in figures]
+            done["detail"] = (f"{', '.join(measured) or 'none'} on {len(ranked)} users, "
                               f"{_whence(shard, cache_figures)}")
         cache_writes.append(cache_figures)
     cache_writes = [write for write in cache_writes if write]
