@@ -179,3 +179,27 @@ def test_report_path_without_a_run_is_one_line_and_writes_nothing(tmp_path, make
     assert line.startswith("report: PATH: ") and problem in line, line
     assert "; allowed: the folder of a --local run" in line and len(line) < 400
     assert not folder.exists()
+
+
+def test_the_chief_log_is_read_as_it_grows_and_a_flood_is_not_held_in_memory(tmp_path):
+    import io
+
+    from jobs.local.console import ChiefLog
+
+    path, out = tmp_path / "workerpool0-0.log", io.StringIO()
+    log = ChiefLog(path, out)
+    log.poll()  # not there yet
+    epoch = TAG + '{"event":"epoch","epoch":1,"epochs":2,"seconds":1.0,"train":{"loss":0.5},"val":{}}\n'
+    with open(path, "w") as f:
+        f.write(epoch[:30])  # half a line: nothing yet
+        f.flush()
+        log.poll()
+        assert out.getvalue() == ""
+        f.write(epoch[30:] + TAG + '{"event":"note","text":"' + "x" * 3_000_000)  # a line with no end
+        f.flush()
+        for _ in range(4):
+            log.poll()
+        assert len(log.pending) <= 20_000  # what is kept of it is bounded
+        f.write('"}\n' + epoch.replace('"epoch":1', '"epoch":2'))
+    log.poll()
+    assert out.getvalue().splitlines() == ["epoch 1/2  loss 0.5000 (1.0 s)", "epoch 2/2  loss 0.5000 (1.0 s)"]
