@@ -134,3 +134,31 @@ def test_a_report_shows_the_closing_lines_of_a_metrics_file():
         "  a note",
         "Job error: boom there",
     ]
+
+
+def test_what_the_trainer_writes_is_what_the_console_reads(caplog):
+    """trainer.progress formats each event of the contract; jobs.console parses it back whole (the chief
+    only: another replica writes none)."""
+    from trainer import progress
+
+    caplog.set_level("INFO", logger="trainer.progress")
+    sent = {"event": "epoch", "epoch": 3, "epochs": 8, "seconds": 1.5, "train": {"loss": 0.25, "auc": 0.9},
+            "val": {"loss": 0.3}}
+    try:
+        progress.configure(chief=False)
+        progress.emit(**sent)
+        assert caplog.records == []
+        progress.configure(chief=True)
+        progress.emit(**sent)
+        with progress.stage("ratings", "starting") as done:
+            done["detail"] = "100 read"
+    finally:
+        progress.configure(chief=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "trainer.progress"]
+    assert [console.parse(f"2026-01-01 00:00:00,000 INFO trainer.progress: {line}") for line in lines] == [
+        sent,
+        {"event": "stage", "what": "ratings", "detail": "starting", "seconds": None},
+        {"event": "stage", "what": "ratings", "detail": "100 read", "seconds": 0.0},
+    ]
+    with pytest.raises(ValueError, match="takes"):
+        progress.emit("epoch", epoch=1)  # a field missing is the trainer's bug, not a line the console drops
