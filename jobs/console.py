@@ -26,6 +26,7 @@ from trainer.contract import PROGRESS_EVENTS, PROGRESS_MAX_CHARS, PROGRESS_TAG
 # The most metrics a line shows per side (a task logs a handful; a hostile line could hold thousands).
 MAX_METRICS = 8
 MAX_BASELINES = 8
+MAX_NOTES = 4
 SHOWN_CHARS = 500  # the most of a text field (a stage's detail, a note, a folder) a line shows
 # The most of a run's metrics.json a report or a console reads (the trainer's is a few KiB: eval, history,
 # phases).
@@ -79,7 +80,7 @@ def closing_lines(model_dir: Any, evaluation: Any, baselines: Any, notes: Any = 
     if isinstance(baselines, dict):
         for name, figures in list(baselines.items())[:MAX_BASELINES]:
             lines.append(f"  baseline {_text(name)} (same eval data): {_metrics(figures) or 'none'}")
-    for text in notes if isinstance(notes, list) else ():
+    for text in notes[:MAX_NOTES] if isinstance(notes, list) else ():
         lines.append(f"  note: {_text(text)}")
     return lines
 
@@ -95,7 +96,7 @@ def job_report_lines(report: dict[str, Any], note: str | None = None) -> list[st
     model_dir = report.get("modelDir") or "none (the job has no baseOutputDirectory)"
     lines += closing_lines(model_dir, *metrics_parts(report.get("metrics")))
     if note:
-        lines.append(f"  {note}")
+        lines.append(f"  {_text(note, 2000)}")
     if report.get("error"):
         lines.append(f"Job error: {_text(' '.join(str(report['error']).split()), 2000)}")
     return lines
