@@ -41,8 +41,9 @@ test: deps
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; status=0; fi; exit $$status
 
 # The edit-test loop: everything but the tests that train real models (marker `training`, see
-# `pytest --markers`). CI runs the complete `make test`.
-test-fast: PYTEST_ARGS += -m "not training"
+# `pytest --markers`) and those that build and run the trainer image (`container`). CI runs the complete
+# `make test`.
+test-fast: PYTEST_ARGS += -m "not training and not container"
 test-fast: test
 
 # The cpu trainer image, built here with Docker or Podman (whichever answers) as localhost/trainer:cpu-<hash>,

@@ -114,7 +114,8 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one():
     head = "\n".join(_readme_lines()[:15])
     assert "make run" in head and "make test" in head
     ci_lines = [line for line in (ROOT / ".ci/run").read_text().splitlines()
-                if line.strip() and not line.lstrip().startswith("#") and not line.startswith(("set ", "cd "))]
+                if line.strip() and not line.lstrip().startswith("#")
+                and not line.startswith(("set ", "cd "))]
     # Before it, only the container engine's installation where none is present (the container tier).
     assert ci_lines[-1] == "make test"
     assert [line for line in ci_lines if "make" in line.split()] == ["make test"]

@@ -48,7 +48,7 @@ def build_parser(description: str | None = None) -> Parser:
         "localhost/trainer:<variant>-<hash>, unless that tag exists; prints the image",
     )
     p.add_argument(
-        "--allow-large", action="store_true", help="with --local: build gpu too (over 3 GB of CUDA wheels)"
+        "--allow-large", action="store_true", help="with --local: build gpu too (1.9 GB of CUDA wheels)"
     )
     return p
 

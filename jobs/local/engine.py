@@ -43,11 +43,13 @@ PROBE_TIMEOUT_S = 60.0
 BUILD_TIMEOUT_S = 3 * 3600.0
 PULL_TIMEOUT_S = 900.0
 # The build's step lines: podman/buildah "[1/2] STEP 3/7: RUN ...", Docker's classic builder "Step 3/7 : RUN
-# ...", BuildKit "#8 [cpu 2/5] RUN ...".
-_STEP = re.compile(
-    r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: .*|^Step \d+/\d+ : .*|^#\d+ \[[^\]]*\d+/\d+\] .*", re.IGNORECASE
-)
-_BUILDKIT_ERROR = re.compile(r"^(?:#\d+ |=> )?ERROR \[([^\]]*)\] (.*)")
+# ...".
+_STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: .*|^Step \d+/\d+ : .*", re.IGNORECASE)
+# BuildKit runs stages in parallel: its steps are numbered ("#8 [cpu 2/5] RUN ...") and "#8 ERROR: ..." names
+# the one that failed; its tty progress says "=> ERROR [cpu 2/5] RUN ...".
+_BUILDKIT_STEP = re.compile(r"^#(\d+) (\[[^\]]*\d+/\d+\] .*)")
+_BUILDKIT_FAILED = re.compile(r"^#(\d+) ERROR\b")
+_BUILDKIT_ERROR = re.compile(r"^=> ERROR (\[[^\]]*\] .*?)(?:\s+\d+(?:\.\d+)?s)?$")
 _EXIT_STATUS = re.compile(r"(?:exit status|exit code:?|returned a non-zero code:) ?(\d+)", re.IGNORECASE)
 
 
@@ -351,20 +353,28 @@ class _StepTracker:
 
     def __init__(self) -> None:
         self.step = ""
-        self.error = ""
+        self.failed = False  # the step is the one the builder said failed: later lines do not move it
+        self.numbered: dict[str, str] = {}  # BuildKit's step numbers
         self.tail: list[str] = []
 
     def feed(self, line: str) -> None:
         text = line.strip()
         if not text:
             return
-        found = _BUILDKIT_ERROR.match(text)
-        if found:
-            self.step = self.step if self.error else f"[{found[1]}] {found[2]}"
-            self.error = self.error or text
-        elif _STEP.match(text) and not self.error:
-            self.step = text
         self.tail = [*self.tail[-19:], text]
+        if self.failed:
+            return
+        step, failed = _STEP.match(text), _BUILDKIT_FAILED.match(text)
+        numbered, tty = _BUILDKIT_STEP.match(text), _BUILDKIT_ERROR.match(text)
+        if failed and failed[1] in self.numbered:
+            self.step, self.failed = self.numbered[failed[1]], True
+        elif tty:
+            self.step, self.failed = tty[1], True
+        elif numbered:
+            self.numbered.setdefault(numbered[1], text)
+            self.step = text
+        elif step:
+            self.step = text
 
     def where(self) -> str:
         return (
