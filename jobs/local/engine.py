@@ -16,6 +16,7 @@ Every call but a build has a bounded time; a build streams its output and, when 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -50,6 +51,7 @@ _STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: .*|^Step \d+/\d+ : .*", re.
 _BUILDKIT_STEP = re.compile(r"^#(\d+) (\[[^\]]*\d+/\d+\] .*)")
 _BUILDKIT_FAILED = re.compile(r"^#(\d+) ERROR\b")
 _BUILDKIT_ERROR = re.compile(r"^=> ERROR (\[[^\]]*\] .*?)(?:\s+\d+(?:\.\d+)?s)?$")
+_RUNS = itertools.count()
 _EXIT_STATUS = re.compile(r"(?:exit status|exit code:?|returned a non-zero code:) ?(\d+)", re.IGNORECASE)
 
 
@@ -80,6 +82,9 @@ class Engine:
     run_flags: tuple[str, ...] = ()
     version: str = ""
     extra: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # The docker CLI on Podman's API socket loses a `run --rm` container's exit status (0 whatever it was:
+    # containers/podman#18889): there, a foreground run keeps its container and removes it afterwards.
+    rm_loses_status: bool = False
 
     def argv(self, *args: str) -> list[str]:
         return [*self.command, *args]
@@ -229,13 +234,14 @@ class Engine:
         volumes: Iterable[str] = (),
         extra: Iterable[str] = (),
     ) -> list[str]:
-        """The argv of ``run`` (for a caller that streams or waits on the process itself)."""
+        """The argv of ``run`` (for a caller that streams or waits on the process itself). Where
+        ``rm_loses_status``, a foreground run with ``remove`` has no ``--rm``: the caller removes the
+        container (by ``name``) once it has its status, as :meth:`run` does."""
         flags = ["run", *self.run_flags]
-        flags += ["--rm"] if remove else []
+        flags += ["--rm"] if remove and (detach or not self.rm_loses_status) else []
         flags += ["--detach"] if detach else []
-        flags += (
-            ["--init"] if init else []
-        )  # a PID 1 that forwards signals (a server ignored SIGTERM as PID 1)
+        # A PID 1 that forwards signals: a Python server as PID 1 ignored SIGTERM until killed.
+        flags += ["--init"] if init else []
         flags += ["--name", name] if name else []
         flags += ["--entrypoint", entrypoint] if entrypoint is not None else []
         flags += ["--user", user] if user else []
@@ -253,13 +259,18 @@ class Engine:
     ) -> subprocess.CompletedProcess:
         """Run a container to its end (or start it, ``detach=True``), output captured; the status is the
         caller's to judge (a trainer's exit 2 is an answer, not an engine failure)."""
+        cleanup = self.rm_loses_status and options.get("remove", True) and not options.get("detach")
+        if cleanup and not options.get("name"):
+            options["name"] = f"trainer-run-{os.getpid()}-{next(_RUNS)}"
         argv = self.run_argv(image, args, **options)
         try:
             return subprocess.run(argv, capture_output=True, timeout=timeout, env=self.environ(), check=False)
         except subprocess.TimeoutExpired:
-            if options.get("name"):
-                self.remove(options["name"])
+            cleanup = bool(options.get("name"))
             raise EngineError(f"`{_shown(argv)}` did not finish within {timeout:.0f} s") from None
+        finally:
+            if cleanup:
+                self.remove(options["name"])
 
     def stop(self, name: str, grace_s: int = 10) -> None:
         """Stop a container: its stop signal, then SIGKILL after ``grace_s`` seconds."""
@@ -310,9 +321,12 @@ def _probe_docker(binary: str) -> tuple[Engine | None, str]:
     buildx = _quiet([binary, "buildx", "version"])
     env = () if buildx is not None and buildx.returncode == 0 else (("DOCKER_BUILDKIT", "0"),)
     ulimits = tuple(f for limit in ULIMITS for f in ("--ulimit", limit))
-    return Engine(
-        "docker", (binary,), env, ulimits, ulimits, proc.stdout.decode(errors="replace").strip()
-    ), ""
+    server = _quiet([binary, "version", "--format", "{{range .Server.Components}}{{.Name}};{{end}}"])
+    podman = server is not None and b"Podman" in server.stdout
+    version = proc.stdout.decode(errors="replace").strip()
+    # Podman 4.3's API answers a build with ulimits "400 Bad Request"; its builds run without them.
+    build_flags = () if podman else ulimits
+    return Engine("docker", (binary,), env, build_flags, ulimits, version, rm_loses_status=podman), ""
 
 
 def _probe_podman(binary: str) -> tuple[Engine | None, str]:
