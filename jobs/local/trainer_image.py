@@ -26,7 +26,6 @@ from jobs.local.engine import Engine, EngineError
 LOCAL_REPOSITORY = "localhost/trainer"
 BASE_ARG = "BASE_IMAGE"
 BASE_LABEL = "org.opencontainers.image.base.name"
-HASH_LABEL = "trainer.context-hash"
 # Variants built on request only (--allow-large): the gpu target's twelve CUDA wheels are 1.9 GB to download
 # (cuDNN 577 MB, cuBLAS 363 MB, NCCL 323 MB, ...; PyPI's sizes, 2026-11), for an image that needs a GPU to be
 # of any use. The tpu target's extra downloads are 0.4 GB, like the cpu one's TensorFlow.
@@ -118,7 +117,9 @@ def _ensure(
             ref,
             target=variant,
             build_args={BASE_ARG: base},
-            labels={BASE_LABEL: base, HASH_LABEL: written},
+            # No label carries the hash: Podman's layer cache reuses an image whose labels differ only in
+            # value (after a change outside the image, e.g. a Dockerfile comment); the tag is the record.
+            labels={BASE_LABEL: base},
             out=out,
         )
     return LocalImage(ref, variant, written, built=True, base=base)
