@@ -16,6 +16,8 @@ Every call but a build has a bounded time; a build streams its output and, when 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -23,8 +25,9 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TextIO
@@ -311,6 +314,15 @@ def find_engine(environ: Mapping[str, str] | None = None) -> Engine:
     raise EngineError(
         f"none answers on this machine ({'; '.join(reasons)})", f"install one: {HOW_TO_GET_ONE}"
     )
+
+
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Held by one process of this machine at a time (a file lock in the temp folder, released when the
+    process ends however it ends): one build of a tag at a time, whoever asks (test workers, `make image`)."""
+    with open(Path(tempfile.gettempdir()) / f"{name}.lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _probe_docker(binary: str) -> tuple[Engine | None, str]:

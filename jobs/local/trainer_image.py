@@ -9,19 +9,16 @@ Debian bookworm base of :mod:`jobs.local.base_image` (bootstrapped once).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import re
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from jobs.definition.image import DOCKERFILE, VARIANTS, image_hash, write_context
 from jobs.local import base_image
-from jobs.local.engine import Engine, EngineError
+from jobs.local.engine import Engine, EngineError, machine_lock
 
 LOCAL_REPOSITORY = "localhost/trainer"
 BASE_ARG = "BASE_IMAGE"
@@ -80,7 +77,7 @@ def ensure_image(
     digest = image_hash(repo_root)
     # One build of a tag at a time on this machine (two test workers, `make image` beside a test run): the
     # second waits for the first and then finds its tag.
-    with _build_lock(f"{variant}-{digest}"):
+    with machine_lock(f"trainer-image-{variant}-{digest}"):
         return _ensure(engine, repo_root, variant, digest, out, base, allow_large)
 
 
@@ -123,11 +120,3 @@ def _ensure(
             out=out,
         )
     return LocalImage(ref, variant, written, built=True, base=base)
-
-
-@contextlib.contextmanager
-def _build_lock(name: str) -> Iterator[None]:
-    path = Path(tempfile.gettempdir()) / f"trainer-image-{name}.lock"
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
-        yield
