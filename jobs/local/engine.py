@@ -37,6 +37,8 @@ from jobs.local.spec import LocalRunError
 
 ENGINES = ("docker", "podman")
 ENGINE_VARIABLE = "CONTAINER_ENGINE"
+# Where the docker CLI finds its daemon (a Podman API socket, a remote host).
+DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 HOW_TO_GET_ONE = "`apt-get install podman runc` on Debian/Ubuntu, or Docker (docs.docker.com/engine/install)"
 # Within the limits this host lets a process raise; podman's own defaults (nofile 1048576) are not.
 ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
@@ -307,7 +309,7 @@ def find_engine(environ: Mapping[str, str] | None = None) -> Engine:
             reasons.append(f"no {name}")
             continue
         probe = _probe_docker if name == "docker" else _probe_podman
-        engine, reason = probe(binary)
+        engine, reason = probe(binary, environ)
         if engine is not None:
             return engine
         reasons.append(reason)
@@ -325,15 +327,17 @@ def machine_lock(name: str) -> Iterator[None]:
         yield
 
 
-def _probe_docker(binary: str) -> tuple[Engine | None, str]:
+def _probe_docker(binary: str, environ: Mapping[str, str]) -> tuple[Engine | None, str]:
     # The CLI alone prints its own version and fails on the server's: only an answering daemon counts.
-    proc = _quiet([binary, "version", "--format", "{{.Server.Version}}"])
+    proc = _quiet([binary, "version", "--format", "{{.Server.Version}}"], environ)
     if proc is None or proc.returncode != 0 or not proc.stdout.strip():
         return None, f"docker: {_last_line(proc) if proc else 'no answer'}"
-    buildx = _quiet([binary, "buildx", "version"])
-    env = () if buildx is not None and buildx.returncode == 0 else (("DOCKER_BUILDKIT", "0"),)
+    buildx = _quiet([binary, "buildx", "version"], environ)
+    # The daemon it answered from stays the one every later call reaches, whatever the caller's environment.
+    env = tuple((key, environ[key]) for key in DOCKER_VARIABLES if key in environ)
+    env += () if buildx is not None and buildx.returncode == 0 else (("DOCKER_BUILDKIT", "0"),)
     ulimits = tuple(f for limit in ULIMITS for f in ("--ulimit", limit))
-    server = _quiet([binary, "version", "--format", "{{range .Server.Components}}{{.Name}};{{end}}"])
+    server = _quiet([binary, "version", "--format", "{{range .Server.Components}}{{.Name}};{{end}}"], environ)
     podman = server is not None and b"Podman" in server.stdout
     version = proc.stdout.decode(errors="replace").strip()
     # Podman 4.3's API answers a build with ulimits "400 Bad Request"; its builds run without them.
@@ -341,7 +345,7 @@ def _probe_docker(binary: str) -> tuple[Engine | None, str]:
     return Engine("docker", (binary,), env, build_flags, ulimits, version, rm_loses_status=podman), ""
 
 
-def _probe_podman(binary: str) -> tuple[Engine | None, str]:
+def _probe_podman(binary: str, environ: Mapping[str, str]) -> tuple[Engine | None, str]:
     command: tuple[str, ...] = (binary,)
     if shutil.which("runc"):
         command += ("--runtime", "runc")
@@ -349,10 +353,10 @@ def _probe_podman(binary: str) -> tuple[Engine | None, str]:
         # cgroup v1 or hybrid: crun (Debian's default runtime) refuses to create containers here.
         return None, "podman: runc is missing and crun cannot run containers on this host's cgroup v1 layout"
     command += ("--cgroup-manager", "cgroupfs")
-    proc = _quiet([*command, "version", "--format", "{{.Client.Version}}"])
+    proc = _quiet([*command, "version", "--format", "{{.Client.Version}}"], environ)
     if proc is None or proc.returncode != 0:
         return None, f"podman: {_last_line(proc) if proc else 'no answer'}"
-    info = _quiet([*command, "info", "--format", "{{.Store.GraphDriverName}}"])
+    info = _quiet([*command, "info", "--format", "{{.Store.GraphDriverName}}"], environ)
     if info is None or info.returncode != 0:
         return None, f"podman: {_last_line(info) if info else 'no answer'}"
     ulimits = tuple(f for limit in ULIMITS for f in ("--ulimit", limit))
@@ -367,9 +371,11 @@ def _probe_podman(binary: str) -> tuple[Engine | None, str]:
     ), ""
 
 
-def _quiet(argv: list[str]) -> subprocess.CompletedProcess | None:
+def _quiet(argv: list[str], environ: Mapping[str, str]) -> subprocess.CompletedProcess | None:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+        return subprocess.run(
+            argv, capture_output=True, timeout=PROBE_TIMEOUT_S, env=dict(environ), check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
 
