@@ -5,6 +5,7 @@ line of a failed build."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from jobs.cli.build_image import main as build_image
 from jobs.definition.image import image_hash
-from jobs.local.engine import BuildError
+from jobs.local.engine import BuildError, EngineError
 from jobs.local.trainer_image import BASE_LABEL, ensure_image, local_ref
 from tests.container.conftest import REPO_ROOT
 
@@ -83,3 +84,12 @@ def test_the_gpu_image_is_refused_in_one_line_unless_asked_for(engine):
         "build_image.py: variant: not building the gpu image here: its CUDA wheels are 1.9 GB to download "
         "(2.5 GB with TensorFlow); allowed: cpu and tpu; --allow-large builds gpu anyway\n"
     )
+
+
+def test_a_run_past_its_time_is_one_line_and_leaves_no_container(engine, cpu_image):
+    with pytest.raises(EngineError) as caught:
+        name = f"trainer-test-{os.getpid()}"
+        engine.run(cpu_image.ref, ["-c", "sleep 120"], entrypoint="sh", name=name, timeout=5)
+    assert "did not finish within 5 s" in str(caught.value) and "\n" not in str(caught.value)
+    names = engine.call("ps", "--all", "--format", "{{.Names}}").stdout.decode().split()
+    assert name not in names
