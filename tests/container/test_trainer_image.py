@@ -93,3 +93,18 @@ def test_a_run_past_its_time_is_one_line_and_leaves_no_container(engine, cpu_ima
     assert "did not finish within 5 s" in str(caught.value) and "\n" not in str(caught.value)
     names = engine.call("ps", "--all", "--format", "{{.Names}}").stdout.decode().split()
     assert name not in names
+
+
+def test_build_image_local_exits_1_naming_the_failing_step(engine, cpu_image, tmp_path):
+    # A repository of its own whose cpu target fails: the real context and tag rules, a throwaway Dockerfile.
+    (tmp_path / ".dockerignore").write_text("*\n!Dockerfile\n")
+    (tmp_path / "Dockerfile").write_text(
+        f"ARG BASE_IMAGE={cpu_image.ref}\nFROM ${{BASE_IMAGE}} AS cpu\nRUN echo checking && exit 5\n"
+    )
+    out, err = io.StringIO(), io.StringIO()
+    assert build_image(["--local", "cpu"], repo_root=tmp_path, out=out, err=err) == 1
+    assert out.getvalue() == ""
+    last = err.getvalue().splitlines()[-1]
+    assert last.startswith("build_image.py: Dockerfile: the build failed at step ")
+    assert last.endswith("RUN echo checking && exit 5 (exit status 5)"), last
+    assert not engine.image_exists(local_ref("cpu", image_hash(tmp_path)))
