@@ -5,7 +5,7 @@ Usage (from the repo root, with .venv/bin/python or after `. .venv/bin/activate`
   python scripts/build_image.py --env prod                       # cpu, gpu and tpu: build what is missing
   python scripts/build_image.py --env dev --variant cpu --dry-run  # the plan and the exact build requests
   python scripts/build_image.py --print-tag                      # this checkout's tags, as JSON
-  python scripts/build_image.py --local cpu                      # built here with Docker or Podman (make image)
+  python scripts/build_image.py --local cpu                      # here, with Docker or Podman (make image)
 
 Each image is <trainer_image>:<variant>-<hash>, the hash covering the build context that .dockerignore lets
 through (Dockerfile, pinned requirements, trainer code): the same tag run_job.py uses for the job definitions,
