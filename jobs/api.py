@@ -68,6 +68,10 @@ REEXPORTED = {
     "SmokeFailed": "jobs.cloud.deploy",
     "runs_table": "jobs.definition.experiments",  # run_job.py runs: the table, and --compare's lines
     "runs_comparison": "jobs.definition.experiments",
+    "find_engine": "jobs.local.engine",  # this machine's container engine (build_image.py --local)
+    "EngineError": "jobs.local.engine",
+    "BuildError": "jobs.local.engine",
+    "ensure_image": "jobs.local.trainer_image",  # the trainer image built here, reused by its tag
 }
 
 
