@@ -13,6 +13,8 @@ Layers, each importing only those above it in this list (tests/jobs/test_layers.
   ``experiments`` a run as a Vertex AI Experiments run (its ids, requests, and ``run_job.py runs``' table).
 - ``study_report``: a tuning study's report (table, best trial, parameter importance, study.json, study.png)
   from plain trial data, the one report both runners below write.
+- ``console``: a single run's console: the trainer's progress lines rendered compact, and a run's closing
+  lines (eval metrics beside the model folder, baselines), the same for both runners below and the reports.
 - ``cloud/``: the cloud runner: ``plan`` (steps, executed through the SDK clients of ``client``), the
   trainer image builds of ``builds``, the report of a job on Vertex AI (``report``), registering
   (``register``) and deploying (``deploy``) its model, recording it in Vertex AI Experiments

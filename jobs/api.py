@@ -68,6 +68,10 @@ REEXPORTED = {
     "SmokeFailed": "jobs.cloud.deploy",
     "runs_table": "jobs.definition.experiments",  # run_job.py runs: the table, and --compare's lines
     "runs_comparison": "jobs.definition.experiments",
+    "find_engine": "jobs.local.engine",  # this machine's container engine (build_image.py --local)
+    "EngineError": "jobs.local.engine",
+    "BuildError": "jobs.local.engine",
+    "ensure_image": "jobs.local.trainer_image",  # the trainer image built here, reused by its tag
 }
 
 
@@ -494,6 +498,8 @@ def report_job(
     """
     from jobs.cloud import report
 
+    if name and not name.startswith("projects/"):  # a local run's or study's folder (./projects/... for one)
+        return report_local(Path(name), out, report_dir=report_dir, repo_root=repo_root)
     project, region, kind = parse_job_name(name, "report")
     folder = report.report_folder(repo_root, name, report_dir)
     report.check_folder(folder)
@@ -511,6 +517,31 @@ def report_job(
             "print it",
         ) from None
     return report.write_report(remote, kind, folder, made.storage, out)
+
+
+def report_local(
+    path: Path, out: TextIO, *, report_dir: Path | None = None, repo_root: Path = REPO_ROOT
+) -> dict:
+    """``run_job.py report PATH``: the report of a ``--local`` run's folder (job.json) or a ``--local``
+    study's (study.json, study.png), the same lines a cloud job's report prints, written to ``report_dir``
+    (default .local/reports/<folder name>). A JobError, before anything is written, for a path holding no
+    run."""
+    from jobs import console, study_report
+    from jobs.cloud.report import REPORTS, check_folder
+    from jobs.local import report
+
+    kind = report.run_kind(path)
+    name = Path(os.path.abspath(path)).name
+    folder = Path(report_dir) if report_dir is not None else repo_root / REPORTS / name
+    check_folder(folder)
+    if kind == "study":
+        summary = report.study_summary_of(path)
+        print(f"Study of {path}:", file=out)
+        study_report.publish(summary, folder, out)
+        return summary
+    found, note = report.job_report(path)
+    console.publish_job_report(found, note, folder, out)
+    return found
 
 
 def legacy_variables(items: Sequence[str], file: str) -> dict[str, str]:

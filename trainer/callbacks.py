@@ -11,6 +11,7 @@ import time
 
 import keras
 
+from trainer import progress
 from trainer.contract import BACKUP_METADATA, METRIC_FLAG
 
 log = logging.getLogger("trainer")
@@ -68,7 +69,7 @@ class HParamsWriter(keras.callbacks.Callback):
 
 
 class EpochLogger(keras.callbacks.Callback):
-    """One log line per epoch (Vertex AI's log viewer handles progress bars badly)."""
+    """One log line per epoch (Vertex AI's log viewer handles progress bars badly), and its progress line."""
 
     def __init__(self, num_epochs: int):
         super().__init__()
@@ -83,8 +84,11 @@ class EpochLogger(keras.callbacks.Callback):
         logs = {k: float(v) for k, v in (logs or {}).items()}
         self.history.append({"epoch": epoch + 1, **logs})
         metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items()))
-        log.info("epoch %d/%d %s (%.1f s)", epoch + 1, self.num_epochs, metrics,
-                 time.perf_counter() - self.started)
+        seconds = time.perf_counter() - self.started
+        log.info("epoch %d/%d %s (%.1f s)", epoch + 1, self.num_epochs, metrics, seconds)
+        progress.emit("epoch", epoch=epoch + 1, epochs=self.num_epochs, seconds=round(seconds, 1),
+                      train={k: v for k, v in logs.items() if not k.startswith("val_")},
+                      val={k.removeprefix("val_"): v for k, v in logs.items() if k.startswith("val_")})
 
 
 class PhaseTimer(keras.callbacks.Callback):

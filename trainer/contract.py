@@ -37,6 +37,20 @@ CONFIG_FILE = "trainer_config.json"
 BACKUP_METADATA = "training_metadata.json"
 # The trainer's log line at the end of each epoch ("epoch 3/8 accuracy=0.8512 ... (1.2 s)").
 EPOCH_LINE = r"epoch (\d+)/(\d+) "
+# The trainer's progress as machine-readable log lines, which the chief writes beside its human ones
+# (trainer.progress): the message is PROGRESS_TAG and one JSON object on one line, {"event": <a key of
+# PROGRESS_EVENTS>, <that event's fields>}. jobs/console.py renders them: `run_job.py --local` from the
+# chief's log, a followed Vertex AI job from its Cloud Logging stream.
+PROGRESS_TAG = "trainer-progress "
+PROGRESS_EVENTS: dict[str, tuple[str, ...]] = {
+    "start": ("model", "epochs"),  # the trainer has imported TensorFlow and starts on the data
+    "stage": ("what", "detail", "seconds"),  # a step before training done (seconds null: a slow one starts)
+    "note": ("text",),  # one line the user should read (e.g. a backbone trained from random weights)
+    "epoch": ("epoch", "epochs", "seconds", "train", "val"),  # {metric: value} on the training / eval data
+    "result": ("model_dir", "eval", "baselines"),  # final eval {metric: value}, baselines {name: {metric: v}}
+}
+# A log line longer than this is not read as progress (a console never parses an unbounded line).
+PROGRESS_MAX_CHARS = 16 * 1024
 
 # The cluster of a multi-replica job: Vertex AI's own description (worker pools) and TensorFlow's (roles).
 CLUSTER_SPEC = "CLUSTER_SPEC"

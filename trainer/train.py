@@ -47,7 +47,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
 
     import keras
 
-    from trainer import result_cache
+    from trainer import progress, result_cache
     from trainer.callbacks import (
         DivergenceGuard,
         EpochLogger,
@@ -66,6 +66,8 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
     keras.utils.set_random_seed(cfg.seed)
     replicas = strategy.num_replicas_in_sync
     task = load_task(cfg.model)
+    progress.configure(cluster.is_chief)
+    progress.emit("start", model=cfg.model, epochs=cfg.num_epochs)
     shard = shard_for(strategy, kind, data_cache_dir(dirs))
     timings = {"imports_s": time.perf_counter() - STARTED}
     mark = time.perf_counter()
@@ -90,6 +92,8 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
             data.eval = data.eval.rebatch(cfg.eval_batch_size * replicas, drop_remainder=True)
         timings["pre_training_s"] = time.perf_counter() - mark
         log.info("data: %s", data.report.get("summary", ""))
+        progress.emit("stage", what="data", detail=data.report.get("summary", ""),
+                      seconds=round(timings["pre_training_s"], 1))
         if "shard" in data.report:  # trainer.sharding: what this worker reads of the whole
             share = data.report["shard"]
             log.info("input: worker %d of %d reads %d of %d training records per epoch (%s)", share["index"],
@@ -100,6 +104,8 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
 
         with strategy.scope():
             model = task.build_model(cfg, data)
+        for text in data.report.get("notes", ()):  # what build_model found worth saying (random weights)
+            progress.note(text)
         if data.write_cache:
             data.write_cache()
     finally:
@@ -175,6 +181,7 @@ def run(cfg: TrainerConfig, cluster: Cluster, dirs: OutputDirs) -> RunResult:
         })
         for name, text in (task.export_files(data) if task.export_files else {}).items():
             write_text(f"{target}/{name}", text)
+        progress.emit("result", model_dir=target, eval=metrics, baselines=data.report.get("baselines") or {})
     else:
         shutil.rmtree(scratch, ignore_errors=True)
     return RunResult(metrics=metrics, history=epoch_logger.history, initial_epoch=initial_epoch,

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from jobs import console
 from jobs.cloud.client import CloudLogs, LogReadError, job_id_of
 from jobs.definition.errors import printable
 
@@ -71,7 +72,8 @@ def format_nanos(nanos: int) -> str:
 
 def entry_lines(entry: dict[str, Any], study: bool) -> list[str]:
     """The printed lines of one entry: ``[<replica>] SEVERITY message``, a line per line of the message, the
-    trial before the replica in a study; escaped so a job's output cannot rewrite the terminal."""
+    trial before the replica in a study; escaped so a job's output cannot rewrite the terminal. A trainer's
+    progress line shows as its console line (``[<replica>] epoch 3/8  loss ...``: jobs/console.py)."""
     labels = entry.get("labels") or {}
     resource = (entry.get("resource") or {}).get("labels") or {}
     task = resource.get("task_name") or next((labels[k] for k in TASK_LABELS if labels.get(k)), "?")
@@ -85,7 +87,14 @@ def entry_lines(entry: dict[str, Any], study: bool) -> list[str]:
         message = str(payload.get("message") or (json.dumps(payload, sort_keys=True) if payload else ""))
     # Lines end at \n only: a bare \r (a progress bar redrawing itself) is escaped like any control code.
     lines = message.replace("\r\n", "\n").rstrip("\n").split("\n")
-    return [printable(f"[{who}] {severity} {line}", keep="\t") for line in lines]
+    shown = []
+    for line in lines:
+        event = console.parse(line)  # the trainer's progress: its console line(s) (jobs/console.py) instead
+        if event is None:
+            shown.append(printable(f"[{who}] {severity} {line}", keep="\t"))
+        else:
+            shown += [f"[{printable(who)}] {text}" for text in console.render(event)]
+    return shown
 
 
 class LogStream:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from common.reader import file_kind
-from jobs import study_report
+from jobs import console, study_report
 from jobs.cloud.client import SUCCESS_STATE, TERMINAL_STATES, Storage, console_url, job_id_of
 from jobs.definition.body import final_metric, job_spec, measured_number
 from jobs.definition.cost import Earlier
@@ -43,8 +43,6 @@ from trainer.contract import METRICS_FILE
 # studies/), one folder per job id.
 REPORTS = Path(".local") / "reports"
 REPORT_DIR_ALLOWED = "a writable folder, or a new one under a writable folder"
-# The most of a CustomJob's metrics.json the report reads (the trainer's is a few KiB: eval, history, phases).
-METRICS_LIMIT = 1 << 20
 TRIAL_STATES = ("STATE_UNSPECIFIED", "REQUESTED", "ACTIVE", "STOPPING", "SUCCEEDED", "INFEASIBLE")
 _TRIAL_ID = re.compile(r"[0-9]{1,19}")  # int64 ids, as Vertex AI numbers trials ("1", "2", ...)
 _CUSTOM_JOB = re.compile(r"projects/[^/]+/locations/[^/]+/customJobs/[0-9]+")
@@ -297,39 +295,19 @@ def write_custom_job_report(
         "error": (remote.get("error") or {}).get("message"),
         "metrics": metrics,  # the trainer's metrics.json, when readable
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    study_report.write_json(report, folder / "job.json")
-    print(f"CustomJob {report['displayName']} ({report['name']}): {report['state']}", file=out)
-    times = [f"{k} {report[f'{k}Time']}" for k in ("create", "start", "end") if report[f"{k}Time"]]
-    duration = report["duration_s"]
-    print(f"  {', '.join(times) or 'no times yet'}" + (f" ({duration:.0f}s)" if duration else ""), file=out)
-    print(f"  model: {model_dir or 'none (the job has no baseOutputDirectory)'}", file=out)
-    figures = (metrics or {}).get("eval") if isinstance(metrics, dict) else None
-    if isinstance(figures, dict):
-        shown = " ".join(f"{k}={study_report.fmt(v)}" for k, v in sorted(figures.items()))
-        print(f"  eval: {shown}", file=out)
-    if note:
-        print(f"  {note}", file=out)
-    _print_error(remote, out)
-    print(f"Results: {folder / 'job.json'}", file=out)
-    out.flush()
+    console.publish_job_report(report, note, folder, out)
     return report
 
 
 def _read_metrics(storage: Storage, uri: str) -> tuple[Any, str | None]:
     """(the parsed metrics.json, None), or (None, why it is not shown)."""
     try:
-        data = storage.read_bytes(uri, METRICS_LIMIT)
+        data = storage.read_bytes(uri, console.METRICS_LIMIT)
     except Exception as exc:  # noqa: BLE001 - permissions, network: the report goes on without it
         return None, f"{uri}: not readable ({_why(exc)})"
     if data is None:
         return None, f"{uri}: not found (the job wrote no model yet, or failed before)"
-    if len(data) > METRICS_LIMIT:
-        return None, f"{uri}: over {METRICS_LIMIT} bytes, not read"
-    try:
-        return json.loads(data), None
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-        return None, f"{uri}: not JSON"
+    return console.parse_metrics(uri, data)
 
 
 def _why(exc: Exception) -> str:
@@ -371,7 +349,8 @@ def earlier_run(reports: Path, kind: str, body: dict[str, Any], job_id: str) -> 
     for path in candidates:
         try:
             info = path.stat()
-            report = json.loads(path.read_text(encoding="utf-8")) if info.st_size <= METRICS_LIMIT else None
+            small = info.st_size <= console.METRICS_LIMIT
+            report = json.loads(path.read_text(encoding="utf-8")) if small else None
             when = info.st_mtime
         except (OSError, ValueError, RecursionError):
             continue

@@ -246,7 +246,7 @@ def _base_dir(
 def _run_custom_job(
     job, name: str, base: Path, local_root: Path, repo_root: Path, cpu_only: bool, stream, preemption
 ) -> int:
-    from jobs.local import capacity, environment, launcher
+    from jobs.local import capacity, console, environment, launcher
 
     has_base = bool(job.base_output_uri)
     run_dir = base / environment.REPLICA_LOGS
@@ -275,12 +275,12 @@ def _run_custom_job(
         file=stream,
         flush=True,
     )
+    log = console.ChiefLog(run.chief_log, stream)  # its progress lines on the console as the run goes
     try:
         if preemption is not None:
             from jobs.local import preemption as preempting
 
-            while run.poll() is None and not preemption.due(run):
-                time.sleep(0.05)
+            console.wait(run, log, until=lambda: preemption.due(run), interval=0.05)
             if run.poll() is None:
                 try:
                     preempting.preempt(run, preemption, name, stream)
@@ -288,7 +288,7 @@ def _run_custom_job(
                     run.terminate()
                     print(f"job '{name}' failed: {exc}", file=stream)
                     return 1
-        rc = run.wait()
+        rc = console.wait(run, log)
     except KeyboardInterrupt:
         run.terminate()
         print(f"job '{name}': interrupted; replicas stopped. Logs: {run_dir}", file=stream)
@@ -297,10 +297,8 @@ def _run_custom_job(
     if rc == 0:
         print(f"job '{name}' succeeded in {took:.1f}s", file=stream)
         if has_base:
-            print(
-                f"  SavedModel: {base / 'model'}\n  TensorBoard: tensorboard --logdir {base / 'logs'}",
-                file=stream,
-            )
+            print("\n".join(console.closing(base / "model")), file=stream)
+            print(f"  TensorBoard: tensorboard --logdir {base / 'logs'}", file=stream)
         return 0
     print(f"job '{name}' failed after {took:.1f}s: {run.failure}", file=stream)
     for line in launcher.tail(run.failed_log or run.chief_log, 5):

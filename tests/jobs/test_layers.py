@@ -14,10 +14,11 @@ JOBS = Path(__file__).resolve().parents[2] / "jobs"
 ALLOWED = {
     "definition": {"definition"},
     "study_report": {"definition", "study_report"},
-    "cloud": {"definition", "study_report", "cloud"},
-    "local": {"definition", "study_report", "local"},
+    "console": {"definition", "study_report", "console"},
+    "cloud": {"definition", "study_report", "console", "cloud"},
+    "local": {"definition", "study_report", "console", "local"},
     "legacy": {"definition", "legacy"},
-    "api": {"definition", "study_report", "cloud", "local", "legacy", "api"},
+    "api": {"definition", "study_report", "console", "cloud", "local", "legacy", "api"},
     "schedule": {"definition", "api", "schedule"},
     # The command lines go through the library entry point only: what they need of a layer below, api
     # re-exports (jobs.api.REEXPORTED).

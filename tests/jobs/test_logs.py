@@ -93,6 +93,28 @@ def test_a_study_names_the_trial_of_each_line(server, tmp_path):
     ]
 
 
+def test_the_trainers_progress_lines_show_as_the_console_of_the_run(server, tmp_path):
+    """A single run's console from its log stream: the progress lines (jobs/console.py renders them) in place
+    of the JSON, every other line as it was; the end: the eval beside the model folder."""
+    progress = "2026-01-02 03:04:10,000 INFO trainer.progress: trainer-progress "
+    server.fake.logging.write(
+        1,
+        entry("a", T0 + "05Z", "INFO trainer: data: train: 32561 rows", severity="ERROR"),
+        entry("b", T0 + "06Z", progress + '{"event":"epoch","epoch":1,"epochs":8,"seconds":2.5,'
+              '"train":{"loss":0.35,"auc":0.88},"val":{"loss":0.30,"auc":0.914}}', severity="ERROR"),
+    )
+    server.fake.logging.write(2, entry("c", T0 + "20Z", progress + '{"event":"result","model_dir":'
+                                       '"gs://m/census/model/","eval":{"loss":0.2767,"auc":0.9274},"baselines":{}}'))
+    rc, lines, err = follow(server, tmp_path)
+    assert rc == 0, err
+    assert [line for line in lines if line.startswith("[workerpool0-0]")] == [
+        "[workerpool0-0] ERROR INFO trainer: data: train: 32561 rows",
+        "[workerpool0-0] epoch 1/8  loss 0.3500  auc 0.8800 | val loss 0.3000  auc 0.9140 (2.5 s)",
+        "[workerpool0-0]   SavedModel: gs://m/census/model/",
+        "[workerpool0-0]   eval: loss 0.2767  auc 0.9274",
+    ]
+
+
 def test_overlapping_reads_show_each_entry_once_and_late_ones_within_the_window(server, tmp_path):
     logging = server.fake.logging
     logging.write(0, entry("a", T0 + "10Z", "first"))

@@ -28,6 +28,7 @@ LITERALS = {
     contract.CPU_FALLBACK_ENV,
     contract.CPU_REPLICAS_ENV,
     *contract.WORKER_POOLS,
+    contract.PROGRESS_TAG,
 }
 
 

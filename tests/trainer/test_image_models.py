@@ -181,3 +181,32 @@ def test_exported_serving_signature_takes_raw_bytes(tmp_path):
     assert out["class_id"] == expected.argmax(axis=1).tolist()
     assert out["label"] == [flowers.class_names[i] for i in expected.argmax(axis=1)]
     assert out["classes"] == [list(flowers.class_names)] * 5
+
+
+@pytest.mark.parametrize(
+    "flags, note",
+    [
+        ([], "--backbone mobilenet_v2 is frozen at random weights (no --base-weights, no --fine-tune): only "
+             "the new head trains, on random features, so expect accuracy near chance (0.20 for 5 classes)"),
+        (["--fine-tune"], "--backbone mobilenet_v2 starts from random weights (no --base-weights) and trains "
+                          "from scratch: on little data expect accuracy near chance (0.20 for 5 classes)"),
+        (["--base-weights", "WEIGHTS"], None),
+    ],
+    ids=["frozen", "fine-tune", "pretrained"],
+)
+def test_a_backbone_without_base_weights_gets_a_note_the_console_shows(weights, flags, note):
+    """The run's one line saying its backbone has no pretrained features (trainer.train logs it as a
+    progress note; it is kept in metrics.json's data)."""
+    from trainer.config import resolve_config
+    from trainer.models import load_task
+    from trainer.models.base import TaskData
+
+    flags = [str(weights["mobilenet_v2"][0]) if f == "WEIGHTS" else f for f in flags]
+    cfg = resolve_config(["--model", "image_classifier", "--train-files", "x.tfrecord", "--eval-files",
+                          "y.tfrecord", "--backbone", "mobilenet_v2", "--image-size", "32", *flags])
+    data = TaskData(train=None, eval=None, train_rows=10, eval_rows=10, train_steps=1,
+                    report={"classes": list("abcde"), "image_size": 32, "channels": 3})
+    load_task("image_classifier").build_model(cfg, data)
+    notes = data.report.get("notes", [])
+    assert len(notes) == (1 if note else 0)
+    assert not note or (notes[0].startswith(note) and "pass --base-weights FILE" in notes[0])

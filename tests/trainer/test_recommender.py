@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import subprocess_env
 from tests.serving.helpers import serving
 from tests.trainer.helpers import REPO_ROOT, error_lines, run_cases, run_trainer
+from trainer.contract import PROGRESS_TAG
 
 RATINGS = str(REPO_ROOT / "data" / "movielens" / "ratings.csv")
 with open(RATINGS, encoding="utf-8") as _file:
@@ -67,6 +68,17 @@ def test_trains_on_a_seeded_split_and_beats_popularity(movielens_run):
     log = (movielens_run / "stderr.txt").read_text()
     assert "baseline popularity on the same data: ndcg_at_k=" in log
     assert "baseline ease skipped: 9022 items > --ease-max-items 0" in log
+    # Its progress lines (trainer.contract), what the job tooling's console shows: the steps before training
+    # with their counts, an epoch line each, and the result beside the baselines.
+    events = [json.loads(line.split(PROGRESS_TAG, 1)[1]) for line in log.splitlines() if PROGRESS_TAG in line]
+    assert [(e["event"], e.get("what")) for e in events] == [
+        ("start", None), ("stage", "ratings"), ("stage", "baselines"), ("stage", "baselines"),
+        ("stage", "data"), ("epoch", None), ("epoch", None), ("epoch", None), ("result", None)]
+    assert events[1]["detail"].startswith("100836 read from ")
+    assert events[2]["detail"].endswith("users: starting") and events[2]["seconds"] is None  # a slow step
+    assert events[3]["detail"].startswith("popularity on ") and events[3]["seconds"] >= 0
+    assert events[5]["val"]["recall_at_k"] == metrics["history"][0]["val_recall_at_k"]
+    assert (events[-1]["eval"], events[-1]["baselines"]) == (evaluation, data["baselines"])
     config = json.loads((movielens_run / "model" / "trainer_config.json").read_text())
     assert config["model"] == "recommender" and config["task"]["embedding_dim"] == 64
     assert [h["epoch"] for h in metrics["history"]] == [1, 2, 3]

@@ -16,6 +16,8 @@ flags through cloudml-hypertune, as the real trainer does (its chief always repo
   --sleep-first=S     with --on-sigterm: the first attempt sleeps S seconds (waiting to be preempted)
   --epochs=K --backup=B  with --on-sigterm: the first attempt logs K epoch lines as trainer.task does and
                       leaves a BackupAndRestore record of B epochs in AIP_CHECKPOINT_DIR
+  --replay=PATH       print PATH's lines to stderr (a real trainer's log, its progress lines among them)
+  --metrics=PATH      the chief copies PATH to AIP_MODEL_DIR/metrics.json, as the real trainer writes it
 """
 
 import json
@@ -125,6 +127,10 @@ def main():
         record["rendezvous"] = rendezvous(spec, task)
         with open(os.path.join(dump_dir, name + ".json"), "w") as f:
             json.dump(record, f)
+    if "replay" in flags:
+        with open(flags["replay"]) as f:
+            sys.stderr.write(f.read())
+        sys.stderr.flush()
     time.sleep(float(flags.get("sleep", 0)))
     hold = flags.get("hold")
     while hold and trial != "1" and os.path.exists(hold):
@@ -152,6 +158,9 @@ def main():
         os.makedirs(model_dir, exist_ok=True)
         with open(os.path.join(model_dir, "saved_model.pb"), "w") as f:
             f.write("fake")
+        if "metrics" in flags:
+            with open(flags["metrics"]) as src, open(os.path.join(model_dir, "metrics.json"), "w") as f:
+                f.write(src.read())
 
 
 if __name__ == "__main__":

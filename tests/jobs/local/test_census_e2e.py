@@ -45,3 +45,16 @@ def test_multiworker_census_job_with_the_real_trainer(tmp_path, capsys):
     run = json.loads((base / "model" / "metrics.json").read_text())
     assert (run["distribution"], run["replicas"]) == ("multi_worker", 2)
     assert not [p for p in (base / "checkpoints").rglob("*") if p.is_file()]  # every replica's backup done
+    # The console (jobs/local/console.py): the chief's progress once, then the eval beside the model.
+    lines = out.splitlines()
+    assert [line for line in lines if line.startswith("trainer started")] == [
+        "trainer started: --model wide_deep, 1 epoch"
+    ]
+    assert any(line.startswith("pre-training: data: train: 1000 rows") for line in lines)
+    (epoch,) = [line for line in lines if line.startswith("epoch ")]
+    assert epoch.startswith("epoch 1/1  loss ") and " auc " in epoch and " | val loss " in epoch
+    assert f"  SavedModel: {base / 'model'}" in lines
+    (shown,) = [line for line in lines if line.startswith("  eval: ")]
+    assert shown.startswith(f"  eval: loss {run['eval']['loss']:.4f}  ")
+    figures = shown.removeprefix("  eval: ").split("  ")
+    assert sorted(figures) == sorted(f"{name} {value:.4f}" for name, value in run["eval"].items())

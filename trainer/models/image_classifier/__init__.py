@@ -242,11 +242,24 @@ def build_model(cfg, data: TaskData):
                                          fine_tune=task.fine_tune, seed=cfg.seed)
         except WeightsError as exc:  # bad input: one line, exit 2, like a bad data file
             raise DataError(f"--base-weights: {str(exc).removeprefix('base weights ')}") from None
+        if not task.base_weights:  # a backbone is there for its pretrained features: say it has none
+            data.report.setdefault("notes", []).append(random_weights_note(task, classes))
     # Cosine decay to zero over the run, as census: the last epochs settle instead of bouncing on the final
     # batches (it steadied MNIST accuracy across seeds).
     steps = (cfg.steps_per_epoch or data.train_steps) * cfg.num_epochs
     return compile_classifier(model, task.optimizer, cfg.learning_rate, task.momentum, classes,
                               decay_steps=max(1, steps))
+
+
+def random_weights_note(task: ImageConfig, classes: int) -> str:
+    """The line a run prints when its keras.applications backbone starts from random weights."""
+    chance = f"expect accuracy near chance ({1 / classes:.2f} for {classes} classes)"
+    advice = "for transfer learning pass --base-weights FILE (e.g. Keras's ImageNet *_no_top.h5)"
+    if task.fine_tune:
+        return (f"--backbone {task.backbone} starts from random weights (no --base-weights) and trains from "
+                f"scratch: on little data {chance}; {advice}")
+    return (f"--backbone {task.backbone} is frozen at random weights (no --base-weights, no --fine-tune): "
+            f"only the new head trains, on random features, so {chance}; {advice}")
 
 
 def serving_fn(model, data: TaskData, export_format: str):

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from trainer import progress
 from trainer.input_files import DataError, expand_files, name_files
 from trainer.models.base import TaskData
 from trainer.models.recommender import data as rd
@@ -39,7 +40,10 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     columns = rd.RatingColumns(task.user_column, task.item_column, task.rating_column, task.timestamp_column)
     # The time column is optional unless a time split needs it.
     flags = {"timestamp": "--timestamp-column" if task.split == "time" and not cfg.eval_files else None}
-    given = rd.read_ratings(expand_files(cfg.train_files, "--train-files"), columns, "--train-files", flags)
+    with progress.stage("ratings") as done:
+        paths = expand_files(cfg.train_files, "--train-files")
+        given = rd.read_ratings(paths, columns, "--train-files", flags)
+        done["detail"] = f"{len(given)} read from {name_files(given.sources)}"
     if not len(given):
         raise DataError(f"--train-files: no ratings in {name_files(given.sources)}")
     if cfg.eval_files:
@@ -135,9 +139,11 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     weights = None
     if task.item_item_scale > 0 and len(items) <= task.ease_max_items:
         # Every worker scores its eval users and exports with it: each reads the cached matrix or computes it.
-        weights, cache_weights = cached_item_item(shard.cache_dir, files, [columns, split, cfg.seed],
-                                                  len(items), lambda: rd.ease_weights(fit, len(items)),
-                                                  claim=may_claim(shard))
+        with progress.stage("EASE weights", f"{len(items)} x {len(items)} items: starting") as done:
+            weights, cache_weights = cached_item_item(shard.cache_dir, files, [columns, split, cfg.seed],
+                                                      len(items), lambda: rd.ease_weights(fit, len(items)),
+                                                      claim=may_claim(shard))
+            done["detail"] = f"{len(items)} x {len(items)} items, {_whence(shard, cache_weights)}"
         if shard.index == 0:
             cache_writes.append(cache_weights)
         item_item = f"EASE's weights on {len(items)} items, scale {task.item_item_scale:g}"
@@ -151,9 +157,13 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
     if shard.index == 0:
         depends = [columns, split, cfg.seed, task.positive_threshold, task.ranking_k, task.eval_users,
                    task.ease_max_items]
-        baselines, cache_figures = cached_baselines(shard.cache_dir, files, depends, lambda: (
-            rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items, weights)),
-            claim=may_claim(shard))
+        with progress.stage("baselines", f"on {len(ranked)} users: starting") as done:
+            baselines, cache_figures = cached_baselines(shard.cache_dir, files, depends, lambda: (
+                rd.ranking_baselines(fit, ranked, len(items), task.ranking_k, task.ease_max_items, weights)),
+                claim=may_claim(shard))
+            measured = [name for name, figures in baselines.items() if "skipped" not in figures]
+            done["detail"] = (f"{', '.join(measured) or 'none'} on {len(ranked)} users, "
+                              f"{_whence(shard, cache_figures)}")
         cache_writes.append(cache_figures)
     cache_writes = [write for write in cache_writes if write]
     report = {
@@ -191,6 +201,11 @@ def make_data(cfg, global_train_batch: int, global_eval_batch: int,
                "users": users.tolist(), "ranking_k": task.ranking_k,
                "popularity": np.bincount(fit.items, minlength=len(items) + 1), "item_item": weights},
         write_cache=(lambda: [write() for write in cache_writes]) if cache_writes else None)
+
+
+def _whence(shard: Shard, cache_write) -> str:
+    """How a cached result came (trainer.models.recommender.cached_results: no writer once it was read)."""
+    return "read from the run cache" if shard.cache_dir and cache_write is None else "computed"
 
 
 USERS_FILE = "users.jsonl"
