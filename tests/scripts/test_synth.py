@@ -249,7 +249,9 @@ def test_each_shipped_schedule_sends_exactly_the_dry_run_request(shipped_and_rew
         assert run_job(argv, out=out, err=err, outputs=planned_outputs(cfg)) == 0, err.getvalue()
         if schedule.job == "jobs/recommender.yaml":  # the shipped daily job registers its model
             printed = err.getvalue()
-            upload = json.loads(printed[printed.index("\n{", printed.index("model upload request")) + 1:])
+            # The upload request's JSON, up to its end: the Experiments requests follow it.
+            upload, _ = json.JSONDecoder().raw_decode(
+                printed, printed.index("\n{", printed.index("model upload request")) + 1)
             ((uploaded,),) = [registry.uploads]
             dry_run_id = json.loads(out.getvalue())["customJob"]["displayName"]
             run_id = sent["body"]["displayName"]
