@@ -5,7 +5,9 @@ It keeps what Vertex AI documents: a store must exist before anything goes in it
 long-running operation, here done at once); a context, artifact or execution id is unique in its store
 (a second create is 409 ALREADY_EXISTS); UpdateContext (PATCH) replaces the fields it is sent;
 AddContextChildren makes the parent one of the child's ``parentContexts``; ListContexts takes the filter the
-SDK writes (``schema_title="..." AND parent_contexts:"..."``); events and attributions are kept as sent.
+SDK writes (``schema_title="..." AND parent_contexts:"..."``); events and attributions are kept as sent, and
+one already held (an event between the same execution and artifact, an attribution, a child) is skipped, as
+AddExecutionEvents, AddContextArtifactsAndExecutions and AddContextChildren document.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ class FakeMetadata:
         if (collection, name) not in self.resources:
             return _error(404, "NOT_FOUND", f"no such resource {name}")
         resource = self.resources[(collection, name)]
-        if verb == "addExecutionEvents":
-            self.events.setdefault(name, []).extend(body.get("events", []))
+        if verb == "addExecutionEvents":  # an event between the same two it holds already is skipped
+            held = self.events.setdefault(name, [])
+            held += [e for e in body.get("events", []) if e["artifact"] not in {h["artifact"] for h in held}]
             return 200, {}
         if verb == "addContextArtifactsAndExecutions":
             added = self.attributions.setdefault(name, {"artifacts": [], "executions": []})

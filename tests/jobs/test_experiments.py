@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from datetime import timedelta
 
 import pytest
@@ -124,6 +125,27 @@ def test_the_requests_are_aiplatform_v1_messages_in_the_sdks_shapes():
     assert data_id != ex.data_artifact_id(DATA, {"size": 4})
 
 
+# What the SDK takes for a TensorBoard run id (TensorboardRun.create's tensorboard_run_id).
+TENSORBOARD_RUN_ID = r"[a-z0-9][a-z0-9-]{0,127}"
+
+
+@pytest.mark.parametrize("run_name, display_name", [
+    ("1000", "census-cpu-20260102-030405-abcdef"),  # a Vertex AI job: its id, its display name
+    ("census-cpu-20260102-030405-abcdef", "census-cpu-20260102-030405-abcdef"),  # a --local run
+    ("1000", "My Census run #2"),  # a definition's own displayName
+])
+def test_a_runs_display_name_is_the_name_the_sdk_finds_it_by(run_name, display_name):
+    """aiplatform.ExperimentRun(name, experiment) reads context <experiment>-<name>, and get_experiment_df
+    lists runs by their display name and makes each a TensorBoard run of that name in the backing
+    TensorBoard: the display name is the run's id without its experiment, a valid TensorBoard run id."""
+    record = ex.run_record(file="jobs/census_cpu.yaml", run_name=run_name, display_name=display_name,
+                           state=ex.COMPLETE, params={}, metrics={}, lineage=ex.Lineage(code={}))
+    name = record.run["displayName"]
+    assert f"{record.experiment_id}-{name}" == record.run_id
+    assert re.fullmatch(TENSORBOARD_RUN_ID, name), name
+    assert record.execution["displayName"] == display_name  # the job's own name stays on its execution
+
+
 def write_outputs(root, prefix: str, epochs: int, auc: float) -> None:
     """What the trainer leaves in a run's model folder (gs:// under ``root``), and the data it read."""
     model = root / prefix.removeprefix("gs://") / "model"
@@ -163,6 +185,7 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         ]
         run = fake.metadata.contexts()[f"{STORE}/contexts/census-cpu-1000"]
         assert run["parentContexts"] == [f"{STORE}/contexts/census-cpu"]
+        assert run["displayName"] == "1000"  # aiplatform.ExperimentRun("1000", experiment="census-cpu")
         metadata = run["metadata"]
         assert metadata["_params"]["num_epochs"] == 8 and metadata["_metrics"] == {"auc": 0.93, "loss": 0.3}
         assert metadata["lineage"]["registry_version"] == f"{PARENT}/models/census@1"
@@ -195,7 +218,8 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         again = [(r.method, r.path.rsplit("/", 1)[-1]) for r in fake.requests[before:]
                  if "/metadataStores" in r.path]
         assert ("PATCH", "census-cpu-1000") in again
-        assert not [a for a in again if "addExecutionEvents" in a[1]]
+        # The events are sent again (Vertex AI skips those it holds): each is there once.
+        assert ("POST", "census-cpu-1000:addExecutionEvents") in again
         assert fake.metadata.events[f"{STORE}/executions/census-cpu-1000"] == sent[7][3]["events"]
         assert run["parentContexts"] == [f"{STORE}/contexts/census-cpu"]
 
@@ -220,6 +244,29 @@ def test_a_failed_recording_is_one_line_and_leaves_the_job_alone(tmp_path):
     assert out.getvalue().count("\n") == 1
     assert out.getvalue().startswith(f"experiments: recording {PARENT}/customJobs/7 failed (ValueError: ")
     assert "is a system.PipelineRun context, not an experiment" in out.getvalue()
+
+
+def test_a_recording_cut_short_after_its_execution_gets_its_events_when_followed_again(tmp_path):
+    """The first recording made the execution and stopped (a network error) before its lineage events: the
+    next one finds the execution there and still adds them."""
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))
+    prefix = job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
+    write_outputs(tmp_path, prefix, epochs=8, auc=0.93)
+    remote = {**job.body, "name": f"{PARENT}/customJobs/7", "state": "JOB_STATE_SUCCEEDED"}
+    execution = f"{STORE}/executions/census-cpu-7"
+    fake = FakeVertex()
+    fake.metadata.stores[STORE] = {"name": STORE}
+    fake.metadata.resources[("executions", execution)] = {"name": execution,
+                                                          "schemaTitle": ex.EXECUTION_SCHEMA}
+    out = io.StringIO()
+    with FakeVertexServer(fake) as server:
+        clients = server.factory(tmp_path)("demo-project", "us-central1")
+        RecordRun(BOARD).record(clients, job, remote, None, out)
+    assert out.getvalue() == "experiments: recorded run census-cpu-7 of experiment census-cpu\n"
+    events = fake.metadata.events[execution]
+    assert sorted(e["type"] for e in events) == [aiplatform_v1.Event.Type.INPUT,
+                                                  aiplatform_v1.Event.Type.OUTPUT]
+    assert f"{STORE}/artifacts/census-cpu-7" in {e["artifact"] for e in events}  # the model folder
 
 
 def test_a_study_is_recorded_as_one_run_with_its_best_trial(tmp_path):
@@ -343,6 +390,29 @@ def test_a_store_without_runs_or_with_something_else_is_one_line(tmp_path, make,
     rc, out, err = run_cli(["runs", CENSUS, "--local", "--local-root", tmp_path])
     assert (rc, out) == (2, "") and err.count("\n") == 1 and "Traceback" not in err, err
     assert words in err
+
+
+def test_what_a_store_holds_is_printed_escaped_and_bounded(tmp_path):
+    """A hand-edited store (or a context someone else wrote) may hold control characters or 100 KB values:
+    the table and --compare print them escaped, each row on one line of bounded length."""
+    ids = local_runs(tmp_path, [(8, 0.9), (4, 0.8)])
+    path = tmp_path / "experiments" / "census-cpu" / f"{ids[0]}.json"
+    document = json.loads(path.read_text())
+    metadata = document["run"]["metadata"]
+    metadata["_params"]["model"] = "wide\x1b[2J\nsecond line"
+    metadata["_metrics"]["a\x1b]0;title\x07"] = 1.0
+    metadata["_params"]["train_files"] = "gs://b/" + "x" * 100_000
+    metadata["_state"] = "COMPLETE\r"
+    path.write_text(json.dumps(document))
+    for argv in ([], ["--compare", *ids]):
+        rc, out, err = run_cli(["runs", CENSUS, "--local", "--local-root", tmp_path, *argv])
+        assert rc == 0, err
+        assert not any(c in out for c in "\x1b\x07\r"), out
+        lines = out.splitlines()
+        # A row per run; per difference (model, num_epochs, train_files, two metrics, the model, state).
+        assert len(lines) == (5 if not argv else 9), out
+        assert max(len(line) for line in lines) < 1000
+        assert "wide\\x1b[2J\\nsecond line" in out
 
 
 def test_runs_on_vertex_ai_without_a_run_is_one_line(tmp_path):
