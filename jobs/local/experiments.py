@@ -8,7 +8,7 @@ their size and CRC32C (Cloud Storage's checksum, so a local run and a cloud run 
 same identity). Each file is written to a temporary name and renamed: a reader never sees half a run.
 
 Reading is bounded: at most ``MAX_RUNS`` files, each a regular file of at most 1 MiB of JSON
-(common.reader); anything else in the folder is one line, exit status 2.
+(common.reader), ``MAX_STORE_BYTES`` in all; anything else in the folder is one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from trainer.contract import CONFIG_FILE, METRICS_FILE
 
 STORE = "experiments"
 MAX_RUNS = 5000  # a definition run locally every minute for three days; more is not a store of runs
+# All its run files together at most (a run with 200 data files is about 150 KB, most are a few): 5,000 files of
+# 1 MiB each would be 5 GiB to parse before printing a line.
+MAX_STORE_BYTES = 256 << 20
 
 
 def store_folder(local_root: Path, experiment: str) -> Path:
@@ -175,6 +178,15 @@ def read_runs(local_root: Path, experiment: str, where: str) -> list[ex.Run]:
             names.append(entry.name)
             if len(names) > MAX_RUNS:
                 raise JobError(where, str(folder), f"more than {MAX_RUNS} entries", allowed)
+    total = 0
+    for name in names:
+        try:
+            total += os.stat(folder / name).st_size  # what is not a regular file is refused below
+        except OSError:
+            continue
+        if total > MAX_STORE_BYTES:
+            raise JobError(where, str(folder), f"more than {MAX_STORE_BYTES >> 20} MiB of run files",
+                           allowed)
     runs = []
     for name in sorted(names):
         path = folder / name

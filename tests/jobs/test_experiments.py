@@ -415,6 +415,18 @@ def test_what_a_store_holds_is_printed_escaped_and_bounded(tmp_path):
         assert "wide\\x1b[2J\\nsecond line" in out
 
 
+def test_a_store_too_large_to_read_is_one_line_before_any_file_is_parsed(tmp_path, monkeypatch):
+    from jobs.local import experiments as local_store
+
+    ids = local_runs(tmp_path, [(8, 0.9), (4, 0.8)])
+    one = (tmp_path / "experiments" / "census-cpu" / f"{ids[0]}.json").stat().st_size
+    monkeypatch.setattr(local_store, "MAX_STORE_BYTES", one + 1)  # two runs are more than that
+    monkeypatch.setattr(local_store, "plain_json", None)  # parsing one would fail loudly
+    rc, out, err = run_cli(["runs", CENSUS, "--local", "--local-root", tmp_path])
+    assert (rc, out) == (2, "") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "census-cpu: more than 0 MiB of run files; allowed: a folder of run files" in err
+
+
 def test_runs_on_vertex_ai_without_a_run_is_one_line(tmp_path):
     with FakeVertexServer(FakeVertex()) as server:
         rc, out, err = run_cli(["runs", "jobs/census_cpu.yaml"], factory=server.factory(tmp_path))
