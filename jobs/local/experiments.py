@@ -30,8 +30,8 @@ from trainer.contract import CONFIG_FILE, METRICS_FILE
 
 STORE = "experiments"
 MAX_RUNS = 5000  # a definition run locally every minute for three days; more is not a store of runs
-# All its run files together at most (a run with 200 data files is about 150 KB, most are a few): 5,000 files of
-# 1 MiB each would be 5 GiB to parse before printing a line.
+# All its run files together at most (a run with 200 data files is about 150 KB, most a few KB): 5,000
+# files of 1 MiB each would be 5 GiB to parse before printing a line.
 MAX_STORE_BYTES = 256 << 20
 
 
