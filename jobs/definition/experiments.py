@@ -16,7 +16,8 @@ The shapes are what the ``google.cloud.aiplatform`` SDK writes (its ``metadata/c
   128) and display name the run name (the SDK finds a run by ``<experiment>-<display name>``, and
   ``get_experiment_df`` makes a TensorBoard run of that name in the backing TensorBoard: an id too),
   metadata ``{"_params": {...}, "_metrics": {...}, "_state": "COMPLETE"}`` and, as the SDK's ``CustomJob``
-  adds, ``_custom_jobs``; the run is a child of the experiment (AddContextChildren);
+  adds, ``_custom_jobs``; the run is made a child of the experiment (AddContextChildren) at once, as the
+  SDK does;
 - lineage: an Execution (``system.CustomJobExecution``) with the data files as INPUT artifacts
   (``system.Dataset``, one per file and identity, shared by the runs that read the same bytes) and the model
   folder as OUTPUT (``system.Model``), all attributed to the run's context; the same facts are kept in the
@@ -515,6 +516,8 @@ def metadata_requests(record: RunRecord, parent: str) -> list[tuple[str, dict[st
         ("create_context",
          {"parent": store, "contextId": record.experiment_id, "context": record.experiment}),
         ("create_context", {"parent": store, "contextId": record.run_id, "context": record.run}),
+        # At once, as the SDK's ExperimentRun.create: a recording cut short later still lists the run.
+        ("add_context_children", {"context": experiment, "childContexts": [run]}),
         *(
             ("create_artifact", {"parent": store, "artifactId": aid, "artifact": body})
             for aid, body in record.artifacts.items()
@@ -524,9 +527,6 @@ def metadata_requests(record: RunRecord, parent: str) -> list[tuple[str, dict[st
     if record.events:
         events = [{"artifact": artifacts[aid], "type": kind} for aid, kind in record.events]
         calls.append(("add_execution_events", {"execution": execution, "events": events}))
-    calls += [
-        ("add_context_artifacts_and_executions",
-         {"context": run, "artifacts": list(artifacts.values()), "executions": [execution]}),
-        ("add_context_children", {"context": experiment, "childContexts": [run]}),
-    ]
+    calls.append(("add_context_artifacts_and_executions",
+                  {"context": run, "artifacts": list(artifacts.values()), "executions": [execution]}))
     return calls

@@ -34,6 +34,7 @@ class FakeMetadata:
     resources: dict[tuple[str, str], dict] = field(default_factory=dict)
     events: dict[str, list[dict]] = field(default_factory=dict)  # execution name -> its events
     attributions: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # context -> artifacts, ...
+    failing: set[str] = field(default_factory=set)  # collections whose creates fail (500 INTERNAL): an outage
 
     @staticmethod
     def owns(path: str) -> bool:
@@ -96,6 +97,8 @@ class FakeMetadata:
                 and (not parent or parent[1] in r.get("parentContexts", []))
             ]
             return 200, {collection: listed}
+        if collection in self.failing:
+            return _error(500, "INTERNAL", f"creating {collection} failed")
         rid = query.get(COLLECTIONS[collection], [""])[0]
         name = f"{store}/{collection}/{rid}"
         if (collection, name) in self.resources:

@@ -99,9 +99,9 @@ def test_the_requests_are_aiplatform_v1_messages_in_the_sdks_shapes():
         message = "".join(p.title() for p in method.split("_")) + "Request"
         getattr(aiplatform_v1, message).from_json(json.dumps(request), ignore_unknown_fields=False)
     methods = [m for m, _ in calls]
-    assert methods == ["create_context", "create_context", "create_artifact", "create_artifact",
-                       "create_execution", "add_execution_events", "add_context_artifacts_and_executions",
-                       "add_context_children"]
+    assert methods == ["create_context", "create_context", "add_context_children", "create_artifact",
+                       "create_artifact", "create_execution", "add_execution_events",
+                       "add_context_artifacts_and_executions"]
     experiment, run = calls[0][1], calls[1][1]
     assert experiment == {"parent": STORE, "contextId": "census-cpu", "context": {
         "displayName": "census-cpu", "schemaTitle": "system.Experiment", "schemaVersion": "0.0.1",
@@ -115,10 +115,10 @@ def test_the_requests_are_aiplatform_v1_messages_in_the_sdks_shapes():
                                          "custom_job_console_uri": "https://console/1000"}]
     assert metadata["lineage"]["registry_version"] == f"{PARENT}/models/census@3"
     data_id = ex.data_artifact_id(DATA, {"size": 3, "crc32c": "AAAAAA=="})
-    assert calls[5][1] == {"execution": f"{STORE}/executions/census-cpu-1000", "events": [
+    assert calls[6][1] == {"execution": f"{STORE}/executions/census-cpu-1000", "events": [
         {"artifact": f"{STORE}/artifacts/{data_id}", "type": "INPUT"},
         {"artifact": f"{STORE}/artifacts/census-cpu-1000", "type": "OUTPUT"}]}
-    assert calls[7][1] == {"context": f"{STORE}/contexts/census-cpu",
+    assert calls[2][1] == {"context": f"{STORE}/contexts/census-cpu",
                            "childContexts": [f"{STORE}/contexts/census-cpu-1000"]}
     # The same bytes are the same data artifact, in every run that reads them; other bytes another.
     assert data_id == ex.data_artifact_id(DATA, {"crc32c": "AAAAAA==", "size": 3})
@@ -178,10 +178,10 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         assert [(m, p.rsplit("/", 1)[-1]) for m, p, _, _ in sent] == [
             ("GET", "default"),  # the region's store: missing, so made
             ("POST", "metadataStores"),
-            ("POST", "contexts"), ("POST", "contexts"), ("POST", "artifacts"), ("POST", "artifacts"),
+            ("POST", "contexts"), ("POST", "contexts"), ("POST", "census-cpu:addContextChildren"),
+            ("POST", "artifacts"), ("POST", "artifacts"),
             ("POST", "executions"), ("POST", "census-cpu-1000:addExecutionEvents"),
             ("POST", "census-cpu-1000:addContextArtifactsAndExecutions"),
-            ("POST", "census-cpu:addContextChildren"),
         ]
         run = fake.metadata.contexts()[f"{STORE}/contexts/census-cpu-1000"]
         assert run["parentContexts"] == [f"{STORE}/contexts/census-cpu"]
@@ -203,8 +203,9 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         preview = json.loads(plan[plan.index("[", plan.index("Vertex AI Experiments requests")):
                                   plan.index("\n]\n", plan.index("Vertex AI Experiments requests")) + 2])
         assert [p["method"] for p in preview] == [
-            "create_context", "create_context", "create_artifact", "create_artifact", "create_execution",
-            "add_execution_events", "add_context_artifacts_and_executions", "add_context_children"]
+            "create_context", "create_context", "add_context_children", "create_artifact",
+            "create_artifact", "create_execution", "add_execution_events",
+            "add_context_artifacts_and_executions"]
         assert preview[0]["request"]["context"] == sent[2][3] and sent[2][2]["contextId"] == ["census-cpu"]
         shown = preview[1]["request"]["context"]["metadata"]
         assert set(shown) == set(metadata) and set(shown["lineage"]) == set(metadata["lineage"])
@@ -220,7 +221,7 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         assert ("PATCH", "census-cpu-1000") in again
         # The events are sent again (Vertex AI skips those it holds): each is there once.
         assert ("POST", "census-cpu-1000:addExecutionEvents") in again
-        assert fake.metadata.events[f"{STORE}/executions/census-cpu-1000"] == sent[7][3]["events"]
+        assert fake.metadata.events[f"{STORE}/executions/census-cpu-1000"] == sent[8][3]["events"]
         assert run["parentContexts"] == [f"{STORE}/contexts/census-cpu"]
 
         # runs --env lists it from Vertex AI, with its parameters and metrics.
@@ -231,19 +232,23 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
 
 
 def test_a_failed_recording_is_one_line_and_leaves_the_job_alone(tmp_path):
+    """The experiment's id is taken by another kind of context: the job is followed to its end, its model
+    registered and the exit status 0 all the same; the recording's failure is one line."""
     job = compile_text(CENSUS.read_text(), file=str(CENSUS))
-    remote = {**job.body, "name": f"{PARENT}/customJobs/7", "state": "JOB_STATE_SUCCEEDED"}
+    write_outputs(tmp_path, job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"], epochs=8, auc=0.93)
     fake = FakeVertex()
     fake.metadata.stores[STORE] = {"name": STORE}
     fake.metadata.resources[("contexts", f"{STORE}/contexts/census-cpu")] = {
         "name": f"{STORE}/contexts/census-cpu", "schemaTitle": "system.PipelineRun"}
-    out = io.StringIO()
     with FakeVertexServer(fake) as server:
-        clients = server.factory(tmp_path)("demo-project", "us-central1")
-        RecordRun(BOARD).record(clients, job, remote, None, out)
-    assert out.getvalue().count("\n") == 1
-    assert out.getvalue().startswith(f"experiments: recording {PARENT}/customJobs/7 failed (ValueError: ")
-    assert "is a system.PipelineRun context, not an experiment" in out.getvalue()
+        rc, out, err = run_cli([CENSUS], factory=server.factory(tmp_path))
+    assert rc == 0, err
+    (name,) = fake.jobs
+    assert fake.models, "the model is registered before the run is recorded"
+    (line,) = [line for line in out.splitlines() if line.startswith("experiments:")]
+    assert line.startswith(f"experiments: recording {name} failed (ValueError: ")
+    assert "is a system.PipelineRun context, not an experiment" in line
+    assert not [c for c in fake.metadata.contexts() if c.endswith("census-cpu-1000")]  # nothing half-written
 
 
 def test_a_recording_cut_short_after_its_execution_gets_its_events_when_followed_again(tmp_path):
@@ -267,6 +272,25 @@ def test_a_recording_cut_short_after_its_execution_gets_its_events_when_followed
     assert sorted(e["type"] for e in events) == [aiplatform_v1.Event.Type.INPUT,
                                                   aiplatform_v1.Event.Type.OUTPUT]
     assert f"{STORE}/artifacts/census-cpu-7" in {e["artifact"] for e in events}  # the model folder
+
+
+def test_a_recording_cut_short_still_lists_the_run(tmp_path):
+    """Its artifacts could not be made (an outage): the run, made a child of its experiment at once, is
+    listed with its parameters and metrics all the same."""
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))
+    write_outputs(tmp_path, job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"], epochs=8, auc=0.93)
+    remote = {**job.body, "name": f"{PARENT}/customJobs/7", "state": "JOB_STATE_SUCCEEDED"}
+    fake = FakeVertex()
+    fake.metadata.failing.add("artifacts")
+    out = io.StringIO()
+    with FakeVertexServer(fake) as server:
+        factory = server.factory(tmp_path)
+        RecordRun(BOARD).record(factory("demo-project", "us-central1"), job, remote, None, out)
+        assert out.getvalue().startswith(f"experiments: recording {PARENT}/customJobs/7 failed")
+        rc, listed, err = run_cli(["runs", CENSUS, "--env", "dev"], factory=factory)
+    assert rc == 0, err
+    assert listed.splitlines()[2].split()[:5] == ["census-cpu-7", "COMPLETE", "2026-01-02T03:08:01", "0.93",
+                                                  "0.3"]
 
 
 def test_a_study_is_recorded_as_one_run_with_its_best_trial(tmp_path):
