@@ -477,10 +477,16 @@ def test_whoever_submits_jobs_may_record_runs_without_a_new_grant():
 
     assert "roles/aiplatform.user" in SUBMITTER_PROJECT_ROLES
     assert "roles/aiplatform.user" in DEPLOYER_PROJECT_ROLES
-    called = {m for m, _ in ex.metadata_requests(census_record(), PARENT)} | {"update_context", "get_context"}
-    source = inspect.getsource(VertexMetadata)
-    called |= {m for m in experiments.PERMISSIONS if f".{m}(" in source or f'"{m}"' in source}
-    assert called <= set(experiments.PERMISSIONS)
+    called = {m for m, _ in ex.metadata_requests(census_record(), PARENT)}
+    # Every other MetadataService call the client and the writer make, by name, so that a new one without
+    # its permission here fails (not only those PERMISSIONS lists already).
+    source = inspect.getsource(VertexMetadata) + inspect.getsource(experiments)
+    for client_call, named_call in re.findall(
+            r"self\.client\.(\w+)\(|(?:self|metadata)\.(?:call|get)\(\"(\w+)\"", source):
+        called.add(client_call or named_call)
+    assert {"get_metadata_store", "create_metadata_store", "list_contexts", "update_context",
+            "get_context"} <= called
+    assert called <= set(experiments.PERMISSIONS), called - set(experiments.PERMISSIONS)
     assert all(p.startswith(AIPLATFORM_USER_FAMILIES) for p in experiments.PERMISSIONS.values())
 
 
