@@ -107,12 +107,16 @@ def file_identity(path: Any) -> dict[str, Any]:
 
 
 def matching_files(path: Any, limit: int) -> list[Any]:
-    """The files a path names (``*``, ``?`` or ``[`` in its last part: a glob), sorted, at most ``limit``."""
+    """The files a path names (``*``, ``?`` or ``[`` in its last part: a glob), sorted, at most ``limit``;
+    none where the path cannot be read (too long a name, a folder it may not list)."""
     from pathlib import Path
 
     path = Path(path)
-    matches = sorted(path.parent.glob(path.name)) if any(c in path.name for c in "*?[") else [path]
-    return [p for p in matches if p.is_file()][:limit]
+    try:
+        matches = sorted(path.parent.glob(path.name)) if any(c in path.name for c in "*?[") else [path]
+        return [p for p in matches if p.is_file()][:limit]
+    except OSError:
+        return []
 
 
 def data_artifact_id(uri: str, identity: Mapping[str, Any]) -> str:

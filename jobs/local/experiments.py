@@ -151,10 +151,10 @@ def write_record(record: ex.RunRecord, local_root: Path, created: str) -> Path:
 
 def record_run(job: Any, local_root: Path, status: int, created: str, out: TextIO) -> None:
     """Record a finished local run; a run that wrote no base folder records nothing."""
-    record = local_run(job, local_root, status, base_folder(job, local_root))
-    if record is None:
-        return
     try:
+        record = local_run(job, local_root, status, base_folder(job, local_root))
+        if record is None:
+            return
         path = write_record(record, local_root, created)
     except OSError as exc:  # the run itself is done: say why it is not listed, change nothing else
         print(f"experiments: the run was not recorded ({exc.strerror or exc})", file=out)

@@ -366,6 +366,22 @@ def test_local_runs_are_listed_best_first_and_compared(tmp_path):
                      f"gs://demo-project-models/census-cpu/{ids[1]}/model"]]
 
 
+def test_a_data_path_that_cannot_be_read_is_left_out_of_the_lineage_not_a_crash(tmp_path):
+    """The run's flags name a path the file system refuses (a name too long): the run is recorded all the
+    same, with the data it could identify; recording never turns a run's exit status into a traceback."""
+    (run,) = local_runs(tmp_path, [(8, 0.9)])
+    job = compile_text(CENSUS.read_text(), file="jobs/census_cpu.yaml", now=NOW)
+    config = base_folder(job, tmp_path) / "model" / "trainer_config.json"
+    flags = json.loads(config.read_text())
+    flags["train_files"] = [str(tmp_path / "gs/demo-project-data") + "/" + "x" * 5000, DATA]
+    config.write_text(json.dumps(flags))
+    out = io.StringIO()
+    record_run(job, tmp_path, 0, NOW.isoformat(), out)
+    assert out.getvalue().startswith(f"experiments: recorded run {run} of census-cpu"), out.getvalue()
+    document = json.loads((tmp_path / "experiments/census-cpu" / f"{run}.json").read_text())
+    assert [d["uri"] for d in document["run"]["metadata"]["lineage"]["data"]] == [DATA]
+
+
 def test_a_local_study_is_recorded_as_one_run_with_its_best_trial(tmp_path):
     job = compile_text(TUNING.read_text(), file="jobs/census_tuning.yaml")
     base = base_folder(job, tmp_path)
