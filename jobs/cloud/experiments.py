@@ -74,8 +74,9 @@ def cloud_run(
     data = []
     for key in ("train_files", "eval_files"):
         for pattern in str(params.get(key) or "").split(","):
-            if is_gs(pattern):
-                found = storage.identify(pattern, ex.MAX_DATA_FILES)
+            left = ex.MAX_RUN_DATA_FILES - len(data)
+            if is_gs(pattern) and left > 0:
+                found = storage.identify(pattern, min(ex.MAX_DATA_FILES, left))
                 data += [ex.DataFile(uri, identity) for uri, identity in found]
     metrics = _json(storage, f"{model}/{METRICS_FILE}") if model else None
     board = (job_spec(remote, job.kind) or job_spec(job.body, job.kind) or {}).get("tensorboard") or ""

@@ -84,6 +84,9 @@ def run_name_of(experiment: str, rid: str) -> str:
 
 # The files of one glob that are identified (a run over thousands of shards lists the first ones).
 MAX_DATA_FILES = 100
+# A run's data files in all, both flags and every item of their comma lists: each is about 150 bytes of the
+# run context's metadata, which Vertex AI caps at 200 KB (a longer list would fail the whole recording).
+MAX_RUN_DATA_FILES = 200
 CHUNK = 1 << 20
 
 

@@ -54,7 +54,8 @@ def to_gs(value: str, local_root: Path) -> str:
 
 
 def data_files(patterns: list[str], local_root: Path) -> tuple[ex.DataFile, ...]:
-    """Each file the trainer's --train-files/--eval-files name (globs expanded), with its identity."""
+    """Each file the trainer's --train-files/--eval-files name (globs expanded), with its identity; at most
+    MAX_RUN_DATA_FILES in all."""
     from jobs.local import environment
 
     found: list[ex.DataFile] = []
@@ -67,7 +68,8 @@ def data_files(patterns: list[str], local_root: Path) -> tuple[ex.DataFile, ...]
                 local = Path(environment.to_local(uri, local_root, "train_files"))
             except LocalRunError:  # an edited trainer_config.json naming a path outside: not read
                 continue
-            for path in ex.matching_files(local, ex.MAX_DATA_FILES):
+            left = ex.MAX_RUN_DATA_FILES - len(found)
+            for path in ex.matching_files(local, min(ex.MAX_DATA_FILES, left)) if left > 0 else []:
                 found.append(ex.DataFile(to_gs(str(path), local_root), ex.file_identity(path)))
     return tuple(found)
 

@@ -382,6 +382,30 @@ def test_a_data_path_that_cannot_be_read_is_left_out_of_the_lineage_not_a_crash(
     assert [d["uri"] for d in document["run"]["metadata"]["lineage"]["data"]] == [DATA]
 
 
+def test_a_run_over_many_listed_files_keeps_its_context_within_vertex_ais_200_kb(tmp_path):
+    """--train-files lists 300 shards by name (each its own glob of one): the first MAX_RUN_DATA_FILES are
+    identified, so the run context's metadata stays under the 200 KB Vertex AI takes."""
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))
+    prefix = job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
+    write_outputs(tmp_path, prefix, epochs=8, auc=0.93)
+    shards = [f"gs://demo-project-data/census/shards/{'part-' * 10}{i:05d}.csv" for i in range(300)]
+    for shard in shards:
+        path = tmp_path / shard.removeprefix("gs://")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    config = tmp_path / prefix.removeprefix("gs://") / "model/trainer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "train_files": shards,
+                                  "eval_files": shards}))
+    remote = {**job.body, "name": f"{PARENT}/customJobs/7", "state": "JOB_STATE_SUCCEEDED"}
+    fake = FakeVertex()
+    with FakeVertexServer(fake) as server:
+        RecordRun(BOARD).record(server.factory(tmp_path)("demo-project", "us-central1"), job, remote, None,
+                                io.StringIO())
+    run = fake.metadata.contexts()[f"{STORE}/contexts/census-cpu-7"]
+    assert [d["uri"] for d in run["metadata"]["lineage"]["data"]] == shards[:ex.MAX_RUN_DATA_FILES]
+    assert len(json.dumps(run["metadata"])) < 200_000
+
+
 def test_a_local_study_is_recorded_as_one_run_with_its_best_trial(tmp_path):
     job = compile_text(TUNING.read_text(), file="jobs/census_tuning.yaml")
     base = base_folder(job, tmp_path)
