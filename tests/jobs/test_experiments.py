@@ -251,6 +251,20 @@ def test_a_failed_recording_is_one_line_and_leaves_the_job_alone(tmp_path):
     assert not [c for c in fake.metadata.contexts() if c.endswith("census-cpu-1000")]  # nothing half-written
 
 
+def test_a_job_whose_registration_failed_is_recorded_all_the_same(tmp_path):
+    """The job ended and its model could not be registered (Vertex AI could not read the artifacts): the run
+    is recorded without a version, and the exit status is registration's."""
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))
+    write_outputs(tmp_path, job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"], epochs=8, auc=0.93)
+    fake = FakeVertex(upload_errors=["cannot read the artifacts"])
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli([CENSUS], factory=server.factory(tmp_path))
+    assert rc != 0 and "cannot read the artifacts" in err, err
+    assert "experiments: recorded run census-cpu-1000 of experiment census-cpu" in out
+    run = fake.metadata.contexts()[f"{STORE}/contexts/census-cpu-1000"]
+    assert run["metadata"]["_metrics"]["auc"] == 0.93 and "registry_version" not in run["metadata"]["lineage"]
+
+
 def test_a_recording_cut_short_after_its_execution_gets_its_events_when_followed_again(tmp_path):
     """The first recording made the execution and stopped (a network error) before its lineage events: the
     next one finds the execution there and still adds them."""
