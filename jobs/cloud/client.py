@@ -57,6 +57,11 @@ class Storage(Protocol):
         segment), at most ``limit``: its size and crc32c (+ generation on Cloud Storage)."""
 
 
+# The objects GcsStorage.identify lists at most for one glob: a folder of a million shards is not paged
+# through to identify the first hundred that match.
+IDENTIFY_LISTED = 10_000
+
+
 class GcsStorage:
     def __init__(self, project: str, client: Any = None) -> None:
         if client is None:
@@ -112,8 +117,11 @@ class GcsStorage:
             return [] if blob is None else [(pattern, _blob_identity(blob))]
         prefix = f"{folder}/" if folder else ""
         found = []
-        # Listed by the literal start of the pattern, matched by the whole of it within that folder.
-        for blob in self._client.list_blobs(bucket, prefix=prefix + re.split(r"[*?[]", leaf)[0]):
+        # Listed by the literal start of the pattern, matched by the whole of it within that folder: only that
+        # folder's own objects (delimiter: not every object of its subfolders), and at most IDENTIFY_LISTED.
+        listed = self._client.list_blobs(bucket, prefix=prefix + re.split(r"[*?[]", leaf)[0], delimiter="/",
+                                         max_results=IDENTIFY_LISTED)
+        for blob in listed:
             if "/" not in blob.name[len(prefix):] and fnmatch.fnmatchcase(blob.name[len(prefix):], leaf):
                 found.append((f"gs://{bucket}/{blob.name}", _blob_identity(blob)))
                 if len(found) >= limit:

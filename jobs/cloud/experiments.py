@@ -6,7 +6,8 @@ objects' checksums, the registered version) are known only once the job has ende
 The requests are ``jobs.definition.experiments.metadata_requests``; before them the region's ``default``
 metadata store is made where missing. A create that finds its resource already there (a ``--follow`` of the
 same job again) goes on: the experiment keeps its backing TensorBoard (set when it has none), the run's
-context is updated with this record, and the lineage events, added before, are not added twice.
+context is updated with this record, and the lineage events are sent again (Vertex AI skips an event
+between an execution and an artifact that it holds already: none is added twice).
 
 A failure here is one line on the output: the job and its model are fine and the exit status stays; running
 the same command with ``--follow <job>`` records the run again.
@@ -73,8 +74,9 @@ def cloud_run(
     data = []
     for key in ("train_files", "eval_files"):
         for pattern in str(params.get(key) or "").split(","):
-            if is_gs(pattern):
-                found = storage.identify(pattern, ex.MAX_DATA_FILES)
+            left = ex.MAX_RUN_DATA_FILES - len(data)
+            if is_gs(pattern) and left > 0:
+                found = storage.identify(pattern, min(ex.MAX_DATA_FILES, left))
                 data += [ex.DataFile(uri, identity) for uri, identity in found]
     metrics = _json(storage, f"{model}/{METRICS_FILE}") if model else None
     board = (job_spec(remote, job.kind) or job_spec(job.body, job.kind) or {}).get("tensorboard") or ""
@@ -104,10 +106,9 @@ def send(metadata: cloud.VertexMetadata, parent: str, record: ex.RunRecord) -> N
     """Write ``record`` to Vertex AI Experiments (see the module's docstring for a retried run)."""
     metadata.ensure_store(parent, ex.METADATA_STORE)
     store = ex.store_name(parent)
-    executed = True
     for method, request in ex.metadata_requests(record, parent):
-        if method == "add_execution_events" and not executed:
-            continue  # the events of an execution made by an earlier recording are there already
+        # The add_* calls are sent again too: Vertex AI skips an event, attribution or child it has already,
+        # so a recording cut short after its execution was made still gets the execution's events.
         if metadata.call(method, request) is not None:
             continue
         # The resource existed.
@@ -116,8 +117,6 @@ def send(metadata: cloud.VertexMetadata, parent: str, record: ex.RunRecord) -> N
         elif method == "create_context":
             context = {**request["context"], "name": f"{store}/contexts/{record.run_id}"}
             metadata.call("update_context", {"context": context})
-        elif method == "create_execution":
-            executed = False
 
 
 def _keep_tensorboard(metadata: cloud.VertexMetadata, name: str, wanted: dict[str, Any]) -> None:
@@ -147,6 +146,7 @@ def list_runs(metadata: cloud.VertexMetadata, parent: str, experiment: str) -> l
 
 
 JOB_ID = "<job id>"
+ID_MARK = "jobidmark"  # a run name that stays whole in the ids it makes, swapped for JOB_ID when shown
 
 
 def preview_requests(job: Any, tensorboard: str) -> list[tuple[str, dict[str, Any]]]:
@@ -161,7 +161,7 @@ def preview_requests(job: Any, tensorboard: str) -> list[tuple[str, dict[str, An
                        {"size": "<size>", "crc32c": "<crc32c>"})
     record = ex.run_record(
         file=job.file,
-        run_name="0",
+        run_name=ID_MARK,
         display_name=str(job.body.get("displayName") or job.job_id),
         state=ex.COMPLETE,
         params={"<flag>": "<its value in trainer_config.json>"},
@@ -178,7 +178,7 @@ def preview_requests(job: Any, tensorboard: str) -> list[tuple[str, dict[str, An
         console_uri="<the job's console page>",
     )
     swaps = {
-        record.run_id: f"{record.experiment_id}-{JOB_ID}",
+        ID_MARK: JOB_ID,  # in the run's id and in its name
         ex.data_artifact_id(data.uri, data.identity): "data-<sha256 of its uri and identity>",
     }
     text = json.dumps(ex.metadata_requests(record, job.parent))

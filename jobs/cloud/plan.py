@@ -30,7 +30,7 @@ from jobs.cloud.deploy import preview_request as deploy_preview
 from jobs.cloud.experiments import RecordRun
 from jobs.cloud.experiments import preview_requests as experiment_preview
 from jobs.cloud.logs import GRACE_SECONDS, LogStream
-from jobs.cloud.register import RegisterModel, preview_request
+from jobs.cloud.register import RegisterModel, RegistrationFailed, preview_request
 from jobs.definition import body
 from jobs.definition.compile import CompiledJob
 from jobs.definition.cost import Cap, Estimate, cap_name, check_cap
@@ -342,8 +342,17 @@ class Plan:
     def execute(self, clients: cloud.Clients, repo_root: Path, out: TextIO = sys.stdout) -> Execution:
         with tempfile.TemporaryDirectory(prefix="run-job-") as tmp:
             ex = Execution(self.job, clients, out, repo_root, Path(tmp))
-            for step in self.steps:
-                step.run(ex)
+            for i, step in enumerate(self.steps):
+                try:
+                    step.run(ex)
+                except RegistrationFailed as failed:
+                    # The job has ended all the same: record it as a run (without a version; the --follow
+                    # that finishes the registration updates it). Not after a Ctrl-C (no cause).
+                    if failed.cause is not None:
+                        for later in self.steps[i + 1:]:
+                            if isinstance(later, RecordRun):
+                                later.run(ex)
+                    raise
             return ex
 
 

@@ -13,8 +13,11 @@ The shapes are what the ``google.cloud.aiplatform`` SDK writes (its ``metadata/c
   ``Experiment.create`` then ``assign_backing_tensorboard``);
 - a run: a Context of schema ``system.ExperimentRun``, id ``<experiment>-<run name>`` (the SDK's
   ``_format_experiment_run_resource_id``, at most 121 characters so that its ``-tb-run`` artifact fits in
-  128), metadata ``{"_params": {...}, "_metrics": {...}, "_state": "COMPLETE"}`` and, as the SDK's
-  ``CustomJob`` adds, ``_custom_jobs``; the run is a child of the experiment (AddContextChildren);
+  128) and display name the run name (the SDK finds a run by ``<experiment>-<display name>``, and
+  ``get_experiment_df`` makes a TensorBoard run of that name in the backing TensorBoard: an id too),
+  metadata ``{"_params": {...}, "_metrics": {...}, "_state": "COMPLETE"}`` and, as the SDK's ``CustomJob``
+  adds, ``_custom_jobs``; the run is made a child of the experiment (AddContextChildren) at once, as the
+  SDK does;
 - lineage: an Execution (``system.CustomJobExecution``) with the data files as INPUT artifacts
   (``system.Dataset``, one per file and identity, shared by the runs that read the same bytes) and the model
   folder as OUTPUT (``system.Model``), all attributed to the run's context; the same facts are kept in the
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.definition.compile import job_name
+from jobs.definition.errors import printable, short
 
 EXPERIMENT_SCHEMA = "system.Experiment"
 RUN_SCHEMA = "system.ExperimentRun"
@@ -73,8 +77,16 @@ def run_id(experiment: str, run_name: str) -> str:
     return f"{experiment}-{name or 'run'}"[:MAX_RUN_ID].rstrip("-")
 
 
+def run_name_of(experiment: str, rid: str) -> str:
+    """The SDK's name of run ``rid``: its id without ``<experiment>-`` (ExperimentRun(name, experiment))."""
+    return rid.removeprefix(f"{experiment}-")
+
+
 # The files of one glob that are identified (a run over thousands of shards lists the first ones).
 MAX_DATA_FILES = 100
+# A run's data files in all, both flags and every item of their comma lists: each is about 150 bytes of the
+# run context's metadata, which Vertex AI caps at 200 KB (a longer list would fail the whole recording).
+MAX_RUN_DATA_FILES = 200
 CHUNK = 1 << 20
 
 
@@ -98,12 +110,16 @@ def file_identity(path: Any) -> dict[str, Any]:
 
 
 def matching_files(path: Any, limit: int) -> list[Any]:
-    """The files a path names (``*``, ``?`` or ``[`` in its last part: a glob), sorted, at most ``limit``."""
+    """The files a path names (``*``, ``?`` or ``[`` in its last part: a glob), sorted, at most ``limit``;
+    none where the path cannot be read (too long a name, a folder it may not list)."""
     from pathlib import Path
 
     path = Path(path)
-    matches = sorted(path.parent.glob(path.name)) if any(c in path.name for c in "*?[") else [path]
-    return [p for p in matches if p.is_file()][:limit]
+    try:
+        matches = sorted(path.parent.glob(path.name)) if any(c in path.name for c in "*?[") else [path]
+        return [p for p in matches if p.is_file()][:limit]
+    except OSError:
+        return []
 
 
 def data_artifact_id(uri: str, identity: Mapping[str, Any]) -> str:
@@ -273,7 +289,7 @@ def run_record(
         run_id=rid,
         experiment=experiment_context(experiment, tensorboard, file),
         run={
-            "displayName": display_name[:128],
+            "displayName": run_name_of(experiment, rid),
             "schemaTitle": RUN_SCHEMA,
             "schemaVersion": SCHEMA_VERSION,
             "metadata": metadata,
@@ -369,6 +385,16 @@ def show(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+# A cell of `runs` at most: a parameter of 100 KB (a hand-edited store, a foreign context) still makes a line.
+MAX_CELL = 120
+
+
+def cell(text: str) -> str:
+    """A cell as printed: control characters escaped (a store file or a context may hold any), a long one
+    cut to its start and its length."""
+    return short(printable(text), MAX_CELL, quote=False)
+
+
 def runs_table(runs: Sequence[Run], metric: str, goal: str) -> list[str]:
     """The lines ``runs`` prints: one row per run, best first; the metric of the definition first, then the
     other metrics, then the parameters that are not the same in every run."""
@@ -376,10 +402,10 @@ def runs_table(runs: Sequence[Run], metric: str, goal: str) -> list[str]:
     metric_names = [metric, *sorted({m for r in rows for m in r.metrics} - {metric})]
     param_names = sorted({p for r in rows for p in r.params})
     varying = [p for p in param_names if len({show(r.params.get(p)) for r in rows}) > 1]
-    header = ["run", "state", "created", *metric_names, *varying]
+    header = [cell(c) for c in ["run", "state", "created", *metric_names, *varying]]
     body = [
-        [r.id, r.state, r.created[:19], *(show(r.metrics.get(m)) for m in metric_names),
-         *(show(r.params.get(p)) for p in varying)]
+        [cell(c) for c in [r.id, r.state, r.created[:19], *(show(r.metrics.get(m)) for m in metric_names),
+                           *(show(r.params.get(p)) for p in varying)]]
         for r in rows
     ]
     widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
@@ -429,10 +455,10 @@ def _flat(lineage: Mapping[str, Any]) -> dict[str, Any]:
 
 def runs_comparison(a: Run, b: Run) -> list[str]:
     """The lines ``runs --compare A B`` prints."""
-    rows = differences(a, b)
+    rows = [tuple(cell(c) for c in row) for row in differences(a, b)]
     if not rows:
-        return [f"{a.id} and {b.id} do not differ in parameters, metrics, lineage or state"]
-    header = ("", "", a.id, b.id)
+        return [f"{cell(a.id)} and {cell(b.id)} do not differ in parameters, metrics, lineage or state"]
+    header = ("", "", cell(a.id), cell(b.id))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
     return [
         f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].ljust(widths[2])}  {r[3]}".rstrip()
@@ -497,6 +523,8 @@ def metadata_requests(record: RunRecord, parent: str) -> list[tuple[str, dict[st
         ("create_context",
          {"parent": store, "contextId": record.experiment_id, "context": record.experiment}),
         ("create_context", {"parent": store, "contextId": record.run_id, "context": record.run}),
+        # At once, as the SDK's ExperimentRun.create: a recording cut short later still lists the run.
+        ("add_context_children", {"context": experiment, "childContexts": [run]}),
         *(
             ("create_artifact", {"parent": store, "artifactId": aid, "artifact": body})
             for aid, body in record.artifacts.items()
@@ -506,9 +534,6 @@ def metadata_requests(record: RunRecord, parent: str) -> list[tuple[str, dict[st
     if record.events:
         events = [{"artifact": artifacts[aid], "type": kind} for aid, kind in record.events]
         calls.append(("add_execution_events", {"execution": execution, "events": events}))
-    calls += [
-        ("add_context_artifacts_and_executions",
-         {"context": run, "artifacts": list(artifacts.values()), "executions": [execution]}),
-        ("add_context_children", {"context": experiment, "childContexts": [run]}),
-    ]
+    calls.append(("add_context_artifacts_and_executions",
+                  {"context": run, "artifacts": list(artifacts.values()), "executions": [execution]}))
     return calls

@@ -8,7 +8,7 @@ their size and CRC32C (Cloud Storage's checksum, so a local run and a cloud run 
 same identity). Each file is written to a temporary name and renamed: a reader never sees half a run.
 
 Reading is bounded: at most ``MAX_RUNS`` files, each a regular file of at most 1 MiB of JSON
-(common.reader); anything else in the folder is one line, exit status 2.
+(common.reader), ``MAX_STORE_BYTES`` in all; anything else in the folder is one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from trainer.contract import CONFIG_FILE, METRICS_FILE
 
 STORE = "experiments"
 MAX_RUNS = 5000  # a definition run locally every minute for three days; more is not a store of runs
+# All its run files together at most (a run with 200 data files is about 150 KB, most a few KB): 5,000
+# files of 1 MiB each would be 5 GiB to parse before printing a line.
+MAX_STORE_BYTES = 256 << 20
 
 
 def store_folder(local_root: Path, experiment: str) -> Path:
@@ -51,7 +54,8 @@ def to_gs(value: str, local_root: Path) -> str:
 
 
 def data_files(patterns: list[str], local_root: Path) -> tuple[ex.DataFile, ...]:
-    """Each file the trainer's --train-files/--eval-files name (globs expanded), with its identity."""
+    """Each file the trainer's --train-files/--eval-files name (globs expanded), with its identity; at most
+    MAX_RUN_DATA_FILES in all."""
     from jobs.local import environment
 
     found: list[ex.DataFile] = []
@@ -64,7 +68,8 @@ def data_files(patterns: list[str], local_root: Path) -> tuple[ex.DataFile, ...]
                 local = Path(environment.to_local(uri, local_root, "train_files"))
             except LocalRunError:  # an edited trainer_config.json naming a path outside: not read
                 continue
-            for path in ex.matching_files(local, ex.MAX_DATA_FILES):
+            left = ex.MAX_RUN_DATA_FILES - len(found)
+            for path in ex.matching_files(local, min(ex.MAX_DATA_FILES, left)) if left > 0 else []:
                 found.append(ex.DataFile(to_gs(str(path), local_root), ex.file_identity(path)))
     return tuple(found)
 
@@ -148,10 +153,10 @@ def write_record(record: ex.RunRecord, local_root: Path, created: str) -> Path:
 
 def record_run(job: Any, local_root: Path, status: int, created: str, out: TextIO) -> None:
     """Record a finished local run; a run that wrote no base folder records nothing."""
-    record = local_run(job, local_root, status, base_folder(job, local_root))
-    if record is None:
-        return
     try:
+        record = local_run(job, local_root, status, base_folder(job, local_root))
+        if record is None:
+            return
         path = write_record(record, local_root, created)
     except OSError as exc:  # the run itself is done: say why it is not listed, change nothing else
         print(f"experiments: the run was not recorded ({exc.strerror or exc})", file=out)
@@ -175,6 +180,15 @@ def read_runs(local_root: Path, experiment: str, where: str) -> list[ex.Run]:
             names.append(entry.name)
             if len(names) > MAX_RUNS:
                 raise JobError(where, str(folder), f"more than {MAX_RUNS} entries", allowed)
+    total = 0
+    for name in names:
+        try:
+            total += os.stat(folder / name).st_size  # what is not a regular file is refused below
+        except OSError:
+            continue
+        if total > MAX_STORE_BYTES:
+            raise JobError(where, str(folder), f"more than {MAX_STORE_BYTES >> 20} MiB of run files",
+                           allowed)
     runs = []
     for name in sorted(names):
         path = folder / name

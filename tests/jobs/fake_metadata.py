@@ -5,7 +5,9 @@ It keeps what Vertex AI documents: a store must exist before anything goes in it
 long-running operation, here done at once); a context, artifact or execution id is unique in its store
 (a second create is 409 ALREADY_EXISTS); UpdateContext (PATCH) replaces the fields it is sent;
 AddContextChildren makes the parent one of the child's ``parentContexts``; ListContexts takes the filter the
-SDK writes (``schema_title="..." AND parent_contexts:"..."``); events and attributions are kept as sent.
+SDK writes (``schema_title="..." AND parent_contexts:"..."``); events and attributions are kept as sent, and
+one already held (an event between the same execution and artifact, an attribution, a child) is skipped, as
+AddExecutionEvents, AddContextArtifactsAndExecutions and AddContextChildren document.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class FakeMetadata:
     resources: dict[tuple[str, str], dict] = field(default_factory=dict)
     events: dict[str, list[dict]] = field(default_factory=dict)  # execution name -> its events
     attributions: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # context -> artifacts, ...
+    failing: set[str] = field(default_factory=set)  # collections whose creates fail (500 INTERNAL): an outage
 
     @staticmethod
     def owns(path: str) -> bool:
@@ -62,8 +65,9 @@ class FakeMetadata:
         if (collection, name) not in self.resources:
             return _error(404, "NOT_FOUND", f"no such resource {name}")
         resource = self.resources[(collection, name)]
-        if verb == "addExecutionEvents":
-            self.events.setdefault(name, []).extend(body.get("events", []))
+        if verb == "addExecutionEvents":  # an event between the same two it holds already is skipped
+            held = self.events.setdefault(name, [])
+            held += [e for e in body.get("events", []) if e["artifact"] not in {h["artifact"] for h in held}]
             return 200, {}
         if verb == "addContextArtifactsAndExecutions":
             added = self.attributions.setdefault(name, {"artifacts": [], "executions": []})
@@ -93,6 +97,8 @@ class FakeMetadata:
                 and (not parent or parent[1] in r.get("parentContexts", []))
             ]
             return 200, {collection: listed}
+        if collection in self.failing:
+            return _error(500, "INTERNAL", f"creating {collection} failed")
         rid = query.get(COLLECTIONS[collection], [""])[0]
         name = f"{store}/{collection}/{rid}"
         if (collection, name) in self.resources:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from datetime import timedelta
 
 import pytest
@@ -98,9 +99,9 @@ def test_the_requests_are_aiplatform_v1_messages_in_the_sdks_shapes():
         message = "".join(p.title() for p in method.split("_")) + "Request"
         getattr(aiplatform_v1, message).from_json(json.dumps(request), ignore_unknown_fields=False)
     methods = [m for m, _ in calls]
-    assert methods == ["create_context", "create_context", "create_artifact", "create_artifact",
-                       "create_execution", "add_execution_events", "add_context_artifacts_and_executions",
-                       "add_context_children"]
+    assert methods == ["create_context", "create_context", "add_context_children", "create_artifact",
+                       "create_artifact", "create_execution", "add_execution_events",
+                       "add_context_artifacts_and_executions"]
     experiment, run = calls[0][1], calls[1][1]
     assert experiment == {"parent": STORE, "contextId": "census-cpu", "context": {
         "displayName": "census-cpu", "schemaTitle": "system.Experiment", "schemaVersion": "0.0.1",
@@ -114,14 +115,35 @@ def test_the_requests_are_aiplatform_v1_messages_in_the_sdks_shapes():
                                          "custom_job_console_uri": "https://console/1000"}]
     assert metadata["lineage"]["registry_version"] == f"{PARENT}/models/census@3"
     data_id = ex.data_artifact_id(DATA, {"size": 3, "crc32c": "AAAAAA=="})
-    assert calls[5][1] == {"execution": f"{STORE}/executions/census-cpu-1000", "events": [
+    assert calls[6][1] == {"execution": f"{STORE}/executions/census-cpu-1000", "events": [
         {"artifact": f"{STORE}/artifacts/{data_id}", "type": "INPUT"},
         {"artifact": f"{STORE}/artifacts/census-cpu-1000", "type": "OUTPUT"}]}
-    assert calls[7][1] == {"context": f"{STORE}/contexts/census-cpu",
+    assert calls[2][1] == {"context": f"{STORE}/contexts/census-cpu",
                            "childContexts": [f"{STORE}/contexts/census-cpu-1000"]}
     # The same bytes are the same data artifact, in every run that reads them; other bytes another.
     assert data_id == ex.data_artifact_id(DATA, {"crc32c": "AAAAAA==", "size": 3})
     assert data_id != ex.data_artifact_id(DATA, {"size": 4})
+
+
+# What the SDK takes for a TensorBoard run id (TensorboardRun.create's tensorboard_run_id).
+TENSORBOARD_RUN_ID = r"[a-z0-9][a-z0-9-]{0,127}"
+
+
+@pytest.mark.parametrize("run_name, display_name", [
+    ("1000", "census-cpu-20260102-030405-abcdef"),  # a Vertex AI job: its id, its display name
+    ("census-cpu-20260102-030405-abcdef", "census-cpu-20260102-030405-abcdef"),  # a --local run
+    ("1000", "My Census run #2"),  # a definition's own displayName
+])
+def test_a_runs_display_name_is_the_name_the_sdk_finds_it_by(run_name, display_name):
+    """aiplatform.ExperimentRun(name, experiment) reads context <experiment>-<name>, and get_experiment_df
+    lists runs by their display name and makes each a TensorBoard run of that name in the backing
+    TensorBoard: the display name is the run's id without its experiment, a valid TensorBoard run id."""
+    record = ex.run_record(file="jobs/census_cpu.yaml", run_name=run_name, display_name=display_name,
+                           state=ex.COMPLETE, params={}, metrics={}, lineage=ex.Lineage(code={}))
+    name = record.run["displayName"]
+    assert f"{record.experiment_id}-{name}" == record.run_id
+    assert re.fullmatch(TENSORBOARD_RUN_ID, name), name
+    assert record.execution["displayName"] == display_name  # the job's own name stays on its execution
 
 
 def write_outputs(root, prefix: str, epochs: int, auc: float) -> None:
@@ -156,13 +178,14 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         assert [(m, p.rsplit("/", 1)[-1]) for m, p, _, _ in sent] == [
             ("GET", "default"),  # the region's store: missing, so made
             ("POST", "metadataStores"),
-            ("POST", "contexts"), ("POST", "contexts"), ("POST", "artifacts"), ("POST", "artifacts"),
+            ("POST", "contexts"), ("POST", "contexts"), ("POST", "census-cpu:addContextChildren"),
+            ("POST", "artifacts"), ("POST", "artifacts"),
             ("POST", "executions"), ("POST", "census-cpu-1000:addExecutionEvents"),
             ("POST", "census-cpu-1000:addContextArtifactsAndExecutions"),
-            ("POST", "census-cpu:addContextChildren"),
         ]
         run = fake.metadata.contexts()[f"{STORE}/contexts/census-cpu-1000"]
         assert run["parentContexts"] == [f"{STORE}/contexts/census-cpu"]
+        assert run["displayName"] == "1000"  # aiplatform.ExperimentRun("1000", experiment="census-cpu")
         metadata = run["metadata"]
         assert metadata["_params"]["num_epochs"] == 8 and metadata["_metrics"] == {"auc": 0.93, "loss": 0.3}
         assert metadata["lineage"]["registry_version"] == f"{PARENT}/models/census@1"
@@ -180,8 +203,9 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         preview = json.loads(plan[plan.index("[", plan.index("Vertex AI Experiments requests")):
                                   plan.index("\n]\n", plan.index("Vertex AI Experiments requests")) + 2])
         assert [p["method"] for p in preview] == [
-            "create_context", "create_context", "create_artifact", "create_artifact", "create_execution",
-            "add_execution_events", "add_context_artifacts_and_executions", "add_context_children"]
+            "create_context", "create_context", "add_context_children", "create_artifact",
+            "create_artifact", "create_execution", "add_execution_events",
+            "add_context_artifacts_and_executions"]
         assert preview[0]["request"]["context"] == sent[2][3] and sent[2][2]["contextId"] == ["census-cpu"]
         shown = preview[1]["request"]["context"]["metadata"]
         assert set(shown) == set(metadata) and set(shown["lineage"]) == set(metadata["lineage"])
@@ -195,8 +219,9 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
         again = [(r.method, r.path.rsplit("/", 1)[-1]) for r in fake.requests[before:]
                  if "/metadataStores" in r.path]
         assert ("PATCH", "census-cpu-1000") in again
-        assert not [a for a in again if "addExecutionEvents" in a[1]]
-        assert fake.metadata.events[f"{STORE}/executions/census-cpu-1000"] == sent[7][3]["events"]
+        # The events are sent again (Vertex AI skips those it holds): each is there once.
+        assert ("POST", "census-cpu-1000:addExecutionEvents") in again
+        assert fake.metadata.events[f"{STORE}/executions/census-cpu-1000"] == sent[8][3]["events"]
         assert run["parentContexts"] == [f"{STORE}/contexts/census-cpu"]
 
         # runs --env lists it from Vertex AI, with its parameters and metrics.
@@ -207,19 +232,79 @@ def test_a_cloud_job_that_ended_is_recorded_in_vertex_ai_experiments_once(tmp_pa
 
 
 def test_a_failed_recording_is_one_line_and_leaves_the_job_alone(tmp_path):
+    """The experiment's id is taken by another kind of context: the job is followed to its end, its model
+    registered and the exit status 0 all the same; the recording's failure is one line."""
     job = compile_text(CENSUS.read_text(), file=str(CENSUS))
-    remote = {**job.body, "name": f"{PARENT}/customJobs/7", "state": "JOB_STATE_SUCCEEDED"}
+    write_outputs(tmp_path, job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"], epochs=8, auc=0.93)
     fake = FakeVertex()
     fake.metadata.stores[STORE] = {"name": STORE}
     fake.metadata.resources[("contexts", f"{STORE}/contexts/census-cpu")] = {
         "name": f"{STORE}/contexts/census-cpu", "schemaTitle": "system.PipelineRun"}
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli([CENSUS], factory=server.factory(tmp_path))
+    assert rc == 0, err
+    (name,) = fake.jobs
+    assert fake.models, "the model is registered before the run is recorded"
+    (line,) = [line for line in out.splitlines() if line.startswith("experiments:")]
+    assert line.startswith(f"experiments: recording {name} failed (ValueError: ")
+    assert "is a system.PipelineRun context, not an experiment" in line
+    assert not [c for c in fake.metadata.contexts() if c.endswith("census-cpu-1000")]  # nothing half-written
+
+
+def test_a_job_whose_registration_failed_is_recorded_all_the_same(tmp_path):
+    """The job ended and its model could not be registered (Vertex AI could not read the artifacts): the run
+    is recorded without a version, and the exit status is registration's."""
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))
+    write_outputs(tmp_path, job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"], epochs=8, auc=0.93)
+    fake = FakeVertex(upload_errors=["cannot read the artifacts"])
+    with FakeVertexServer(fake) as server:
+        rc, out, err = run_cli([CENSUS], factory=server.factory(tmp_path))
+    assert rc != 0 and "cannot read the artifacts" in err, err
+    assert "experiments: recorded run census-cpu-1000 of experiment census-cpu" in out
+    run = fake.metadata.contexts()[f"{STORE}/contexts/census-cpu-1000"]
+    assert run["metadata"]["_metrics"]["auc"] == 0.93 and "registry_version" not in run["metadata"]["lineage"]
+
+
+def test_a_recording_cut_short_after_its_execution_gets_its_events_when_followed_again(tmp_path):
+    """The first recording made the execution and stopped (a network error) before its lineage events: the
+    next one finds the execution there and still adds them."""
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))
+    prefix = job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
+    write_outputs(tmp_path, prefix, epochs=8, auc=0.93)
+    remote = {**job.body, "name": f"{PARENT}/customJobs/7", "state": "JOB_STATE_SUCCEEDED"}
+    execution = f"{STORE}/executions/census-cpu-7"
+    fake = FakeVertex()
+    fake.metadata.stores[STORE] = {"name": STORE}
+    fake.metadata.resources[("executions", execution)] = {"name": execution,
+                                                          "schemaTitle": ex.EXECUTION_SCHEMA}
     out = io.StringIO()
     with FakeVertexServer(fake) as server:
         clients = server.factory(tmp_path)("demo-project", "us-central1")
         RecordRun(BOARD).record(clients, job, remote, None, out)
-    assert out.getvalue().count("\n") == 1
-    assert out.getvalue().startswith(f"experiments: recording {PARENT}/customJobs/7 failed (ValueError: ")
-    assert "is a system.PipelineRun context, not an experiment" in out.getvalue()
+    assert out.getvalue() == "experiments: recorded run census-cpu-7 of experiment census-cpu\n"
+    events = fake.metadata.events[execution]
+    assert sorted(e["type"] for e in events) == [aiplatform_v1.Event.Type.INPUT,
+                                                  aiplatform_v1.Event.Type.OUTPUT]
+    assert f"{STORE}/artifacts/census-cpu-7" in {e["artifact"] for e in events}  # the model folder
+
+
+def test_a_recording_cut_short_still_lists_the_run(tmp_path):
+    """Its artifacts could not be made (an outage): the run, made a child of its experiment at once, is
+    listed with its parameters and metrics all the same."""
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))
+    write_outputs(tmp_path, job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"], epochs=8, auc=0.93)
+    remote = {**job.body, "name": f"{PARENT}/customJobs/7", "state": "JOB_STATE_SUCCEEDED"}
+    fake = FakeVertex()
+    fake.metadata.failing.add("artifacts")
+    out = io.StringIO()
+    with FakeVertexServer(fake) as server:
+        factory = server.factory(tmp_path)
+        RecordRun(BOARD).record(factory("demo-project", "us-central1"), job, remote, None, out)
+        assert out.getvalue().startswith(f"experiments: recording {PARENT}/customJobs/7 failed")
+        rc, listed, err = run_cli(["runs", CENSUS, "--env", "dev"], factory=factory)
+    assert rc == 0, err
+    assert listed.splitlines()[2].split()[:5] == ["census-cpu-7", "COMPLETE", "2026-01-02T03:08:01", "0.93",
+                                                  "0.3"]
 
 
 def test_a_study_is_recorded_as_one_run_with_its_best_trial(tmp_path):
@@ -295,6 +380,46 @@ def test_local_runs_are_listed_best_first_and_compared(tmp_path):
                      f"gs://demo-project-models/census-cpu/{ids[1]}/model"]]
 
 
+def test_a_data_path_that_cannot_be_read_is_left_out_of_the_lineage_not_a_crash(tmp_path):
+    """The run's flags name a path the file system refuses (a name too long): the run is recorded all the
+    same, with the data it could identify; recording never turns a run's exit status into a traceback."""
+    (run,) = local_runs(tmp_path, [(8, 0.9)])
+    job = compile_text(CENSUS.read_text(), file="jobs/census_cpu.yaml", now=NOW)
+    config = base_folder(job, tmp_path) / "model" / "trainer_config.json"
+    flags = json.loads(config.read_text())
+    flags["train_files"] = [str(tmp_path / "gs/demo-project-data") + "/" + "x" * 5000, DATA]
+    config.write_text(json.dumps(flags))
+    out = io.StringIO()
+    record_run(job, tmp_path, 0, NOW.isoformat(), out)
+    assert out.getvalue().startswith(f"experiments: recorded run {run} of census-cpu"), out.getvalue()
+    document = json.loads((tmp_path / "experiments/census-cpu" / f"{run}.json").read_text())
+    assert [d["uri"] for d in document["run"]["metadata"]["lineage"]["data"]] == [DATA]
+
+
+def test_a_run_over_many_listed_files_keeps_its_context_within_vertex_ais_200_kb(tmp_path):
+    """--train-files lists 300 shards by name (each its own glob of one): the first MAX_RUN_DATA_FILES are
+    identified, so the run context's metadata stays under the 200 KB Vertex AI takes."""
+    job = compile_text(CENSUS.read_text(), file=str(CENSUS))
+    prefix = job.body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
+    write_outputs(tmp_path, prefix, epochs=8, auc=0.93)
+    shards = [f"gs://demo-project-data/census/shards/{'part-' * 10}{i:05d}.csv" for i in range(300)]
+    for shard in shards:
+        path = tmp_path / shard.removeprefix("gs://")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    config = tmp_path / prefix.removeprefix("gs://") / "model/trainer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "train_files": shards,
+                                  "eval_files": shards}))
+    remote = {**job.body, "name": f"{PARENT}/customJobs/7", "state": "JOB_STATE_SUCCEEDED"}
+    fake = FakeVertex()
+    with FakeVertexServer(fake) as server:
+        RecordRun(BOARD).record(server.factory(tmp_path)("demo-project", "us-central1"), job, remote, None,
+                                io.StringIO())
+    run = fake.metadata.contexts()[f"{STORE}/contexts/census-cpu-7"]
+    assert [d["uri"] for d in run["metadata"]["lineage"]["data"]] == shards[:ex.MAX_RUN_DATA_FILES]
+    assert len(json.dumps(run["metadata"])) < 200_000
+
+
 def test_a_local_study_is_recorded_as_one_run_with_its_best_trial(tmp_path):
     job = compile_text(TUNING.read_text(), file="jobs/census_tuning.yaml")
     base = base_folder(job, tmp_path)
@@ -345,6 +470,41 @@ def test_a_store_without_runs_or_with_something_else_is_one_line(tmp_path, make,
     assert words in err
 
 
+def test_what_a_store_holds_is_printed_escaped_and_bounded(tmp_path):
+    """A hand-edited store (or a context someone else wrote) may hold control characters or 100 KB values:
+    the table and --compare print them escaped, each row on one line of bounded length."""
+    ids = local_runs(tmp_path, [(8, 0.9), (4, 0.8)])
+    path = tmp_path / "experiments" / "census-cpu" / f"{ids[0]}.json"
+    document = json.loads(path.read_text())
+    metadata = document["run"]["metadata"]
+    metadata["_params"]["model"] = "wide\x1b[2J\nsecond line"
+    metadata["_metrics"]["a\x1b]0;title\x07"] = 1.0
+    metadata["_params"]["train_files"] = "gs://b/" + "x" * 100_000
+    metadata["_state"] = "COMPLETE\r"
+    path.write_text(json.dumps(document))
+    for argv in ([], ["--compare", *ids]):
+        rc, out, err = run_cli(["runs", CENSUS, "--local", "--local-root", tmp_path, *argv])
+        assert rc == 0, err
+        assert not any(c in out for c in "\x1b\x07\r"), out
+        lines = out.splitlines()
+        # A row per run; per difference (model, num_epochs, train_files, two metrics, the model, state).
+        assert len(lines) == (5 if not argv else 9), out
+        assert max(len(line) for line in lines) < 1000
+        assert "wide\\x1b[2J\\nsecond line" in out
+
+
+def test_a_store_too_large_to_read_is_one_line_before_any_file_is_parsed(tmp_path, monkeypatch):
+    from jobs.local import experiments as local_store
+
+    ids = local_runs(tmp_path, [(8, 0.9), (4, 0.8)])
+    one = (tmp_path / "experiments" / "census-cpu" / f"{ids[0]}.json").stat().st_size
+    monkeypatch.setattr(local_store, "MAX_STORE_BYTES", one + 1)  # two runs are more than that
+    monkeypatch.setattr(local_store, "plain_json", None)  # parsing one would fail loudly
+    rc, out, err = run_cli(["runs", CENSUS, "--local", "--local-root", tmp_path])
+    assert (rc, out) == (2, "") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "census-cpu: more than 0 MiB of run files; allowed: a folder of run files" in err
+
+
 def test_runs_on_vertex_ai_without_a_run_is_one_line(tmp_path):
     with FakeVertexServer(FakeVertex()) as server:
         rc, out, err = run_cli(["runs", "jobs/census_cpu.yaml"], factory=server.factory(tmp_path))
@@ -371,10 +531,16 @@ def test_whoever_submits_jobs_may_record_runs_without_a_new_grant():
 
     assert "roles/aiplatform.user" in SUBMITTER_PROJECT_ROLES
     assert "roles/aiplatform.user" in DEPLOYER_PROJECT_ROLES
-    called = {m for m, _ in ex.metadata_requests(census_record(), PARENT)} | {"update_context", "get_context"}
-    source = inspect.getsource(VertexMetadata)
-    called |= {m for m in experiments.PERMISSIONS if f".{m}(" in source or f'"{m}"' in source}
-    assert called <= set(experiments.PERMISSIONS)
+    called = {m for m, _ in ex.metadata_requests(census_record(), PARENT)}
+    # Every other MetadataService call the client and the writer make, by name, so that a new one without
+    # its permission here fails (not only those PERMISSIONS lists already).
+    source = inspect.getsource(VertexMetadata) + inspect.getsource(experiments)
+    for client_call, named_call in re.findall(
+            r"self\.client\.(\w+)\(|(?:self|metadata)\.(?:call|get)\(\"(\w+)\"", source):
+        called.add(client_call or named_call)
+    assert {"get_metadata_store", "create_metadata_store", "list_contexts", "update_context",
+            "get_context"} <= called
+    assert called <= set(experiments.PERMISSIONS), called - set(experiments.PERMISSIONS)
     assert all(p.startswith(AIPLATFORM_USER_FAMILIES) for p in experiments.PERMISSIONS.values())
 
 

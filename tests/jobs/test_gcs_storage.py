@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import email
 import json
 import re
@@ -9,6 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
+import google_crc32c
 import pytest
 
 from jobs.cloud.client import GcsStorage
@@ -25,15 +27,20 @@ class _Gcs(BaseHTTPRequestHandler):
     def _metadata(self, bucket: str, name: str) -> dict:
         data = self.server.objects[f"{bucket}/{name}"]
         return {"bucket": bucket, "name": name, "size": str(len(data)), "generation": "7",
+                "crc32c": base64.b64encode(google_crc32c.Checksum(data).digest()).decode(),
                 "temporaryHold": f"{bucket}/{name}" in self.server.held}
 
     def do_GET(self):  # noqa: N802 - http.server naming
         path = urlparse(self.path).path  # [/download]/storage/v1/b/<bucket>/o/<name>
         if path.endswith("/o"):  # objects.list: one page of the names under ?prefix=
             bucket = path.removeprefix("/storage/v1/b/").removesuffix("/o")
-            prefix = parse_qs(urlparse(self.path).query).get("prefix", [""])[0]
+            query = parse_qs(urlparse(self.path).query)
+            prefix, delimiter = query.get("prefix", [""])[0], query.get("delimiter", [""])[0]
             names = sorted(k.partition("/")[2] for k in self.server.objects
                            if k.startswith(f"{bucket}/{prefix}"))
+            if delimiter:  # the objects directly under the prefix; deeper ones are rolled up into prefixes
+                names = [n for n in names if delimiter not in n[len(prefix):]]
+            self.server.listed += len(names)
             self._send(200, {"items": [self._metadata(bucket, n) for n in names]})
             return
         media = path.startswith("/download/")
@@ -97,7 +104,7 @@ class _Gcs(BaseHTTPRequestHandler):
 def gcs():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Gcs)
     server.objects, server.uploads, server.downloads = {}, [], []
-    server.held, server.patches = set(), []
+    server.held, server.patches, server.listed = set(), [], 0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -155,3 +162,22 @@ def test_hold_patches_each_unheld_object_under_the_folder_and_only_those(gcs, st
     assert gcs.held == {f"demo-models/s/4/model/{n}" for n in ("saved_model.pb", "variables/variables.index")}
     assert store.hold("gs://demo-models/s/4/model") == 2 and len(gcs.patches) == 1  # nothing new to patch
     assert store.hold("gs://demo-models/s/9/model/") == 0
+
+
+def test_identify_lists_a_globs_own_folder_with_the_checksum_a_local_copy_has(gcs, store, tmp_path):
+    from jobs.definition.experiments import file_identity
+
+    for name in ("part-0.csv", "part-1.csv", "part-1.json", "other.csv"):
+        gcs.objects[f"demo-data/shards/{name}"] = name.encode()
+    for i in range(50):  # years of older shards in a subfolder: not this glob's, and not listed either
+        gcs.objects[f"demo-data/shards/archive/part-{i}.csv"] = b"old"
+    found = store.identify("gs://demo-data/shards/*.csv", 100)
+    assert [uri for uri, _ in found] == [f"gs://demo-data/shards/{n}" for n in ("other.csv", "part-0.csv",
+                                                                                 "part-1.csv")]
+    local = tmp_path / "other.csv"
+    local.write_bytes(b"other.csv")
+    assert found[0][1] == {**file_identity(local), "generation": "7"}  # as a local run of the same bytes
+    assert gcs.listed <= 4  # the folder's own objects, not the archive's 50
+    assert store.identify("gs://demo-data/shards/part-*.csv", 1) == found[1:2]
+    assert store.identify("gs://demo-data/shards/other.csv", 5) == found[:1]
+    assert store.identify("gs://demo-data/shards/none-*.csv", 5) == []
