@@ -3,7 +3,8 @@
     python -m tests.scripts.measured_runs < attempts.json > results.json
 
 An attempt is {"script": path, "args": [...], "env": {...}, "out": path, "err": path}; its result is
-{"status": exit status or -signal, "wall_s": seconds, "maxrss_kb": the child's peak RSS (wait4's rusage)}.
+{"status": exit status or -signal, "wall_s": seconds, "cpu_s": the child's user + system CPU seconds,
+"maxrss_kb": the child's peak RSS (wait4's rusage)}.
 The tools' modules are imported once before the first fork, so each child starts at the same baseline and
 its peak RSS minus the baseline run's is what the attempt itself cost; forking instead of starting one
 interpreter per attempt keeps a table of dozens of attempts to a few seconds. Each child runs the script
@@ -47,7 +48,8 @@ def main() -> None:
         _, status, usage = os.wait4(pid, 0)
         wall = time.perf_counter() - start
         code = os.waitstatus_to_exitcode(status)
-        results.append({"status": code, "wall_s": round(wall, 3), "maxrss_kb": usage.ru_maxrss})
+        results.append({"status": code, "wall_s": round(wall, 3),
+                        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "maxrss_kb": usage.ru_maxrss})
     json.dump(results, sys.stdout)
 
 

@@ -2,8 +2,9 @@
 job files and --set values (`run_job.py FILE --dry-run`), legacy configs and submit scripts (`run_job.py
 convert`), environment configs and outputs files (`run_job.py JOB --env dev --dry-run` and `scripts/synth.py`
 with INFRA_ENVIRONMENTS_DIR). Each attempt must end with exactly one line on stderr naming the file, exit
-status 2, no traceback, nothing on stdout and nothing written, within ``MAX_WALL_S`` and at most
-``RSS_BUDGET_KB`` of peak RSS above a valid run of the same tool (issue 30's targets: 10 s, 1 GB).
+status 2, no traceback, nothing on stdout and nothing written, within ``MAX_CPU_S`` of CPU time (and
+``MAX_WALL_S`` of wall time) and at most ``RSS_BUDGET_KB`` of peak RSS above a valid run of the same tool
+(issue 30's targets: 10 s, 1 GB).
 
 All attempts run in one subprocess (tests/scripts/measured_runs.py forks a child per attempt from a warm
 interpreter and reads each child's peak RSS from wait4), so the table costs seconds, not one interpreter each.
@@ -46,7 +47,11 @@ schedules:
     set: {}
 alerts: {email: ml@acme.example}
 """
-MAX_WALL_S = 10
+# The issue's 10 s is what an attempt may cost: its CPU time, which other work on a shared machine does not
+# inflate (a 1 MB script took 2.7 s of CPU and 21 s of wall time at load 13). The wall-time bound still
+# catches an attempt that waits instead of working (a read that blocks), below the children's hard limit.
+MAX_CPU_S = 10
+MAX_WALL_S = 45
 RSS_BUDGET_KB = 512 * 1024  # half the issue's 1 GB: the worst attempt here uses about a tenth of it
 SUBMIT = (
     "gcloud ai-platform jobs submit training census --region us-central1 --module-name trainer.task "
@@ -525,7 +530,7 @@ def test_hostile_input_is_one_line_exit_2_in_bounded_time_and_memory(measured, a
     assert fragment in lines[0], lines[0][:500]
     assert str(folder) in lines[0] or "--set" in lines[0], lines[0][:500]  # names the file (or the flag)
     assert "allowed: " in lines[0]
-    assert result["wall_s"] <= MAX_WALL_S, result
+    assert result["cpu_s"] <= MAX_CPU_S and result["wall_s"] <= MAX_WALL_S, result
     assert result["maxrss_kb"] - baseline["maxrss_kb"] <= RSS_BUDGET_KB, (result, baseline)
     # Nothing written: the -o target is not created, the CDK app synthesized nothing.
     assert not (folder / "elsewhere.yaml").exists() and not (folder / "out.yaml").is_file()
