@@ -20,11 +20,14 @@
 # downloads only those wheels (plus the one pinned sdist); nothing else is fetched while building. Data is
 # not in the image: jobs read gs://.
 
-# A fixed Python patch release and Debian release rather than the moving `3.11-slim`; 3.11 is the lock's
-# Python and 3.11.15 / glibc 2.41 are what scripts/image_requirements.py evaluates markers and wheel tags
-# for. Pin the digest too (python:3.11.15-slim-trixie@sha256:...) where a registry can be reached: it
-# cannot be resolved on the machines this file was written on.
-FROM python:3.11.15-slim-trixie AS base
+# A fixed Python patch release and Debian release rather than the moving `3.11-slim`, pinned by digest (the
+# multi-platform index of python:3.11.15-slim-trixie, as published); 3.11 is the lock's Python and 3.11.15 /
+# glibc 2.41 are what scripts/image_requirements.py evaluates markers and wheel tags for. BASE_IMAGE stands
+# in another python:3.11 slim-like base where no registry can be reached:
+#   .venv/bin/python scripts/build_image.py --local cpu     # (make image) builds FROM a local Debian
+#   bookworm base (jobs/local/base_image.py: Python 3.11.2, glibc 2.36) bootstrapped with debootstrap
+ARG BASE_IMAGE=python:3.11.15-slim-trixie@sha256:db3ff2e1800a8581e2c48a27c3995339d47bdf046da21c7627accd3d51053a93
+FROM ${BASE_IMAGE} AS base
 
 # No .pyc written at run time (the code is read-only to the trainer user) and logs reach Cloud Logging
 # unbuffered. pip: no self-update check (a network call) and no warning about installing as root, which is

@@ -2,6 +2,7 @@
 #   make run    install everything, then run the census tuning study locally (the embedded default)
 #   make test   install everything, then run the whole test suite (what CI runs)
 #   make test-fast  the same without the tests that train models: the edit-test loop
+#   make image  the cpu trainer image, built with this machine's Docker or Podman (see the README)
 # Each target installs pipenv if it is missing and runs `pipenv sync --dev` first: slow once, ~1 s when warm.
 # Afterwards every tool is in .venv/bin, so the README's commands need nothing on PATH: .venv/bin/python,
 # .venv/bin/pytest, .venv/bin/cdktn (or `. .venv/bin/activate` once, then the bare names).
@@ -23,7 +24,7 @@ RUN_JOB ?= jobs/census_tuning.yaml
 RUN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast deps python-deps node-deps pipenv lint synth scan clean
+.PHONY: run test test-fast image deps python-deps node-deps pipenv lint synth scan clean
 
 run: deps
 	$(PIPENV) run python scripts/run_job.py $(RUN_JOB) --local $(RUN_ARGS)
@@ -40,9 +41,16 @@ test: deps
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; status=0; fi; exit $$status
 
 # The edit-test loop: everything but the tests that train real models (marker `training`, see
-# `pytest --markers`). CI runs the complete `make test`.
-test-fast: PYTEST_ARGS += -m "not training"
+# `pytest --markers`) and those that build and run the trainer image (`container`). CI runs the complete
+# `make test`.
+test-fast: PYTEST_ARGS += -m "not training and not container"
 test-fast: test
+
+# The cpu trainer image, built here with Docker or Podman (whichever answers) as localhost/trainer:cpu-<hash>,
+# the tag Cloud Build would give it; nothing is rebuilt while the tag exists. Where no registry can be reached
+# the base is a Debian bookworm bootstrapped once with debootstrap (root; jobs/local/base_image.py).
+image: python-deps
+	$(PIPENV) run python scripts/build_image.py --local cpu
 
 deps: python-deps node-deps
 

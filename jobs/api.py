@@ -66,6 +66,10 @@ REEXPORTED = {
     "DEFAULT_MACHINE": "jobs.definition.batch_prediction",
     "check_cap": "jobs.definition.cost",  # a submit's ceiling against its cap (run_job.py)
     "SmokeFailed": "jobs.cloud.deploy",
+    "find_engine": "jobs.local.engine",  # this machine's container engine (build_image.py --local)
+    "EngineError": "jobs.local.engine",
+    "BuildError": "jobs.local.engine",
+    "ensure_image": "jobs.local.trainer_image",  # the trainer image built here, reused by its tag
 }
 
 

@@ -39,6 +39,17 @@ def build_parser(description: str | None = None) -> Parser:
     mode.add_argument(
         "--print-tag", action="store_true", help="print the image tags of this checkout and exit"
     )
+    mode.add_argument(
+        "--local",
+        action="append",
+        choices=VARIANTS,
+        metavar="VARIANT",
+        help="build VARIANT (cpu, gpu, tpu; repeatable) with this machine's container engine as "
+        "localhost/trainer:<variant>-<hash>, unless that tag exists; prints the image",
+    )
+    p.add_argument(
+        "--allow-large", action="store_true", help="with --local: build gpu too (1.9 GB of CUDA wheels)"
+    )
     return p
 
 
@@ -59,6 +70,10 @@ def main(
     err = err or sys.stderr
     args = build_parser(description).parse_args(argv)
     variants = tuple(dict.fromkeys(args.variant or ("cpu", "gpu", "tpu")))
+    if args.local:
+        return build_local(
+            tuple(dict.fromkeys(args.local)), repo_root, out, err, allow_large=args.allow_large
+        )
     try:
         digest = api.trainer_image_hash(repo_root, needed=True)
         if args.print_tag:
@@ -86,3 +101,34 @@ def main(
     except JobError as exc:
         print(str(exc), file=err)
         return EXIT_BAD_INPUT
+
+
+def build_local(
+    variants: tuple[str, ...], repo_root: Path, out: TextIO, err: TextIO, *, allow_large: bool
+) -> int:
+    """``--local``: each variant's image, reused by tag or built here (the engine's output on ``err``); the
+    image names on ``out``, one a line."""
+    import time
+
+    from jobs.api import BuildError, EngineError, JobError, ensure_image, find_engine, trainer_image_hash
+
+    try:
+        trainer_image_hash(repo_root, needed=True)  # a bad .dockerignore: its one line before any engine call
+        engine = find_engine()
+        for variant in variants:
+            start = time.monotonic()
+            image = ensure_image(engine, repo_root, variant, err, allow_large=allow_large)
+            took = time.monotonic() - start
+            what = f"built in {took:.0f} s" if image.built else "already built"
+            print(f"{image.ref}: {what} ({engine.name}, base {image.base or 'unknown'})", file=err)
+            print(image.ref, file=out)
+    except KeyboardInterrupt:
+        print("interrupted; nothing was tagged, and running the same command again rebuilds", file=err)
+        return EXIT_INTERRUPTED
+    except BuildError as exc:
+        print(f"build_image.py: {exc}", file=err)
+        return 1
+    except (EngineError, JobError) as exc:
+        print(f"build_image.py: {exc}", file=err)
+        return EXIT_BAD_INPUT
+    return 0

@@ -107,6 +107,7 @@ class Stage:
 def parse_dockerfile(text: str) -> list[Stage]:
     """Stages of a Dockerfile: comment lines dropped (also inside continuations), `\\` lines joined."""
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}  # ARGs before the first FROM: what FROM lines may name (BASE_IMAGE)
     current = ""
     for line in text.splitlines():
         if line.strip().startswith("#") or (not current and not line.strip()):
@@ -117,7 +118,11 @@ def parse_dockerfile(text: str) -> list[Stage]:
         current += line
         keyword, _, args = current.strip().partition(" ")
         keyword, args, current = keyword.upper(), " ".join(args.split()), ""
-        if keyword == "FROM":
+        if keyword == "ARG" and not stages:
+            name, _, default = args.partition("=")
+            global_args[name] = default
+        elif keyword == "FROM":
+            args = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: global_args[m[1] or m[2]], args)
             words = [w for w in args.split() if not w.startswith("--")]
             alias = words[2] if len(words) == 3 and words[1].lower() == "as" else None
             stages.append(Stage(alias, words[0]))
@@ -203,7 +208,7 @@ def context_files(root: Path) -> list[str]:
 def image_python() -> str:
     """The Python version of the Dockerfile's base image (python:<x.y.z>-...)."""
     base = parse_dockerfile(DOCKERFILE.read_text())[0].base
-    found = re.fullmatch(r"python:(\d+\.\d+\.\d+)-slim(-[a-z]+)?", base)
+    found = re.fullmatch(r"python:(\d+\.\d+\.\d+)-slim(-[a-z]+)?(@sha256:[0-9a-f]{64})?", base)
     assert found, f"base image {base!r} is not a pinned python:<x.y.z>-slim tag"
     return found[1]
 
@@ -454,7 +459,7 @@ def test_generated_files_are_current_and_checked_offline(monkeypatch, capsys):
     script = _load_script()
     monkeypatch.setattr(urllib.request, "urlopen", _no_network)
     assert script.main(["--check"]) == 0, capsys.readouterr().err
-    assert script.BASE_IMAGE == parse_dockerfile(DOCKERFILE.read_text())[0].base
+    assert script.BASE_IMAGE == parse_dockerfile(DOCKERFILE.read_text())[0].base.split("@")[0]
 
 
 def _copy_inputs(tmp_path: Path) -> Path:
