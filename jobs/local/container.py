@@ -15,25 +15,24 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
-from jobs.local import container_plan, environment, launcher
-from jobs.local.container_plan import RUN_LABEL, Identity
+from jobs.definition.kinds import runs_study, spec_field
+from jobs.local import container_plan, environment, launcher, spec
+from jobs.local.container_plan import CPU, RUN_LABEL, Identity
+from jobs.local.engine import CALL_TIMEOUT_S, BuildError, Engine, EngineError, find_engine
 from jobs.local.launcher import GRACE_S, JobRun, Replica, Stopped
-from jobs.local.spec import JobSpec
-
-ENGINE_TIMEOUT_S = 60.0  # one engine command that is not a run (stop, rm, network)
-
-
-class EngineError(RuntimeError):
-    """An engine command failed: one line, what it was doing and what the engine said."""
+from jobs.local.spec import JobSpec, LocalRunError
+from jobs.local.trainer_image import ensure_image
 
 
 def run_id(name: str) -> str:
@@ -42,51 +41,30 @@ def run_id(name: str) -> str:
     return f"{stem}-{secrets.token_hex(3)}"
 
 
-def identity(engine) -> Identity:
+def identity(engine: Engine) -> Identity:
     """Who the containers run as: this user (container_plan says why); rootless podman maps it."""
     rootless = os.getuid() != 0 and engine.name == "podman"
     return Identity(f"{os.getuid()}:{os.getgid()}", "keep-id" if rootless else "")
 
 
-def _call(engine, *args: str, what: str, timeout: float = ENGINE_TIMEOUT_S) -> str:
-    try:
-        done = subprocess.run(
-            engine.argv(*args), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        raise EngineError(f"{engine.name} {what}: no answer in {timeout:.0f}s") from None
-    if done.returncode != 0:
-        said = " ".join(done.stderr.split())[-300:] or f"exit status {done.returncode}"
-        raise EngineError(f"{engine.name} {what} failed: {said}")
-    return done.stdout
-
-
-def labelled(engine, run: str) -> list[str]:
+def labelled(engine: Engine, run: str) -> list[str]:
     """The names of every container (running or not) carrying run label ``run``."""
-    out = _call(engine, "ps", "--all", "--filter", f"label={RUN_LABEL}={run}", "--format", "{{.Names}}",
-                what="listing containers")
-    return out.split()
+    listed = engine.call("ps", "--all", "--filter", f"label={RUN_LABEL}={run}", "--format", "{{.Names}}")
+    return listed.stdout.decode().split()
 
 
-def labelled_networks(engine, run: str) -> list[str]:
-    out = _call(engine, "network", "ls", "--filter", f"label={RUN_LABEL}={run}", "--format", "{{.Name}}",
-                what="listing networks")
-    return out.split()
-
-
-def remove(engine, names: list[str]) -> None:
+def remove(engine: Engine, names: list[str]) -> None:
     """Remove these containers, running or not (SIGKILL); a name already gone is fine."""
     if names:
-        subprocess.run(engine.argv("rm", "--force", *names), capture_output=True, timeout=ENGINE_TIMEOUT_S,
-                       stdin=subprocess.DEVNULL)
+        engine.call("rm", "--force", *names, check=False)
 
 
-def clean(engine, run: str) -> None:
+def clean(engine: Engine, run: str) -> None:
     """Every container and network of run ``run``, removed."""
     remove(engine, labelled(engine, run))
-    for network in labelled_networks(engine, run):
-        subprocess.run(engine.argv("network", "rm", network), capture_output=True,
-                       timeout=ENGINE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    listed = engine.call("network", "ls", "--filter", f"label={RUN_LABEL}={run}", "--format", "{{.Name}}")
+    for network in listed.stdout.decode().split():
+        engine.remove_network(network)
 
 
 def _interrupt(signum, frame) -> None:
@@ -94,7 +72,7 @@ def _interrupt(signum, frame) -> None:
 
 
 @contextmanager
-def session(engine, run: str) -> Iterator[None]:
+def session(engine: Engine, run: str) -> Iterator[None]:
     """SIGTERM as Ctrl-C while the run lasts (on the main thread), and the run's containers and networks
     removed at its end, however it ends."""
     main = threading.current_thread() is threading.main_thread()
@@ -104,6 +82,9 @@ def session(engine, run: str) -> Iterator[None]:
     finally:
         try:
             clean(engine, run)
+        except EngineError as exc:  # said, not raised: the run's own outcome stands
+            print(f"warning: the containers of run {run} may not all be removed ({exc}); list them with: "
+                  f"{engine.name} ps --all --filter label={RUN_LABEL}={run}", file=sys.stderr)
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous)
@@ -114,7 +95,7 @@ class ContainerRun(JobRun):
     """A JobRun whose replicas are containers: stopped and removed through the engine; its network goes
     once the run has ended."""
 
-    engine: Any = None
+    engine: Engine | None = None
     plan: container_plan.JobPlan | None = None
     closed: bool = field(default=False)
 
@@ -130,15 +111,14 @@ class ContainerRun(JobRun):
         live = [r for r in self.replicas if r.proc.poll() is None]
         started = time.monotonic()
         names = [self._container(r).name for r in live]
-        if names:
-            subprocess.run(
-                self.engine.argv("stop", "--time", str(max(0, round(grace_s))), *names),
-                capture_output=True, timeout=grace_s + ENGINE_TIMEOUT_S, stdin=subprocess.DEVNULL,
-            )
+        if names:  # one stop for all: their grace periods run together
+            grace = max(0, round(grace_s))
+            self.engine.call("stop", "--time", str(grace), *names, timeout=grace + CALL_TIMEOUT_S,
+                             check=False)
         stopped = []
         for rep in live:
             try:
-                rep.proc.wait(ENGINE_TIMEOUT_S)
+                rep.proc.wait(CALL_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 launcher._signal_group(rep.proc, signal.SIGKILL)
                 rep.proc.wait()
@@ -157,8 +137,7 @@ class ContainerRun(JobRun):
             return
         self.closed = True
         if self.plan.network:
-            subprocess.run(self.engine.argv("network", "rm", "--force", self.plan.network),
-                           capture_output=True, timeout=ENGINE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            self.engine.remove_network(self.plan.network)
 
     def _container(self, rep: Replica) -> container_plan.Container:
         return next(r.container for r in self.plan.replicas if r.name == rep.name)
@@ -168,7 +147,7 @@ class ContainerRun(JobRun):
 class Starter:
     """``launcher.start_job`` for containers: the same arguments, one container per replica."""
 
-    engine: Any
+    engine: Engine
     images: dict[int, str]
     run: str
     who: Identity
@@ -201,11 +180,10 @@ class Starter:
                            plan=plan)
         try:
             if plan.network:
-                _call(self.engine, "network", "create", "--label", f"{RUN_LABEL}={self.run}", plan.network,
-                      what=f"creating network {plan.network}")
+                self.engine.call("network", "create", "--label", f"{RUN_LABEL}={self.run}", plan.network)
             for rep in plan.replicas:
                 argv = self.engine.argv(*rep.container.run_args(tuple(self.engine.run_flags)))
-                env = {**os.environ, **rep.container.client_env()}
+                env = {**self.engine.environ(), **rep.container.client_env()}
                 proc, _ = launcher._spawn(rep.name, argv, env, rep.log_path, run_dir)
                 run.replicas.append(Replica(rep.name, proc, rep.log_path, argv=argv, env=env, cwd=run_dir))
         except (RuntimeError, KeyboardInterrupt):
@@ -220,7 +198,7 @@ class ServerProcess:
     """The serving container's client as ``server.start_server``'s Popen is used: a signal to it reaches
     the container (``kill --signal``), and killing it removes the container."""
 
-    engine: Any
+    engine: Engine
     name: str
     proc: subprocess.Popen
 
@@ -236,23 +214,103 @@ class ServerProcess:
 
     def send_signal(self, signum: int) -> None:
         if self.proc.poll() is None:
-            subprocess.run(self.engine.argv("kill", "--signal", signal.Signals(signum).name, self.name),
-                           capture_output=True, timeout=ENGINE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            self.engine.call("kill", "--signal", signal.Signals(signum).name, self.name, check=False)
 
     def kill(self) -> None:
         remove(self.engine, [self.name])
         self.proc.kill()
 
 
-def start_server(engine, image: str, model: str, *, host: str, port: int, run: str,
+def start_server(engine: Engine, image: str, model: str, *, host: str, port: int, name: str, run: str,
                  popen: Callable[..., subprocess.Popen] = subprocess.Popen, **kwargs) -> ServerProcess:
-    """The serving container on ``model``, its port 8080 published on ``host``:``port``."""
-    name = f"{run}-server"
+    """The serving container ``name`` on ``model``, its port 8080 published on ``host``:``port``."""
     spec = container_plan.plan_server(
         Path(model), image=image, name=name, identity=identity(engine), address=host, host_port=port,
         labels={RUN_LABEL: run},
     )
     argv = engine.argv(*spec.run_args(tuple(engine.run_flags)))
-    proc = popen(argv, env={**os.environ, **spec.client_env()}, start_new_session=True,
+    proc = popen(argv, env={**engine.environ(), **spec.client_env()}, start_new_session=True,
                  stdin=subprocess.DEVNULL, **kwargs)
     return ServerProcess(engine, name, proc)
+
+
+# --- the entry points: a job, a server ---------------------------------------------------------------------
+
+
+def job_images(kind: str, body: dict, outputs: dict[str, str], image_hash: str) -> dict[int, str]:
+    """Each pool's image as the definition names it, when --container can build it (LocalRunError naming
+    the field otherwise: see ``container_plan.pool_images``); nothing is asked of an engine."""
+    image = outputs.get("trainer_image", "")
+    field = spec_field(kind)
+    if runs_study(kind):
+        job = spec.parse_tuning_job(body, image).trial_job
+    else:
+        job = spec.parse_job_spec(body.get(field), field, image)
+    return container_plan.pool_images(job, field, image, image_hash)
+
+
+def run_job(kind: str, body: dict, outputs: dict[str, str], *, repo_root: Path, image_hash: str,
+            stream: TextIO, **local) -> int:
+    """``run_local`` (``local``: its other arguments) with every replica in a container of the trainer's
+    cpu image, built from this checkout first when the engine lacks it; the exit status. No engine, or a
+    build that fails, is one line (exit 2, exit 1 naming the failing step)."""
+    from jobs.local.run import run_local
+
+    try:
+        engine = find_engine()
+        run = run_id(str(body.get("displayName") or "local-job"))
+        with session(engine, run):
+            image = ensure_image(engine, repo_root, CPU, stream).ref
+            images = {i: image for i in job_images(kind, body, outputs, image_hash)}
+            starter = Starter(engine, images, run, identity(engine))
+            return run_local(kind, body, outputs, repo_root=repo_root, stream=stream, start_job=starter,
+                             **local)
+    except BuildError as exc:
+        print(f"error: local run --container: {exc}", file=sys.stderr)
+        return 1
+    except LocalRunError as exc:
+        print(f"error: local run --container: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before the runner took over (while building): nothing was started
+        return 130
+
+
+@contextmanager
+def serving(repo_root: Path, out: TextIO) -> Iterator[Callable[..., ServerProcess]]:
+    """``server.start_server`` for the serving container: yields a function of (model, host, port) that
+    starts it (the image built first when the engine lacks it), every container it started removed when
+    the block ends. LocalRunError: no engine, a port in use (``--port``); BuildError: the build failed."""
+    engine = find_engine()
+    run = run_id("serve")
+    with session(engine, run):
+        image = ensure_image(engine, repo_root, CPU, out).ref
+        count = iter(range(1, 1 << 30))
+
+        def start(model: str, *, host: str, port: int, repo_root: Path | None = None,
+                  **popen) -> ServerProcess:
+            name = f"{run}-server-{next(count)}"
+            return start_server(engine, image, model, host=host, port=host_port(host, port), name=name,
+                                run=run, **popen)
+
+        yield start
+
+
+def host_port(host: str, port: int) -> int:
+    """``port`` when it is free on ``host`` (any free one for 0): what the server's port 8080 is published
+    on. LocalRunError naming --port when it is taken: the engine would fail only after creating the
+    container."""
+    if port == 0:
+        return environment.free_ports(1)[0] if host in ("127.0.0.1", "localhost") else _free_on(host)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, port))
+    except OSError as exc:
+        raise LocalRunError("--port", f"{host}:{port} cannot be used ({exc.strerror})",
+                            "a free port (0: any free one)") from None
+    return port
+
+
+def _free_on(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]

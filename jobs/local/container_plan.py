@@ -139,6 +139,7 @@ def pool_images(job: JobSpec, spec_path: str, trainer_image: str, image_tag: str
     variants (built for accelerators this machine's engine does not pass through; --local runs them on
     CPU)."""
     wanted = f"{CPU}-{image_tag}"
+    ours = f"{trainer_image or '${infra.trainer_image}'}:{wanted}"
     images = {}
     for pool in job_body.pools(job.raw, spec_path):
         if not pool.raw:
@@ -146,29 +147,26 @@ def pool_images(job: JobSpec, spec_path: str, trainer_image: str, image_tag: str
         if pool.is_package:
             raise LocalRunError(
                 pool.field(pool.program_field, "executorImageUri"),
-                f"{short(pool.image)} is Vertex AI's prebuilt image, which cannot be pulled here; "
-                "--container runs the trainer image built from this checkout (delivery: container), --local "
-                "runs this job",
+                f"{short(pool.image)} is Vertex AI's prebuilt image, which cannot be pulled here",
+                f"delivery: container (the trainer image built from this checkout, {ours}); --local runs "
+                "this job as it is",
             )
         name, tag = split_image(pool.image)
         where = pool.field(pool.program_field, "imageUri")
         if not trainer_image or name != image_name(trainer_image):
-            raise LocalRunError(
-                where, f"{short(pool.image)} cannot be built here; --container runs only the trainer image "
-                f"built from this checkout ({trainer_image or '${infra.trainer_image}'})",
-            )
+            raise LocalRunError(where, f"{short(pool.image)} cannot be built here",
+                                f"the trainer image built from this checkout, {ours}")
         variant = tag.split("-", 1)[0]
         if variant in (GPU, TPU):
             raise LocalRunError(
                 where,
                 f"the {variant} image is skipped: it is built for {variant.upper()}s, which containers on "
-                f"this machine cannot use, and --container builds only the {CPU} target; --local runs this "
-                "job on CPU",
+                f"this machine cannot use (--container builds the {CPU} target only)",
+                f"a {CPU} image ({ours}); --local runs this job on CPU",
             )
         if tag != wanted:
-            raise LocalRunError(
-                where, f"{short(tag)} is not this checkout's image; --container builds and runs {wanted}"
-            )
+            raise LocalRunError(where, f"{short(tag)} is not this checkout's image",
+                                f"{wanted}, the image --container builds")
         images[pool.index] = pool.image
     return images
 

@@ -122,7 +122,7 @@ def test_a_command_replaces_the_entrypoint():
         (container_pool(image=f"{IMAGE}:gpu-{HASH}"), "containerSpec.imageUri", "the gpu image is skipped"),
         (container_pool(image=f"{IMAGE}:tpu-{HASH}"), "containerSpec.imageUri", "the tpu image is skipped"),
         (container_pool(image=f"{IMAGE}:cpu-{'f' * 16}"), "containerSpec.imageUri",
-         "not this checkout's image; --container builds and runs cpu-0123456789abcdef"),
+         "not this checkout's image; allowed: cpu-0123456789abcdef, the image --container builds"),
         (container_pool(image="gcr.io/other/image:1", command=["python", "-m", "trainer.task"]),
          "containerSpec.imageUri", "cannot be built here"),
     ],
