@@ -35,10 +35,14 @@ from jobs.local.spec import JobSpec, LocalRunError
 from jobs.local.trainer_image import ensure_image
 
 
+def run_stem(name: str) -> str:
+    """What the run id of a job named ``name`` starts with (its display name, as a container name may be)."""
+    return environment.slug(name).lower().strip("-._")[:40].rstrip("-._") or "job"
+
+
 def run_id(name: str) -> str:
     """A run's id: its containers' and network's prefix and label value (lowercase, unique per run)."""
-    stem = environment.slug(name).lower().strip("-._")[:40].rstrip("-._") or "job"
-    return f"{stem}-{secrets.token_hex(3)}"
+    return f"{run_stem(name)}-{secrets.token_hex(3)}"
 
 
 def identity(engine: Engine) -> Identity:
