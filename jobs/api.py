@@ -777,7 +777,7 @@ def container_serving(repo_root: Path, out: TextIO, verb: str = SERVE_VERB):
     from jobs.local.spec import LocalRunError
 
     try:
-        with serving(repo_root, out) as start:
+        with serving(repo_root, out, verb) as start:
             yield start
     except BuildError:
         raise

@@ -280,12 +280,13 @@ def run_job(kind: str, body: dict, outputs: dict[str, str], *, repo_root: Path, 
 
 
 @contextmanager
-def serving(repo_root: Path, out: TextIO) -> Iterator[Callable[..., ServerProcess]]:
+def serving(repo_root: Path, out: TextIO, name: str = "serve") -> Iterator[Callable[..., ServerProcess]]:
     """``server.start_server`` for the serving container: yields a function of (model, host, port) that
     starts it (the image built first when the engine lacks it), every container it started removed when
-    the block ends. LocalRunError: no engine, a port in use (``--port``); BuildError: the build failed."""
+    the block ends (``name``: what their names start with). LocalRunError: no engine, a port in use
+    (``--port``); BuildError: the build failed."""
     engine = find_engine()
-    run = run_id("serve")
+    run = run_id(name)
     with session(engine, run):
         image = ensure_image(engine, repo_root, CPU, out).ref
         count = iter(range(1, 1 << 30))
