@@ -3,6 +3,10 @@
 #   docker build --target cpu -t IMAGE .     # also: gpu (CUDA wheels), tpu (tensorflow-tpu + libtpu)
 #   docker run --rm IMAGE --model wide_deep --train-files gs://... --eval-files gs://... --job-dir gs://...
 #
+# On this machine `make image` (scripts/build_image.py --local cpu) builds the cpu target with Docker or
+# Podman as localhost/trainer:cpu-<hash>, the content hash Cloud Build tags it with, and reuses that tag while
+# the context is unchanged; where no registry answers, BASE_IMAGE is a local Debian bookworm base (below).
+#
 # The cpu image is also the serving image of the models it exports: a Model Registry entry's containerSpec
 # runs it with command ["python", "-m", "serving"] (which replaces the ENTRYPOINT), port 8080, routes
 # /predict and /health, and Vertex AI passes the model as AIP_STORAGE_URI (see serving/__init__.py). The
@@ -22,10 +26,10 @@
 
 # A fixed Python patch release and Debian release rather than the moving `3.11-slim`, pinned by digest (the
 # multi-platform index of python:3.11.15-slim-trixie, as published); 3.11 is the lock's Python and 3.11.15 /
-# glibc 2.41 are what scripts/image_requirements.py evaluates markers and wheel tags for. BASE_IMAGE stands
-# in another python:3.11 slim-like base where no registry can be reached:
-#   .venv/bin/python scripts/build_image.py --local cpu     # (make image) builds FROM a local Debian
-#   bookworm base (jobs/local/base_image.py: Python 3.11.2, glibc 2.36) bootstrapped with debootstrap
+# glibc 2.41 are what scripts/image_requirements.py evaluates markers and wheel tags for. BASE_IMAGE takes
+# another python:3.11 slim-like base: build_image.py --local passes the local Debian bookworm one
+# (jobs/local/base_image.py, debootstrap: Python 3.11.2, glibc 2.36) where no registry can be reached; every
+# pinned wheel installs there too (the newest manylinux tag among them is 2_31).
 ARG BASE_IMAGE=python:3.11.15-slim-trixie@sha256:db3ff2e1800a8581e2c48a27c3995339d47bdf046da21c7627accd3d51053a93
 FROM ${BASE_IMAGE} AS base
 

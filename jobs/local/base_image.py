@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from jobs.local.engine import Engine, EngineError
+from jobs.local.engine import Engine, EngineError, machine_lock
 
 BASE_REF = "localhost/trainer-base:bookworm-py311"
 SUITE = "bookworm"
@@ -39,8 +39,9 @@ CHANGES = (
 
 def ensure_base(engine: Engine, out: TextIO | None = None) -> str:
     """:data:`BASE_REF`, bootstrapped first if the engine does not have it yet."""
-    if not engine.image_exists(BASE_REF):
-        bootstrap(engine, out)
+    with machine_lock("trainer-base-image"):
+        if not engine.image_exists(BASE_REF):
+            bootstrap(engine, out)
     return BASE_REF
 
 

@@ -16,14 +16,18 @@ Every call but a build has a bounded time; a build streams its output and, when 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import itertools
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TextIO
@@ -33,6 +37,8 @@ from jobs.local.spec import LocalRunError
 
 ENGINES = ("docker", "podman")
 ENGINE_VARIABLE = "CONTAINER_ENGINE"
+# Where the docker CLI finds its daemon (a Podman API socket, a remote host).
+DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 HOW_TO_GET_ONE = "`apt-get install podman runc` on Debian/Ubuntu, or Docker (docs.docker.com/engine/install)"
 # Within the limits this host lets a process raise; podman's own defaults (nofile 1048576) are not.
 ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
@@ -50,6 +56,7 @@ _STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: .*|^Step \d+/\d+ : .*", re.
 _BUILDKIT_STEP = re.compile(r"^#(\d+) (\[[^\]]*\d+/\d+\] .*)")
 _BUILDKIT_FAILED = re.compile(r"^#(\d+) ERROR\b")
 _BUILDKIT_ERROR = re.compile(r"^=> ERROR (\[[^\]]*\] .*?)(?:\s+\d+(?:\.\d+)?s)?$")
+_RUNS = itertools.count()
 _EXIT_STATUS = re.compile(r"(?:exit status|exit code:?|returned a non-zero code:) ?(\d+)", re.IGNORECASE)
 
 
@@ -80,6 +87,9 @@ class Engine:
     run_flags: tuple[str, ...] = ()
     version: str = ""
     extra: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # The docker CLI on Podman's API socket loses a `run --rm` container's exit status (0 whatever it was:
+    # containers/podman#18889): there, a foreground run keeps its container and removes it afterwards.
+    rm_loses_status: bool = False
 
     def argv(self, *args: str) -> list[str]:
         return [*self.command, *args]
@@ -229,13 +239,14 @@ class Engine:
         volumes: Iterable[str] = (),
         extra: Iterable[str] = (),
     ) -> list[str]:
-        """The argv of ``run`` (for a caller that streams or waits on the process itself)."""
+        """The argv of ``run`` (for a caller that streams or waits on the process itself). Where
+        ``rm_loses_status``, a foreground run with ``remove`` has no ``--rm``: the caller removes the
+        container (by ``name``) once it has its status, as :meth:`run` does."""
         flags = ["run", *self.run_flags]
-        flags += ["--rm"] if remove else []
+        flags += ["--rm"] if remove and (detach or not self.rm_loses_status) else []
         flags += ["--detach"] if detach else []
-        flags += (
-            ["--init"] if init else []
-        )  # a PID 1 that forwards signals (a server ignored SIGTERM as PID 1)
+        # A PID 1 that forwards signals: a Python server as PID 1 ignored SIGTERM until killed.
+        flags += ["--init"] if init else []
         flags += ["--name", name] if name else []
         flags += ["--entrypoint", entrypoint] if entrypoint is not None else []
         flags += ["--user", user] if user else []
@@ -253,13 +264,18 @@ class Engine:
     ) -> subprocess.CompletedProcess:
         """Run a container to its end (or start it, ``detach=True``), output captured; the status is the
         caller's to judge (a trainer's exit 2 is an answer, not an engine failure)."""
+        cleanup = self.rm_loses_status and options.get("remove", True) and not options.get("detach")
+        if cleanup and not options.get("name"):
+            options["name"] = f"trainer-run-{os.getpid()}-{next(_RUNS)}"
         argv = self.run_argv(image, args, **options)
         try:
             return subprocess.run(argv, capture_output=True, timeout=timeout, env=self.environ(), check=False)
         except subprocess.TimeoutExpired:
-            if options.get("name"):
-                self.remove(options["name"])
+            cleanup = bool(options.get("name"))
             raise EngineError(f"`{_shown(argv)}` did not finish within {timeout:.0f} s") from None
+        finally:
+            if cleanup:
+                self.remove(options["name"])
 
     def stop(self, name: str, grace_s: int = 10) -> None:
         """Stop a container: its stop signal, then SIGKILL after ``grace_s`` seconds."""
@@ -293,7 +309,7 @@ def find_engine(environ: Mapping[str, str] | None = None) -> Engine:
             reasons.append(f"no {name}")
             continue
         probe = _probe_docker if name == "docker" else _probe_podman
-        engine, reason = probe(binary)
+        engine, reason = probe(binary, environ)
         if engine is not None:
             return engine
         reasons.append(reason)
@@ -302,20 +318,34 @@ def find_engine(environ: Mapping[str, str] | None = None) -> Engine:
     )
 
 
-def _probe_docker(binary: str) -> tuple[Engine | None, str]:
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Held by one process of this machine at a time (a file lock in the temp folder, released when the
+    process ends however it ends): one build of a tag at a time, whoever asks (test workers, `make image`)."""
+    with open(Path(tempfile.gettempdir()) / f"{name}.lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _probe_docker(binary: str, environ: Mapping[str, str]) -> tuple[Engine | None, str]:
     # The CLI alone prints its own version and fails on the server's: only an answering daemon counts.
-    proc = _quiet([binary, "version", "--format", "{{.Server.Version}}"])
+    proc = _quiet([binary, "version", "--format", "{{.Server.Version}}"], environ)
     if proc is None or proc.returncode != 0 or not proc.stdout.strip():
         return None, f"docker: {_last_line(proc) if proc else 'no answer'}"
-    buildx = _quiet([binary, "buildx", "version"])
-    env = () if buildx is not None and buildx.returncode == 0 else (("DOCKER_BUILDKIT", "0"),)
+    buildx = _quiet([binary, "buildx", "version"], environ)
+    # The daemon it answered from stays the one every later call reaches, whatever the caller's environment.
+    env = tuple((key, environ[key]) for key in DOCKER_VARIABLES if key in environ)
+    env += () if buildx is not None and buildx.returncode == 0 else (("DOCKER_BUILDKIT", "0"),)
     ulimits = tuple(f for limit in ULIMITS for f in ("--ulimit", limit))
-    return Engine(
-        "docker", (binary,), env, ulimits, ulimits, proc.stdout.decode(errors="replace").strip()
-    ), ""
+    server = _quiet([binary, "version", "--format", "{{range .Server.Components}}{{.Name}};{{end}}"], environ)
+    podman = server is not None and b"Podman" in server.stdout
+    version = proc.stdout.decode(errors="replace").strip()
+    # Podman 4.3's API answers a build with ulimits "400 Bad Request"; its builds run without them.
+    build_flags = () if podman else ulimits
+    return Engine("docker", (binary,), env, build_flags, ulimits, version, rm_loses_status=podman), ""
 
 
-def _probe_podman(binary: str) -> tuple[Engine | None, str]:
+def _probe_podman(binary: str, environ: Mapping[str, str]) -> tuple[Engine | None, str]:
     command: tuple[str, ...] = (binary,)
     if shutil.which("runc"):
         command += ("--runtime", "runc")
@@ -323,10 +353,10 @@ def _probe_podman(binary: str) -> tuple[Engine | None, str]:
         # cgroup v1 or hybrid: crun (Debian's default runtime) refuses to create containers here.
         return None, "podman: runc is missing and crun cannot run containers on this host's cgroup v1 layout"
     command += ("--cgroup-manager", "cgroupfs")
-    proc = _quiet([*command, "version", "--format", "{{.Client.Version}}"])
+    proc = _quiet([*command, "version", "--format", "{{.Client.Version}}"], environ)
     if proc is None or proc.returncode != 0:
         return None, f"podman: {_last_line(proc) if proc else 'no answer'}"
-    info = _quiet([*command, "info", "--format", "{{.Store.GraphDriverName}}"])
+    info = _quiet([*command, "info", "--format", "{{.Store.GraphDriverName}}"], environ)
     if info is None or info.returncode != 0:
         return None, f"podman: {_last_line(info) if info else 'no answer'}"
     ulimits = tuple(f for limit in ULIMITS for f in ("--ulimit", limit))
@@ -341,9 +371,11 @@ def _probe_podman(binary: str) -> tuple[Engine | None, str]:
     ), ""
 
 
-def _quiet(argv: list[str]) -> subprocess.CompletedProcess | None:
+def _quiet(argv: list[str], environ: Mapping[str, str]) -> subprocess.CompletedProcess | None:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+        return subprocess.run(
+            argv, capture_output=True, timeout=PROBE_TIMEOUT_S, env=dict(environ), check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
 

@@ -9,24 +9,20 @@ Debian bookworm base of :mod:`jobs.local.base_image` (bootstrapped once).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import re
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from jobs.definition.image import DOCKERFILE, VARIANTS, image_hash, write_context
 from jobs.local import base_image
-from jobs.local.engine import Engine, EngineError
+from jobs.local.engine import Engine, EngineError, machine_lock
 
 LOCAL_REPOSITORY = "localhost/trainer"
 BASE_ARG = "BASE_IMAGE"
 BASE_LABEL = "org.opencontainers.image.base.name"
-HASH_LABEL = "trainer.context-hash"
 # Variants built on request only (--allow-large): the gpu target's twelve CUDA wheels are 1.9 GB to download
 # (cuDNN 577 MB, cuBLAS 363 MB, NCCL 323 MB, ...; PyPI's sizes, 2026-11), for an image that needs a GPU to be
 # of any use. The tpu target's extra downloads are 0.4 GB, like the cpu one's TensorFlow.
@@ -81,7 +77,7 @@ def ensure_image(
     digest = image_hash(repo_root)
     # One build of a tag at a time on this machine (two test workers, `make image` beside a test run): the
     # second waits for the first and then finds its tag.
-    with _build_lock(f"{variant}-{digest}"):
+    with machine_lock(f"trainer-image-{variant}-{digest}"):
         return _ensure(engine, repo_root, variant, digest, out, base, allow_large)
 
 
@@ -118,15 +114,9 @@ def _ensure(
             ref,
             target=variant,
             build_args={BASE_ARG: base},
-            labels={BASE_LABEL: base, HASH_LABEL: written},
+            # No label carries the hash: Podman's layer cache reuses an image whose labels differ only in
+            # value (after a change outside the image, e.g. a Dockerfile comment); the tag is the record.
+            labels={BASE_LABEL: base},
             out=out,
         )
     return LocalImage(ref, variant, written, built=True, base=base)
-
-
-@contextlib.contextmanager
-def _build_lock(name: str) -> Iterator[None]:
-    path = Path(tempfile.gettempdir()) / f"trainer-image-{name}.lock"
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
-        yield
