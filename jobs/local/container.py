@@ -156,26 +156,13 @@ class Starter:
     run: str
     who: Identity
 
-    def __call__(
-        self,
-        job: JobSpec,
-        *,
-        run_dir: Path,
-        base_local: Path | None,
-        local_root: Path,
-        repo_root: Path,
-        trial_id: str | None = None,
-        extra_env: dict[str, str] | None = None,
-        extra_args: tuple[str, ...] = (),
-        threads: int = 1,
-        cpu_only: bool = True,
-        field: str = "baseOutputDirectory",
-    ) -> ContainerRun:
-        plan = container_plan.plan_job(
-            job, images=self.images, run_id=self.run, identity=self.who, run_dir=run_dir,
-            base_local=base_local, local_root=local_root, trial_id=trial_id, extra_env=extra_env,
-            extra_args=extra_args, threads=threads, cpu_only=cpu_only,
-        )
+    def __call__(self, job: JobSpec, *, local_root: Path, field: str = "baseOutputDirectory",
+                 repo_root: Path | None = None, **planned) -> ContainerRun:
+        """``planned``: the rest of start_job's arguments (run_dir, base_local, trial_id, extra_env, ...), as
+        ``container_plan.plan_job`` takes them; the image has its own trainer, so repo_root is unused."""
+        plan = container_plan.plan_job(job, images=self.images, run_id=self.run, identity=self.who,
+                                       local_root=local_root, **planned)
+        run_dir = plan.replicas[0].log_path.parent
         for path in plan.writes:
             environment.inside(path, local_root, field)
         for folder in plan.folders:

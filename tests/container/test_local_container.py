@@ -149,3 +149,38 @@ def test_sigterm_stops_and_removes_every_container_and_the_network(engine, cpu_i
             proc.kill()
     assert "interrupted; replicas stopped" in log.read_text()
     assert len(started) == 3 and left_of(engine, name) == []
+
+
+def test_a_study_runs_each_trials_replicas_in_containers(engine, cpu_image, tmp_path):
+    root = stage_slice(tmp_path, train_rows=1000, eval_rows=401)
+    log = tmp_path / "run_job.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(RUN_JOB), "jobs/census_tuning.yaml", "--local", "--container",
+             "--local-root", str(root), "--set", "maxTrialCount=2",
+             "--set", "trialJobSpec.workerPoolSpecs.0.containerSpec.args.3=--num-epochs=1"],
+            cwd=REPO_ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
+        )
+    seen: set[str] = set()
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            found = re.search(r"study '([^']+)'", log.read_text())
+            if found:
+                seen.update(left_of(engine, found[1]))
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    name = re.search(r"study '([^']+)'", text)[1]
+    # Each trial's replica is a container of its own (the trial in its name), gone once the study ended.
+    assert {n.rsplit("-t", 1)[-1] for n in seen} == {"1-workerpool0-0", "2-workerpool0-0"}
+    assert left_of(engine, name) == []
+    assert "Study succeeded: 2 succeeded, 0 failed" in text
+    base = Path(re.search(r"Results: (\S+)/study.json", text)[1])
+    for trial in ("1", "2"):
+        assert (base / trial / "model" / "saved_model.pb").exists()
+        assert (base / trial / "replica-logs" / "workerpool0-0.log").exists()
