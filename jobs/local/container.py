@@ -28,7 +28,7 @@ from typing import TextIO
 
 from jobs.definition.kinds import runs_study, spec_field
 from jobs.local import container_plan, environment, launcher, spec
-from jobs.local.container_plan import CPU, RUN_LABEL, Identity
+from jobs.local.container_plan import CPU, OWNER_LABEL, RUN_LABEL, Identity
 from jobs.local.engine import CALL_TIMEOUT_S, BuildError, Engine, EngineError, find_engine
 from jobs.local.launcher import GRACE_S, JobRun, Replica, Stopped
 from jobs.local.spec import JobSpec, LocalRunError
@@ -49,6 +49,38 @@ def identity(engine: Engine) -> Identity:
     """Who the containers run as: this user (container_plan says why); rootless podman maps it."""
     rootless = os.getuid() != 0 and engine.name == "podman"
     return Identity(f"{os.getuid()}:{os.getgid()}", "keep-id" if rootless else "")
+
+
+def owner() -> str:
+    """This command, as the OWNER_LABEL of what it starts."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def sweep(engine: Engine) -> list[str]:
+    """Remove the containers and networks of runs whose command died without removing them (SIGKILL, a
+    crash): those of this machine whose owner process is gone. The ids of those runs."""
+    listed = engine.call("ps", "--all", "--filter", f"label={OWNER_LABEL}", "--format",
+                         f'{{{{index .Labels "{OWNER_LABEL}"}}}} {{{{index .Labels "{RUN_LABEL}"}}}}',
+                         check=False)
+    host, dead = socket.gethostname(), set()
+    for line in listed.stdout.decode().splitlines():
+        who, _, run = line.partition(" ")
+        name, _, pid = who.rpartition(":")
+        if run and name == host and pid.isdigit() and not _alive(int(pid)):
+            dead.add(run)
+    for run in sorted(dead):
+        clean(engine, run)
+    return sorted(dead)
 
 
 def labelled(engine: Engine, run: str) -> list[str]:
@@ -82,6 +114,10 @@ def session(engine: Engine, run: str) -> Iterator[None]:
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
     try:
+        swept = sweep(engine)
+        if swept:
+            print(f"removed what {len(swept)} earlier run(s) left behind when their command was killed: "
+                  f"{', '.join(swept)}", file=sys.stderr)
         yield
     finally:
         try:
@@ -155,13 +191,14 @@ class Starter:
     images: dict[int, str]
     run: str
     who: Identity
+    owner: str = ""
 
     def __call__(self, job: JobSpec, *, local_root: Path, field: str = "baseOutputDirectory",
                  repo_root: Path | None = None, **planned) -> ContainerRun:
         """``planned``: the rest of start_job's arguments (run_dir, base_local, trial_id, extra_env, ...), as
         ``container_plan.plan_job`` takes them; the image has its own trainer, so repo_root is unused."""
         plan = container_plan.plan_job(job, images=self.images, run_id=self.run, identity=self.who,
-                                       local_root=local_root, **planned)
+                                       local_root=local_root, owner=self.owner, **planned)
         run_dir = plan.replicas[0].log_path.parent
         for path in plan.writes:
             environment.inside(path, local_root, field)
@@ -171,7 +208,8 @@ class Starter:
                            plan=plan)
         try:
             if plan.network:
-                self.engine.call("network", "create", "--label", f"{RUN_LABEL}={self.run}", plan.network)
+                self.engine.call("network", "create", "--label", f"{RUN_LABEL}={self.run}", "--label",
+                                 f"{OWNER_LABEL}={self.owner}", plan.network)
             for rep in plan.replicas:
                 argv = self.engine.argv(*rep.container.run_args(tuple(self.engine.run_flags)))
                 env = {**self.engine.environ(), **rep.container.client_env()}
@@ -217,7 +255,7 @@ def start_server(engine: Engine, image: str, model: str, *, host: str, port: int
     """The serving container ``name`` on ``model``, its port 8080 published on ``host``:``port``."""
     spec = container_plan.plan_server(
         Path(model), image=image, name=name, identity=identity(engine), address=host, host_port=port,
-        labels={RUN_LABEL: run},
+        labels={RUN_LABEL: run, OWNER_LABEL: owner()},
     )
     argv = engine.argv(*spec.run_args(tuple(engine.run_flags)))
     proc = popen(argv, env={**engine.environ(), **spec.client_env()}, start_new_session=True,
@@ -253,7 +291,7 @@ def run_job(kind: str, body: dict, outputs: dict[str, str], *, repo_root: Path, 
         with session(engine, run):
             image = ensure_image(engine, repo_root, CPU, stream).ref
             images = {i: image for i in job_images(kind, body, outputs, image_hash)}
-            starter = Starter(engine, images, run, identity(engine))
+            starter = Starter(engine, images, run, identity(engine), owner())
             return run_local(kind, body, outputs, repo_root=repo_root, stream=stream, start_job=starter,
                              **local)
     except BuildError as exc:

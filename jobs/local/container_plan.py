@@ -49,6 +49,8 @@ CLUSTER_PORT = 2222
 # The label every container and network of one run carries (its run id): what is stopped and removed at the
 # end, and what the tests list to find orphans.
 RUN_LABEL = "jobs.local.run"
+# Which command started it (host:pid): a later run removes what a command killed outright (SIGKILL) left.
+OWNER_LABEL = "jobs.local.owner"
 HOME = "/tmp"
 # The port the server listens on inside its container (Vertex AI's containerSpec.ports default).
 SERVING_PORT = int(SERVING_DEFAULTS[HTTP_PORT_VAR])
@@ -190,6 +192,7 @@ def plan_job(
     extra_args: tuple[str, ...] = (),
     threads: int = 1,
     cpu_only: bool = True,
+    owner: str = "",
 ) -> JobPlan:
     """One container per replica of each pool (``images``: each pool index's image), as
     ``launcher.start_job`` starts one process per replica; pure: nothing is checked on disk or started."""
@@ -208,7 +211,7 @@ def plan_job(
         metric = Path(extra_env[HP_METRIC_FILE])
         writes += [metric.parent, metric]
     mounts = (Mount(str(local_root), str(local_root)),)
-    labels = ((RUN_LABEL, run_id),)
+    labels = ((RUN_LABEL, run_id),) + (((OWNER_LABEL, owner),) if owner else ())
     replicas = []
     for pool in job.pools:
         module, args = pool.python_argv[1], pool.python_argv[2:]

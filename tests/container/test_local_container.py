@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from jobs.api import load_outputs
-from jobs.local.container import run_stem
+from jobs.local.container import run_stem, sweep
 from jobs.local.container_plan import RUN_LABEL
 from jobs.local.environment import local_bucket
 from tests.container.conftest import REPO_ROOT
@@ -184,3 +184,31 @@ def test_a_study_runs_each_trials_replicas_in_containers(engine, cpu_image, tmp_
     for trial in ("1", "2"):
         assert (base / trial / "model" / "saved_model.pb").exists()
         assert (base / trial / "replica-logs" / "workerpool0-0.log").exists()
+
+
+def test_what_a_killed_command_left_behind_is_removed_by_the_next_run(engine, cpu_image, tmp_path):
+    """SIGKILL gives run_job.py no chance to stop its containers (they outlive their engine clients); the
+    next --container command removes them, knowing their owner is gone."""
+    root = stage_slice(tmp_path, train_rows=1000, eval_rows=401)
+    log = tmp_path / "run_job.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(RUN_JOB), "jobs/census_multiworker.yaml", "--local", "--container",
+             "--local-root", str(root), "--set", ONE_WORKER],
+            cwd=REPO_ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while not re.search(r"job '[^']+': running", log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        name = job_name(log.read_text())
+        while len(left_of(engine, name)) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(left_of(engine, name)) == 3  # orphans: two containers still training, and their network
+    swept = sweep(engine)
+    assert [run for run in swept if run.startswith(run_stem(name))] and left_of(engine, name) == []

@@ -60,6 +60,16 @@ def test_one_replica_runs_the_images_own_entrypoint_with_the_local_mapping():
     assert "PYTHONPATH" not in env and "CLUSTER_SPEC" not in env and "TF_CONFIG" not in env
 
 
+def test_every_container_is_labelled_with_its_run_and_the_command_that_started_it():
+    job = parsed(container_pool(), container_pool())
+    p = plan.plan_job(job, images={0: CPU_IMAGE, 1: CPU_IMAGE}, run_id="r-1", identity=WHO,
+                      run_dir=ROOT / "logs", base_local=None, local_root=ROOT, owner="vm:4242")
+    for replica in p.replicas:
+        assert replica.container.labels == (("jobs.local.run", "r-1"), ("jobs.local.owner", "vm:4242"))
+        argv = replica.container.run_args()
+        assert "jobs.local.run=r-1" in argv and "jobs.local.owner=vm:4242" in argv
+
+
 def test_run_args_pass_values_by_name_only():
     (replica,) = planned(parsed(container_pool())).replicas
     c = replica.container
