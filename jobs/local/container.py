@@ -329,18 +329,10 @@ def host_port(host: str, port: int) -> int:
     """``port`` when it is free on ``host`` (any free one for 0): what the server's port 8080 is published
     on. LocalRunError naming --port when it is taken: the engine would fail only after creating the
     container."""
-    if port == 0:
-        return environment.free_ports(1)[0] if host in ("127.0.0.1", "localhost") else _free_on(host)
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind((host, port))
+            return probe.getsockname()[1]
     except OSError as exc:
         raise LocalRunError("--port", f"{host}:{port} cannot be used ({exc.strerror})",
                             "a free port (0: any free one)") from None
-    return port
-
-
-def _free_on(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
