@@ -8,7 +8,9 @@ Podman runs with flags on every call rather than edits to the user's containers.
 runc is installed (crun refuses hosts with hybrid cgroup v1 layouts), ``--cgroup-manager cgroupfs`` (no
 systemd session is needed), and ``--ulimit`` on build and run (its default ulimits can exceed what the host
 lets a process raise: setrlimit EPERM). Docker without buildx builds with the classic builder
-(``DOCKER_BUILDKIT=0``), which is also what its CLI needs to drive Podman's API socket.
+(``DOCKER_BUILDKIT=0``), which is also what its CLI needs to drive Podman's API socket (``podman system
+service``; there builds go without ``--ulimit``, which Podman 4.3's API refuses, and a foreground run without
+``--rm``, which loses the exit status).
 
 Every call but a build has a bounded time; a build streams its output and, when it fails, raises
 :class:`BuildError` naming the Dockerfile step that failed.
@@ -56,8 +58,11 @@ _STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: .*|^Step \d+/\d+ : .*", re.
 _BUILDKIT_STEP = re.compile(r"^#(\d+) (\[[^\]]*\d+/\d+\] .*)")
 _BUILDKIT_FAILED = re.compile(r"^#(\d+) ERROR\b")
 _BUILDKIT_ERROR = re.compile(r"^=> ERROR (\[[^\]]*\] .*?)(?:\s+\d+(?:\.\d+)?s)?$")
-_RUNS = itertools.count()
 _EXIT_STATUS = re.compile(r"(?:exit status|exit code:?|returned a non-zero code:) ?(\d+)", re.IGNORECASE)
+
+
+# Engine.run's container names, where the caller gives none.
+_RUNS = itertools.count()
 
 
 class EngineError(LocalRunError):
@@ -174,7 +179,9 @@ class Engine:
     ) -> None:
         """Build ``context`` as ``tag``, the engine's output streamed to ``out`` line by line; BuildError
         naming the failing step when the build fails or outlives ``timeout``."""
-        args = ["build", "--file", str(Path(context) / dockerfile), "--tag", tag, *self.build_flags]
+        # --force-rm: a failed step's container goes too (Docker keeps it otherwise).
+        args = ["build", "--force-rm", "--file", str(Path(context) / dockerfile), "--tag", tag]
+        args += self.build_flags
         if target:
             args += ["--target", target]
         for key, value in (build_args or {}).items():
@@ -264,14 +271,15 @@ class Engine:
     ) -> subprocess.CompletedProcess:
         """Run a container to its end (or start it, ``detach=True``), output captured; the status is the
         caller's to judge (a trainer's exit 2 is an answer, not an engine failure)."""
+        # Named, so that it can be removed when the client outlives its time (the container would not stop
+        # with it) or where --rm would lose its status.
+        options["name"] = options.get("name") or f"trainer-run-{os.getpid()}-{next(_RUNS)}"
         cleanup = self.rm_loses_status and options.get("remove", True) and not options.get("detach")
-        if cleanup and not options.get("name"):
-            options["name"] = f"trainer-run-{os.getpid()}-{next(_RUNS)}"
         argv = self.run_argv(image, args, **options)
         try:
             return subprocess.run(argv, capture_output=True, timeout=timeout, env=self.environ(), check=False)
         except subprocess.TimeoutExpired:
-            cleanup = bool(options.get("name"))
+            cleanup = True
             raise EngineError(f"`{_shown(argv)}` did not finish within {timeout:.0f} s") from None
         finally:
             if cleanup:

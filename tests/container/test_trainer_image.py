@@ -5,6 +5,7 @@ line of a failed build."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from jobs.cli.build_image import main as build_image
 from jobs.definition.image import image_hash
-from jobs.local.engine import BuildError
+from jobs.local.engine import BuildError, EngineError
 from jobs.local.trainer_image import BASE_LABEL, ensure_image, local_ref
 from tests.container.conftest import REPO_ROOT
 
@@ -83,3 +84,27 @@ def test_the_gpu_image_is_refused_in_one_line_unless_asked_for(engine):
         "build_image.py: variant: not building the gpu image here: its CUDA wheels are 1.9 GB to download "
         "(2.5 GB with TensorFlow); allowed: cpu and tpu; --allow-large builds gpu anyway\n"
     )
+
+
+def test_a_run_past_its_time_is_one_line_and_leaves_no_container(engine, cpu_image):
+    with pytest.raises(EngineError) as caught:
+        name = f"trainer-test-{os.getpid()}"
+        engine.run(cpu_image.ref, ["-c", "sleep 120"], entrypoint="sh", name=name, timeout=5)
+    assert "did not finish within 5 s" in str(caught.value) and "\n" not in str(caught.value)
+    names = engine.call("ps", "--all", "--format", "{{.Names}}").stdout.decode().split()
+    assert name not in names
+
+
+def test_build_image_local_exits_1_naming_the_failing_step(engine, cpu_image, tmp_path):
+    # A repository of its own whose cpu target fails: the real context and tag rules, a throwaway Dockerfile.
+    (tmp_path / ".dockerignore").write_text("*\n!Dockerfile\n")
+    (tmp_path / "Dockerfile").write_text(
+        f"ARG BASE_IMAGE={cpu_image.ref}\nFROM ${{BASE_IMAGE}} AS cpu\nRUN echo checking && exit 5\n"
+    )
+    out, err = io.StringIO(), io.StringIO()
+    assert build_image(["--local", "cpu"], repo_root=tmp_path, out=out, err=err) == 1
+    assert out.getvalue() == ""
+    last = err.getvalue().splitlines()[-1]
+    assert last.startswith("build_image.py: Dockerfile: the build failed at step ")
+    assert last.endswith("RUN echo checking && exit 5 (exit status 5)"), last
+    assert not engine.image_exists(local_ref("cpu", image_hash(tmp_path)))

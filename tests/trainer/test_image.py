@@ -544,6 +544,8 @@ def test_hadolint_fails_on_a_bad_dockerfile(tmp_path):
 def test_base_image_is_a_pinned_python_of_the_lock():
     lock_python = json.loads((ROOT / "Pipfile.lock").read_text())["_meta"]["requires"]["python_version"]
     assert image_python().rsplit(".", 1)[0] == lock_python
+    # Pinned by digest too (the BASE_IMAGE build argument's default): a re-pushed tag cannot change the image.
+    assert re.search(r"@sha256:[0-9a-f]{64}$", parse_dockerfile(DOCKERFILE.read_text())[0].base)
     stages = parse_dockerfile(DOCKERFILE.read_text())
     for stage in stages:
         if stage.base not in {s.name for s in stages}:
