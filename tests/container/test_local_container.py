@@ -8,6 +8,7 @@ overwrites) for one epoch: the shipped settings otherwise."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -124,7 +126,11 @@ def test_two_replicas_train_in_two_containers_over_their_network(engine, cpu_ima
     assert left_of(engine, job_name(result.stdout)) == []
 
 
-def test_sigterm_stops_and_removes_every_container_and_the_network(engine, cpu_image, tmp_path):
+@contextlib.contextmanager
+def running_multiworker(engine, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, str, Path]]:
+    """census_multiworker.yaml (a chief and one worker) started by run_job.py --local --container, once both
+    replicas' containers and their network are there: the process, the job's name and its output's log; the
+    process is killed on leaving if it still runs."""
     root = stage_slice(tmp_path, train_rows=1000, eval_rows=401)
     log = tmp_path / "run_job.log"
     with open(log, "wb") as out:
@@ -139,16 +145,22 @@ def test_sigterm_stops_and_removes_every_container_and_the_network(engine, cpu_i
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         name = job_name(log.read_text())
-        while len(started := left_of(engine, name)) < 3:  # both replicas' containers and their network
+        while len(left_of(engine, name)) < 3:  # both replicas' containers and their network
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
+        yield proc, name, log
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+
+
+def test_sigterm_stops_and_removes_every_container_and_the_network(engine, cpu_image, tmp_path):
+    with running_multiworker(engine, tmp_path) as (proc, name, log):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
     assert "interrupted; replicas stopped" in log.read_text()
-    assert len(started) == 3 and left_of(engine, name) == []
+    assert left_of(engine, name) == []
 
 
 def test_a_study_runs_each_trials_replicas_in_containers(engine, cpu_image, tmp_path):
@@ -189,24 +201,7 @@ def test_a_study_runs_each_trials_replicas_in_containers(engine, cpu_image, tmp_
 def test_what_a_killed_command_left_behind_is_removed_by_the_next_run(engine, cpu_image, tmp_path):
     """SIGKILL gives run_job.py no chance to stop its containers (they outlive their engine clients); the
     next --container command removes them, knowing their owner is gone."""
-    root = stage_slice(tmp_path, train_rows=1000, eval_rows=401)
-    log = tmp_path / "run_job.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(RUN_JOB), "jobs/census_multiworker.yaml", "--local", "--container",
-             "--local-root", str(root), "--set", ONE_WORKER],
-            cwd=REPO_ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 300
-        while not re.search(r"job '[^']+': running", log.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
-        name = job_name(log.read_text())
-        while len(left_of(engine, name)) < 3:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
-    finally:
+    with running_multiworker(engine, tmp_path) as (proc, name, _):
         proc.kill()
         proc.wait()
     assert len(left_of(engine, name)) == 3  # orphans: two containers still training, and their network
