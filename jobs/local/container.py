@@ -69,9 +69,10 @@ def _alive(pid: int) -> bool:
 def sweep(engine: Engine) -> list[str]:
     """Remove the containers and networks of runs whose command died without removing them (SIGKILL, a
     crash): those of this machine whose owner process is gone. The ids of those runs."""
+    # A label's value: Docker's template has .Label, Podman's only the .Labels map.
+    value = '{{{{.Label "{}"}}}}' if engine.name == "docker" else '{{{{index .Labels "{}"}}}}'
     listed = engine.call("ps", "--all", "--filter", f"label={OWNER_LABEL}", "--format",
-                         f'{{{{index .Labels "{OWNER_LABEL}"}}}} {{{{index .Labels "{RUN_LABEL}"}}}}',
-                         check=False)
+                         f"{value.format(OWNER_LABEL)} {value.format(RUN_LABEL)}", check=False)
     host, dead = socket.gethostname(), set()
     for line in listed.stdout.decode().splitlines():
         who, _, run = line.partition(" ")
@@ -101,6 +102,12 @@ def clean(engine: Engine, run: str) -> None:
     listed = engine.call("network", "ls", "--filter", f"label={RUN_LABEL}={run}", "--format", "{{.Name}}")
     for network in listed.stdout.decode().split():
         engine.remove_network(network)
+
+
+def run_args(engine: Engine, container: container_plan.Container) -> list[str]:
+    """``run``'s arguments for this engine: its own run flags, and no --rm where --rm would lose the exit
+    status (the docker client on Podman's API): there the run's end removes the container."""
+    return container.run_args(tuple(engine.run_flags), remove=not engine.rm_loses_status)
 
 
 def _interrupt(signum, frame) -> None:
@@ -172,10 +179,13 @@ class ContainerRun(JobRun):
         return stopped
 
     def close(self) -> None:
-        """The run's network removed (its containers are gone: --rm, or terminate)."""
+        """The run's containers and network removed (the containers are gone already, by --rm or terminate,
+        except where the engine's --rm would lose their exit status)."""
         if self.closed or self.plan is None:
             return
         self.closed = True
+        if self.engine.rm_loses_status:
+            remove(self.engine, [r.container.name for r in self.plan.replicas])
         if self.plan.network:
             self.engine.remove_network(self.plan.network)
 
@@ -211,7 +221,7 @@ class Starter:
                 self.engine.call("network", "create", "--label", f"{RUN_LABEL}={self.run}", "--label",
                                  f"{OWNER_LABEL}={self.owner}", plan.network)
             for rep in plan.replicas:
-                argv = self.engine.argv(*rep.container.run_args(tuple(self.engine.run_flags)))
+                argv = self.engine.argv(*run_args(self.engine, rep.container))
                 env = {**self.engine.environ(), **rep.container.client_env()}
                 proc, _ = launcher._spawn(rep.name, argv, env, rep.log_path, run_dir)
                 run.replicas.append(Replica(rep.name, proc, rep.log_path, argv=argv, env=env, cwd=run_dir))
@@ -257,7 +267,7 @@ def start_server(engine: Engine, image: str, model: str, *, host: str, port: int
         Path(model), image=image, name=name, identity=identity(engine), address=host, host_port=port,
         labels={RUN_LABEL: run, OWNER_LABEL: owner()},
     )
-    argv = engine.argv(*spec.run_args(tuple(engine.run_flags)))
+    argv = engine.argv(*run_args(engine, spec))
     proc = popen(argv, env={**engine.environ(), **spec.client_env()}, start_new_session=True,
                  stdin=subprocess.DEVNULL, **kwargs)
     return ServerProcess(engine, name, proc)

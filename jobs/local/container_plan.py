@@ -89,9 +89,11 @@ class Container:
     hostname: str = ""
     ports: tuple[tuple[str, int, int], ...] = ()  # (host address, host port, container port)
 
-    def run_args(self, engine_flags: tuple[str, ...] = ()) -> list[str]:
-        """The arguments of ``ENGINE run`` (without the engine's own binary and global flags)."""
-        argv = ["run", "--rm", "--init", "--name", self.name, "--user", self.identity.user]
+    def run_args(self, engine_flags: tuple[str, ...] = (), remove: bool = True) -> list[str]:
+        """The arguments of ``ENGINE run`` (without the engine's own binary and global flags); ``remove``:
+        the engine removes the container when it exits (``--rm``)."""
+        argv = ["run", *(["--rm"] if remove else []), "--init", "--name", self.name]
+        argv += ["--user", self.identity.user]
         if self.identity.userns:
             argv += ["--userns", self.identity.userns]
         for key, value in self.labels:

@@ -78,6 +78,7 @@ def test_run_args_pass_values_by_name_only():
     assert argv[argv.index("--volume") + 1] == f"{ROOT}:{ROOT}"
     assert argv[-4:] == [CPU_IMAGE, *c.args]
     assert argv[-5] == "nofile=20000:20000"
+    assert c.run_args(remove=False)[:3] == ["run", "--init", "--name"]  # the caller removes it
     names = [argv[i + 1] for i, a in enumerate(argv) if a == "--env"]
     assert names == [name for name, _ in c.env]
     values = {v for _, v in c.env if v}
