@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -207,3 +208,26 @@ def test_what_a_killed_command_left_behind_is_removed_by_the_next_run(engine, cp
     assert len(left_of(engine, name)) == 3  # orphans: two containers still training, and their network
     swept = sweep(engine)
     assert [run for run in swept if run.startswith(run_stem(name))] and left_of(engine, name) == []
+
+
+def test_a_build_that_fails_is_one_line_naming_its_step_and_nothing_runs(engine, cpu_image, tmp_path):
+    """A checkout whose image does not build (a copy of this one with a failing step): the job is not run."""
+    copy = tmp_path / "repo"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True)
+    for name in tracked.stdout.decode().split("\0"):
+        if name and (REPO_ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, copy / name)
+    dockerfile = copy / "Dockerfile"
+    first = "FROM ${BASE_IMAGE} AS base\n"
+    dockerfile.write_text(dockerfile.read_text().replace(first, first + "RUN exit 3\n", 1))
+    result = subprocess.run(
+        [sys.executable, str(copy / "scripts" / "run_job.py"), "jobs/census_cpu.yaml", "--local",
+         "--container", "--local-root", str(tmp_path / "root")],
+        cwd=copy, env=subprocess_env(), capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    (line,) = result.stderr.splitlines()
+    assert re.fullmatch(r"error: local run --container: Dockerfile: the build failed at step .*RUN exit 3 "
+                        r"\(exit status 3\)", line), line
+    assert not (tmp_path / "root").exists()  # nothing staged, no job started
