@@ -26,6 +26,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
@@ -407,12 +408,27 @@ def run_local(
     strict_accelerators: bool,
     stream: TextIO,
     preempt_after: float | None = None,
+    container: bool = False,
 ) -> int:
     """Run a compiled job on this machine (``run_job.py --local``); returns its exit status.
 
     ``preempt_after``: preempt a Spot job's replicas that many seconds after they start, then restart them
-    (``jobs.local.preemption``); JobError for a job that is not on Spot capacity."""
+    (``jobs.local.preemption``); JobError for a job that is not on Spot capacity. ``container``: each
+    replica in a container of the trainer image built from this checkout (``jobs.local.container``);
+    JobError for a pool whose image cannot be built here."""
     from jobs.local.run import run_local as run
+
+    if container:
+        from jobs.local.container import job_images, run_job
+        from jobs.local.spec import LocalRunError
+
+        try:
+            job_images(job.kind, job.body, dict(outputs), job.image_hash)
+        except LocalRunError as exc:
+            raise job.error(exc.path, exc.problem, exc.allowed) from None
+        return run_job(job.kind, job.body, dict(outputs), repo_root=repo_root, image_hash=job.image_hash,
+                       stream=stream, local_root=local_root, resume=resume,
+                       strict_accelerators=strict_accelerators)
 
     preemption = None
     if preempt_after is not None:
@@ -842,16 +858,59 @@ def prepare_local_batch(
 
 
 def run_local_batch(model_dir: str, files, folder: Path, *, parameters, batch_size: int, repo_root: Path,
-                    out: TextIO):
-    """Serve ``model_dir`` here and stream ``files`` through it (see jobs.local.batch_predict): a Summary."""
+                    out: TextIO, container: bool = False):
+    """Serve ``model_dir`` here and stream ``files`` through it (see jobs.local.batch_predict): a Summary.
+    ``container``: the server in its container (``container_serving``)."""
+    from contextlib import nullcontext
+
     from jobs.local.batch_predict import run_batch
+    from jobs.local.engine import BuildError
+    from jobs.local.server import start_server
+    from jobs.local.spec import LocalRunError
+
+    serving = container_serving(repo_root, out, BATCH_VERB) if container else nullcontext(start_server)
+    try:
+        with serving as start:
+            return run_batch(model_dir, files, folder, parameters=parameters, batch_size=batch_size,
+                             repo_root=repo_root, out=out, start=start)
+    except BuildError:
+        raise
+    except LocalRunError as exc:  # a line that changed since the first pass: the run stops at it
+        raise _batch_error(exc) from None
+
+
+SERVE_VERB = "serve"  # the file part of serve's refusals
+
+
+@contextmanager
+def container_serving(repo_root: Path, out: TextIO, verb: str = SERVE_VERB):
+    """A function that starts the server in its container as ``start_server`` starts it here (the trainer's
+    cpu image of this checkout, built first when missing), every container it started removed when the
+    block ends. JobError (``verb``: its file part): no container engine, a port in use; ``BuildError``: the
+    image build failed (naming the Dockerfile step)."""
+    from jobs.local.container import serving
+    from jobs.local.engine import BuildError
     from jobs.local.spec import LocalRunError
 
     try:
-        return run_batch(model_dir, files, folder, parameters=parameters, batch_size=batch_size,
-                         repo_root=repo_root, out=out)
-    except LocalRunError as exc:  # a line that changed since the first pass: the run stops at it
-        raise _batch_error(exc) from None
+        with serving(repo_root, out, verb) as start:
+            yield start
+    except BuildError:
+        raise
+    except LocalRunError as exc:
+        raise JobError(verb, exc.path, exc.problem, exc.allowed) from None
+
+
+def container_port(host: str, port: int, verb: str = SERVE_VERB) -> int:
+    """The host port the serving container's 8080 will be published on: ``port`` when it is free (JobError
+    when it is taken), a free one for 0."""
+    from jobs.local.container import host_port
+    from jobs.local.spec import LocalRunError
+
+    try:
+        return host_port(host, port)
+    except LocalRunError as exc:
+        raise JobError(verb, exc.path, exc.problem, exc.allowed) from None
 # --- deploying a registered version (run_job.py deploy, undeploy, rollback) ------------------------------
 
 DEPLOY_VERBS = ("deploy", "undeploy", "rollback")

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="default: --starting-replica-count")
     local = p.add_argument_group("--local")
     local.add_argument("--local-root", type=Path, metavar="DIR", help="where gs:// lives (default .local/)")
+    local.add_argument("--container", action="store_true",
+                       help="run the server in the trainer's cpu image built from this checkout, as Vertex "
+                       "AI runs the version's serving container (docker or podman)")
     return p
 
 
@@ -89,6 +92,8 @@ def main(argv: list[str], *, factory, out: TextIO, err: TextIO, repo_root: Path,
         parser.error(f"{cloud_only[0]} is for a job on Vertex AI, not with --local")
     if args.local_root is not None and not args.local:
         parser.error("--local-root is for --local")
+    if args.container and not args.local:
+        parser.error("--container runs a --local batch prediction's server in its container; add --local")
     from jobs import api
 
     if args.follow is not None:
@@ -177,8 +182,9 @@ def _local(args, out: TextIO, err: TextIO, repo_root: Path) -> int:
           flush=True)
     try:
         summary = api.run_local_batch(args.model, files, folder, parameters=parameters,
-                                      batch_size=args.batch_size, repo_root=repo_root, out=out)
-    except api.BatchFailed as exc:
+                                      batch_size=args.batch_size, repo_root=repo_root, out=out,
+                                      container=args.container)
+    except (api.BatchFailed, api.BuildError) as exc:
         print(f"run_job.py batch-predict: {exc}", file=err)
         return 1
     except KeyboardInterrupt:

@@ -140,6 +140,12 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "--local-root", type=Path, metavar="DIR", help="where gs:// paths live (default .local/)"
     )
     local.add_argument(
+        "--container",
+        action="store_true",
+        help="run each replica in a container of the trainer image built from this checkout (built first "
+        "when missing), as Vertex AI runs it: docker or podman, whichever is present",
+    )
+    local.add_argument(
         "--preempt-after",
         type=_seconds,
         metavar="SECONDS",
@@ -243,6 +249,10 @@ def main(
     args = parser.parse_args(argv)
     if args.preempt_after is not None and not args.local:
         parser.error("--preempt-after preempts the replicas of a --local run; add --local")
+    if args.container and not args.local:
+        parser.error("--container runs a --local job's replicas in containers; add --local")
+    if args.container and args.preempt_after is not None:
+        parser.error("--preempt-after rehearses a preemption of --local processes, not of --container runs")
     if args.report_dir is not None and (args.local or args.no_wait):
         parser.error(
             "--report-dir is for a tuning job followed to its end on Vertex AI: not with --no-wait, nor with "
@@ -305,6 +315,7 @@ def _run_local(job, args, outputs, repo_root: Path, out: TextIO) -> int:
             strict_accelerators=args.strict_accelerators,
             stream=out,
             preempt_after=args.preempt_after,
+            container=args.container,
         )
     except KeyboardInterrupt:  # the local runner handles Ctrl-C itself; this covers its very first moments
         return EXIT_INTERRUPTED

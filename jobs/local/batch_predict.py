@@ -290,13 +290,15 @@ def run_batch(
     repo_root: Path,
     out: TextIO,
     now: datetime | None = None,
+    start=start_server,
 ) -> Summary:
-    """Start the server on ``model_dir``, stream ``files`` through it into a new folder under ``folder``."""
+    """Start the server on ``model_dir``, stream ``files`` through it into a new folder under ``folder``.
+    ``start``: what starts the server (``start_server``'s arguments; a container's, with --container)."""
     model = str(Path(model_dir).resolve())
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     target = folder / f"prediction-{Path(model).name}-{stamp}"
     port = free_ports(1)[0]
-    proc = start_server(model, host="127.0.0.1", port=port, repo_root=repo_root)
+    proc = start(model, host="127.0.0.1", port=port, repo_root=repo_root)
     try:
         client = Client(port, parameters)
         wait_ready(client, proc, parameters)

@@ -196,14 +196,19 @@ def output_dirs(base_local: Path | None, trial_id: str | None) -> dict[str, str]
     return {variable: f"{root / folder}/" for folder, variable in OUTPUT_DIRS.items()}
 
 
-def cluster_envs(job: JobSpec, trial_id: str | None) -> dict[tuple[int, int], dict[str, str]]:
-    """CLUSTER_SPEC and TF_CONFIG for each (pool index, replica index) of a multi-replica job."""
+def cluster_envs(
+    job: JobSpec, trial_id: str | None, addresses: list[str] | None = None
+) -> dict[tuple[int, int], dict[str, str]]:
+    """CLUSTER_SPEC and TF_CONFIG for each (pool index, replica index) of a multi-replica job.
+
+    ``addresses``: each replica's host:port in pool order (``--container``: the containers' hostnames on
+    their network); free ports of 127.0.0.1 by default."""
     if job.replica_total < 2:
         return {}
-    ports = iter(free_ports(job.replica_total))
-    cluster = {
-        WORKER_POOLS[p.index]: [f"127.0.0.1:{next(ports)}" for _ in range(p.replica_count)] for p in job.pools
-    }
+    if addresses is None:
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(job.replica_total)]
+    hosts = iter(addresses)
+    cluster = {WORKER_POOLS[p.index]: [next(hosts) for _ in range(p.replica_count)] for p in job.pools}
     tf_cluster = {
         TF_TASK_TYPES[p.index]: cluster[WORKER_POOLS[p.index]]
         for p in job.pools

@@ -21,6 +21,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -48,10 +49,13 @@ def run_local(
     strict_accelerators: bool = False,
     stream: IO[str] = sys.stdout,
     preemption: Preemption | None = None,
+    start_job: Callable | None = None,
 ) -> int:
     """Run the job; returns the exit status (0 success, 1 job/study failed, 2 bad input, 130 interrupted).
 
-    ``preemption``: preempt a Spot CustomJob's replicas once and restart them (``preemption.py``)."""
+    ``preemption``: preempt a Spot CustomJob's replicas once and restart them (``preemption.py``).
+    ``start_job``: what starts a job's (or trial's) replicas, ``launcher.start_job`` by default
+    (``container.Starter``: in containers)."""
     if stream is _IMPORT_STDOUT:  # follow a sys.stdout replaced after import (pytest, redirect_stdout)
         stream = sys.stdout
     repo_root = Path(repo_root).resolve()
@@ -59,7 +63,7 @@ def run_local(
     try:
         check_local_root(given)
         return _run(kind, body, outputs, repo_root, given.resolve(), resume, strict_accelerators, stream,
-                    preemption)
+                    preemption, start_job)
     except LocalRunError as exc:
         print(f"error: local run: {exc}", file=sys.stderr)
         return 2
@@ -96,7 +100,7 @@ def check_local_root(path: Path) -> None:
         raise LocalRunError(field, f"{path} does not exist and its parent {parent} is not writable")
 
 
-def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream, preemption) -> int:
+def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream, preemption, start_job) -> int:
     from jobs.local import capacity, environment, spec
 
     if kind not in KINDS:
@@ -133,7 +137,9 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream, pre
     # Like a Vertex machine without accelerators, a job that asks for none does not see this machine's GPUs.
     cpu_only = bool(missing) or not any(p.accelerator_type for p in job.pools)
     if study is None:
-        return _run_custom_job(job, name, base, local_root, repo_root, cpu_only, stream, preemption)
+        return _run_custom_job(
+            job, name, base, local_root, repo_root, cpu_only, stream, preemption, start_job
+        )
     from jobs.local import tuning
 
     return tuning.run_study(
@@ -148,6 +154,7 @@ def _run(kind, body, outputs, repo_root, local_root, resume, strict, stream, pre
         request=body,
         trainer_image=image,
         registry=_registry(local_root, study.raw),
+        start_job=start_job,
     )
 
 
@@ -244,14 +251,15 @@ def _base_dir(
 
 
 def _run_custom_job(
-    job, name: str, base: Path, local_root: Path, repo_root: Path, cpu_only: bool, stream, preemption
+    job, name: str, base: Path, local_root: Path, repo_root: Path, cpu_only: bool, stream, preemption,
+    start_job=None,
 ) -> int:
     from jobs.local import capacity, console, environment, launcher
 
     has_base = bool(job.base_output_uri)
     run_dir = base / environment.REPLICA_LOGS
     t0 = time.monotonic()
-    run = launcher.start_job(
+    run = (start_job or launcher.start_job)(
         job,
         run_dir=run_dir,
         base_local=base if has_base else None,

@@ -20,6 +20,7 @@ import json
 import math
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -91,8 +92,10 @@ class StudyRunner:
         request: dict[str, Any] | None = None,
         trainer_image: str = "",
         registry: Path | None = None,
+        start_job: Callable | None = None,
     ) -> None:
         self.job = job
+        self.start_job = start_job or launcher.start_job  # container.Starter runs trials in containers
         self.request = request or {}
         self.trainer_image = trainer_image
         self.registry = registry
@@ -220,7 +223,7 @@ class StudyRunner:
         metric_file = environment.metric_file(trial_dir)
         trial.set_user_attr("params", values)
         trial.set_user_attr("trial_id", trial_id)
-        run = launcher.start_job(
+        run = self.start_job(
             self.job.trial_job,
             run_dir=trial_dir / environment.REPLICA_LOGS,
             base_local=self.base,
