@@ -5,8 +5,8 @@ minutes of downloads and unpacking, which used to hold one pytest-xdist worker w
 work. So the root conftest.py starts ``scripts/build_image.py --local cpu`` at collection, where container
 tests were collected and an engine answers, and schedules tests/container last; the ``cpu_image`` fixture
 waits for that build (bounded) and then finds its tag. Under pytest-xdist the controller starts it once and
-the workers wait for its status file, as for tests/user_copy.py. Without a background build (a run of
-tests/container alone) the fixture builds the image itself.
+the workers wait for its status file, as for tests/user_copy.py. Without a background build (tests/container
+alone in one process: nothing to overlap with) the fixture builds the image itself.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "tests/container/"
 # Where pytest-xdist's controller keeps the build (its log and status), for the workers that wait for it.
 BUILD_ROOT = "TESTS_CPU_IMAGE_BUILD"
-# A cold build measured 245 s (base) + 272 s (image) on a loaded two-core machine; a slow line may take
-# several times that, but not this long.
+# A cold build (base and image, downloads included) took 430 s alone and 466 s beside the tests on a loaded
+# two-core machine; a slow line may take several times that, but not this long.
 WAIT_S = 2400.0
 # Interrupted like Ctrl-C (the build removes what it started), then killed if it takes longer than this.
 STOP_GRACE_S = 30.0
