@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.container import background as image_build
 from tests.helpers import SUMMARY, summary_section
 from tests.user_copy import USER_COPY_ROOT, USER_COPY_RUN, start_suites
 
@@ -37,6 +38,9 @@ LONG_FIRST = ("tests/trainer/test_prebuilt_compat.py", "tests/trainer/test_task.
               "tests/trainer/test_image_models.py")
 # Last: it waits for the suites on a user's copy, started in the background at collection (below).
 LAST = ("tests/test_shipped_environments.py",)
+# After those, the container tier: it waits for the cpu image, built in the background from collection on
+# (tests/container/background.py), minutes on a fresh machine.
+CONTAINER_LAST = image_build.PREFIX
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own: its controller's plugin is registered by then
@@ -48,6 +52,8 @@ def pytest_configure(config):
     if config.pluginmanager.has_plugin("dsession"):  # pytest-xdist's controller: workers inherit the folder
         os.environ[USER_COPY_ROOT] = tempfile.mkdtemp(prefix="user-copy-")
         config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(USER_COPY_ROOT), ignore_errors=True))
+        os.environ[image_build.BUILD_ROOT] = tempfile.mkdtemp(prefix="cpu-image-build-")
+        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(image_build.BUILD_ROOT), ignore_errors=True))
 
 
 def _start_user_copy(config, root: Path) -> None:
@@ -67,6 +73,8 @@ def pytest_collection_modifyitems(session, config, items):
         path = item.nodeid.split("::", 1)[0]
         if path in LONG_FIRST:
             return 0, LONG_FIRST.index(path)
+        if path.startswith(CONTAINER_LAST):
+            return 4, 0
         return (3 if path in LAST else 1 if path in training else 2), 0
 
     # sort is stable: every other test keeps its collected order.
@@ -78,12 +86,22 @@ def pytest_collection_modifyitems(session, config, items):
         root = Path(tempfile.mkdtemp(prefix="user-copy-"))
         config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
         _start_user_copy(config, root)
+    # The cpu image too, where other tests overlap with its build (tests/container alone builds it in its
+    # fixture).
+    if (not hasattr(config, "workerinput") and not config.option.collectonly
+            and image_build.wanted(item.nodeid for item in items)
+            and not all(item.nodeid.startswith(CONTAINER_LAST) for item in items)):
+        root = Path(tempfile.mkdtemp(prefix="cpu-image-build-"))
+        config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+        image_build.start(config, root)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook, in the controller, before any test is scheduled
 def pytest_xdist_node_collection_finished(node, ids):
     if USER_COPY_RUN not in node.config.stash and any(nodeid.startswith(LAST) for nodeid in ids):
         _start_user_copy(node.config, Path(os.environ[USER_COPY_ROOT]))
+    if image_build.IMAGE_BUILD not in node.config.stash and image_build.wanted(ids):
+        image_build.start(node.config, Path(os.environ[image_build.BUILD_ROOT]))
 
 
 # The summary sections tests wrote (tests.helpers.summary_section), printed once at the end of the run. Under

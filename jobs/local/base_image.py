@@ -27,6 +27,10 @@ PACKAGES = ("python3", "python3-pip", "ca-certificates", "passwd")
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 BOOTSTRAP_TIMEOUT_S = 1800.0
+# dpkg inside debootstrap's chroot reads this before it installs anything (debootstrap extracts the packages
+# over the folder): no fsync per file, which cut its install from 107 s to 88 s on a loaded two-core machine.
+# A crash mid-bootstrap loses only a temporary folder. prepare_rootfs removes it: the image is as before.
+DPKG_UNSAFE_IO = "etc/dpkg/dpkg.cfg.d/bootstrap-unsafe-io"
 CHANGES = (
     "ENV LANG=C.UTF-8",
     f"ENV SSL_CERT_FILE={CA_BUNDLE}",
@@ -62,6 +66,8 @@ def bootstrap(engine: Engine, out: TextIO | None = None, *, workdir: Path | None
         )
     with tempfile.TemporaryDirectory(prefix="trainer-base-", dir=workdir) as tmp:
         rootfs = Path(tmp) / "rootfs"
+        (rootfs / DPKG_UNSAFE_IO).parent.mkdir(parents=True)
+        (rootfs / DPKG_UNSAFE_IO).write_text("force-unsafe-io\n")
         _stream(
             [debootstrap, "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR],
             out,
@@ -88,6 +94,7 @@ def prepare_rootfs(rootfs: Path, host_ca: Path = HOST_CA_BUNDLE) -> None:
     """What makes a bookworm root filesystem stand in for python:slim (see the module docstring)."""
     for marker in rootfs.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
         marker.unlink()
+    (rootfs / DPKG_UNSAFE_IO).unlink(missing_ok=True)
     local_bin = rootfs / "usr/local/bin"
     local_bin.mkdir(parents=True, exist_ok=True)
     for name, target in (("python", "/usr/bin/python3"), ("pip", "/usr/bin/pip3")):

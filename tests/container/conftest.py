@@ -11,6 +11,7 @@ import pytest
 
 from jobs.local.engine import BuildError, Engine, EngineError, find_engine
 from jobs.local.trainer_image import LocalImage, ensure_image
+from tests.container.background import started_build, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,8 +34,12 @@ def engine() -> Engine:
 
 
 @pytest.fixture(scope="session")
-def cpu_image(engine: Engine) -> LocalImage:
-    """This checkout's cpu image, localhost/trainer:cpu-<hash>: built here unless its tag exists."""
+def cpu_image(engine: Engine, request) -> LocalImage:
+    """This checkout's cpu image, localhost/trainer:cpu-<hash>: built in the background from collection on
+    (tests/container/background.py) and waited for, else built here unless its tag exists."""
+    build = started_build(request.config)
+    if build is not None:
+        wait_for(build)
     log = io.StringIO()
     try:
         return ensure_image(engine, REPO_ROOT, "cpu", log)

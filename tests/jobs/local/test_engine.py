@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from jobs.cli.build_image import main as build_image
-from jobs.local.base_image import CA_BUNDLE, prepare_rootfs
+from jobs.local.base_image import CA_BUNDLE, DPKG_UNSAFE_IO, prepare_rootfs
 from jobs.local.engine import EngineError, _StepTracker, find_engine
 
 
@@ -101,7 +101,7 @@ def test_a_bookworm_rootfs_is_made_to_look_like_python_slim(tmp_path):
     rootfs = tmp_path / "rootfs"
     for rel in ("usr/lib/python3.11/EXTERNALLY-MANAGED", "var/cache/apt/archives/python3_3.11.deb",
                 "var/lib/apt/lists/deb.debian.org_dists_bookworm_InRelease", "var/lib/apt/lists/lock",
-                "etc/ssl/certs/ca-certificates.crt"):
+                "etc/ssl/certs/ca-certificates.crt", DPKG_UNSAFE_IO):
         (rootfs / rel).parent.mkdir(parents=True, exist_ok=True)
         (rootfs / rel).write_text("debian's\n")
     host_ca = tmp_path / "host-ca.crt"
@@ -112,4 +112,5 @@ def test_a_bookworm_rootfs_is_made_to_look_like_python_slim(tmp_path):
     assert os.readlink(rootfs / "usr/local/bin/pip") == "/usr/bin/pip3"
     assert (rootfs / CA_BUNDLE.lstrip("/")).read_text() == host_ca.read_text()
     assert sorted(p.name for p in (rootfs / "var").rglob("*") if p.is_file()) == ["lock"]
+    assert not (rootfs / DPKG_UNSAFE_IO).exists()  # the bootstrap's dpkg speed-up is not the image's
     prepare_rootfs(rootfs, host_ca)  # again, over its own result: the links are replaced, not an error
