@@ -51,7 +51,10 @@ def run_trainers(commands: dict[str, list[str]], work: Path, *, timeout: float =
                  ) -> dict[str, subprocess.CompletedProcess]:
     """What :func:`run_trainer` returns for each of ``commands`` (``python -m trainer.task`` command lines),
     all run in ONE fresh interpreter, one after another (tests/trainer/cli_batch.py): TensorFlow is imported
-    once, not once per command line. For runs that stop before or early in training."""
+    once, not once per command line. For runs that stop before or early in training, and short runs whose
+    test reads only what they wrote (not the process's own start-up). Not for two runs under a
+    tf.distribute strategy with collectives (MirroredStrategy over several devices): the second one's
+    collectives fail in a process whose first run used them."""
     for name, args in commands.items():
         assert args[:3] == [sys.executable, "-m", "trainer.task"], (name, args[:3])
     runs, out = work / "runs.json", work / "results.json"

@@ -1,4 +1,7 @@
-"""MultiWorkerMirroredStrategy for real: a chief and a worker over loopback with a generated TF_CONFIG."""
+"""MultiWorkerMirroredStrategy for real: a chief and a worker over loopback with a generated TF_CONFIG.
+
+Census's chief and worker training on their own shares runs through `--local`'s runner, which generates the
+TF_CONFIG itself: tests/jobs/local/test_census_e2e.py (one cluster checks both)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.helpers import EVAL_ROWS, REPO_ROOT, TRAIN_ROWS, subprocess_env, trainer_args
+from tests.trainer.helpers import REPO_ROOT, subprocess_env, trainer_args
 from tests.trainer.image_helpers import FLOWERS_EVAL, FLOWERS_TRAIN, serve_records, write_records
 
 pytestmark = pytest.mark.training
@@ -67,54 +70,6 @@ def shares_of(output: str) -> tuple[int, int, str]:
     line = next(line for line in output.splitlines() if "trainer: input: worker " in line)
     read, total, how = re.search(r"reads (\d+) of (\d+) training records per epoch \((.*)\)", line).groups()
     return int(read), int(total), how
-
-
-@pytest.mark.timeout(300)
-def test_chief_and_worker_train_on_their_own_shares_and_only_the_chief_exports(tmp_path, census_slice):
-    # Two training files of unequal sizes: each worker reads one of them (by file); the one evaluation file
-    # is shared by record, with a warning that says how many files sharding by file needs.
-    train = split_lines(census_slice["train"], 2, tmp_path)
-    job = tmp_path / "job"
-    args = trainer_args({"train": train[0], "eval": census_slice["eval"]}, job, "--num-epochs", "2",
-                        "--train-batch-size", "64")
-    args[args.index(str(train[0])) + 1:args.index(str(train[0])) + 1] = [str(train[1])]
-    procs, outputs = run_cluster(tmp_path, args)
-    for task_type, proc in procs.items():
-        assert proc.returncode == 0, f"{task_type}:\n{outputs[task_type][-3000:]}"
-        assert "strategy: multi_worker, 2 replica(s), global batch 128" in outputs[task_type]
-        assert ("--eval-files: 1 file(s) for 2 workers: every worker reads all the bytes and keeps one "
-                "record in every 2; split the data into at least 2 files") in outputs[task_type]
-    assert "; chief" in outputs["chief"] and "; worker_0" in outputs["worker"]
-    chief, worker = shares_of(outputs["chief"]), shares_of(outputs["worker"])
-    assert chief[1] == worker[1] == TRAIN_ROWS and chief[0] + worker[0] == TRAIN_ROWS
-    assert chief[2] == worker[2] == "by file" and max(chief[0], worker[0]) <= 0.7 * TRAIN_ROWS
-    # One epoch is one pass over the data across both workers: 2000 rows / global batch 128 = 16 steps.
-    assert all("epoch 1/2" in out for out in outputs.values())
-    report = json.loads((job / "model" / "metrics.json").read_text())
-    assert report["data"]["train"]["rows"] == TRAIN_ROWS
-    assert report["data"]["shard"] == {"index": 0, "count": 2, "by_record": False,
-                                       "train_records": chief[0], "eval_records": EVAL_ROWS // 2}
-
-    # The chief's SavedModel is the only one; the worker's scratch copy was deleted.
-    assert (job / "model" / "saved_model.pb").is_file()
-    assert list((tmp_path / "tmp-worker").iterdir()) == []
-    assert not [p for p in job.glob("checkpoints/**/*") if p.is_file()]  # backups removed when done
-    assert not (job / "model" / "worker_0").exists()
-    report = json.loads((job / "model" / "metrics.json").read_text())
-    assert report["distribution"] == "multi_worker" and report["replicas"] == 2
-    assert [h["epoch"] for h in report["history"]] == [1, 2]
-
-    load = ("import sys, tensorflow as tf; m = tf.saved_model.load(sys.argv[1]); "
-            "out = m.signatures['serving_default'](**{k: tf.constant([v], tf.int64 if isinstance(v, int) "
-            "else tf.string) for k, v in eval(sys.argv[2]).items()}); "
-            "p = float(out['scores'][0][1]); assert 0 <= p <= 1, p; print('p', p)")
-    row = {"age": 50, "workclass": "Self-emp-not-inc", "fnlwgt": 83311, "education": "Bachelors",
-           "education_num": 13, "marital_status": "Married-civ-spouse", "occupation": "Exec-managerial",
-           "relationship": "Husband", "race": "White", "gender": "Male", "capital_gain": 0, "capital_loss": 0,
-           "hours_per_week": 13, "native_country": "United-States"}
-    out = subprocess.run([sys.executable, "-c", load, str(job / "model"), repr(row)], cwd=REPO_ROOT,
-                         env=subprocess_env(), capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "p " in out.stdout, out.stderr[-3000:]
 
 
 @pytest.mark.timeout(300)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import subprocess_env
 from tests.serving.helpers import serving
-from tests.trainer.helpers import REPO_ROOT, error_lines, run_cases, run_trainer
+from tests.trainer.helpers import REPO_ROOT, error_lines, run_cases, run_trainer, run_trainers
 from trainer.contract import PROGRESS_TAG
 
 RATINGS = str(REPO_ROOT / "data" / "movielens" / "ratings.csv")
@@ -193,21 +193,25 @@ def test_separate_eval_files_and_a_time_split(tmp_path):
     train.write_text("\n".join(lines[:801]) + "\n")
     held = tmp_path / "eval.csv"
     held.write_text("\n".join([lines[0], *lines[801:]]) + "\n")
-    job = tmp_path / "job"
-    out = run_trainer(recommender_args(job, "--eval-files", str(held), "--num-epochs", "1", "--top-k", "5",
-                                       train=str(train)), timeout=120)  # fewer than 100 items: --top-k 5
-    assert out.returncode == 0, out.stderr[-3000:]
-    data = json.loads((job / "model" / "metrics.json").read_text())["data"]
+    jobs = {"files": tmp_path / "job", "time": tmp_path / "job-time"}
+    # Both short runs in one interpreter (run_trainers): TensorFlow imported once, not twice.
+    outs = run_trainers({
+        # fewer than 100 items: --top-k 5
+        "files": recommender_args(jobs["files"], "--eval-files", str(held), "--num-epochs", "1",
+                                  "--top-k", "5", train=str(train)),
+        # --top-k 0 (default): the catalogue
+        "time": recommender_args(jobs["time"], "--split", "time", "--num-epochs", "1",
+                                 "--ease-max-items", "0", train=str(train)),
+    }, tmp_path, timeout=240)
+    for name, out in outs.items():
+        assert out.returncode == 0, (name, out.stderr[-3000:])
+    data = json.loads((jobs["files"] / "model" / "metrics.json").read_text())["data"]
     assert data["split"] == {"how": "files"}
     assert (data["train"]["ratings"], data["eval"]["ratings"]) == (800, 200)
     # A small catalogue: EASE is computed beside popularity, on the same users.
     assert set(data["baselines"]) == {"popularity", "ease"} and not data["skipped_baselines"]
     assert 0 <= data["baselines"]["ease"]["recall_at_k"] <= 1
-    job = tmp_path / "job-time"
-    out = run_trainer(recommender_args(job, "--split", "time", "--num-epochs", "1", "--ease-max-items", "0",
-                                       train=str(train)), timeout=120)  # --top-k 0 (default): the catalogue
-    assert out.returncode == 0, out.stderr[-3000:]
-    data = json.loads((job / "model" / "metrics.json").read_text())["data"]
+    data = json.loads((jobs["time"] / "model" / "metrics.json").read_text())["data"]
     assert data["split"]["how"] == "time" and data["eval"]["ratings"] == 160
 
 

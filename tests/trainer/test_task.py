@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import signal
@@ -15,8 +14,8 @@ from tests.serving.helpers import serving
 from tests.trainer.helpers import (
     REPO_ROOT,
     error_lines,
-    run_cases,
     run_trainer,
+    run_trainers,
     subprocess_env,
     trainer_args,
 )
@@ -33,9 +32,13 @@ SCORE = REPO_ROOT / "tests" / "trainer" / "score_saved_model.py"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, census_slice) -> dict[str, tuple]:
-    """The module's three trainings, started together so their single-threaded parts (TensorFlow import,
-    data scan, export) overlap; each value is (root, CompletedProcess, extra)."""
+def runs(tmp_path_factory, census_slice) -> dict:
+    """The module's trainings. The Vertex-style run has a process of its own (Vertex AI's environment),
+    started first so its single-threaded parts (TensorFlow import, data scan, export) overlap with the rest:
+    the CSV and EXAMPLE runs and the three runs the trainer refuses or stops (``stopped``, below) one after
+    another in ONE other process (cli_batch: TensorFlow imported once, not five times). "vertex", "csv" and
+    "example" are (root, CompletedProcess, extra); "stopped" is {case: (job dir, bad data file or None,
+    CompletedProcess)}."""
     roots = {name: tmp_path_factory.mktemp(name) for name in ("vertex", "csv", "example")}
     # Vertex-style run: AIP_* directories, a tuning trial id and metric file, no --job-dir.
     vertex = roots["vertex"]
@@ -49,31 +52,34 @@ def runs(tmp_path_factory, census_slice) -> dict[str, tuple]:
     lines.insert(1499, IMPLAUSIBLE_ROW)
     bad = roots["csv"] / "with-bad-row.data"
     bad.write_text("\n".join(lines))
-    commands = {
-        "vertex": (trainer_args(census_slice, None, "--num-epochs", "3", "--hypertune-metric", "auc",
-                                "--first_layer_size=32", "--num_layers=2", "--export-format", "JSON"),
-                   vertex_env),
-        "csv": (trainer_args({"train": bad, "eval": census_slice["eval"]}, roots["csv"] / "job",
-                             "--export-format", "csv", "--max-bad-rows", "2"), subprocess_env()),
-        "example": (trainer_args(census_slice, roots["example"] / "job", "--num-epochs", "1",
-                                 "--export-format", "EXAMPLE"), subprocess_env()),
+    stopping = {}
+    for case in STOPPING:
+        folder = tmp_path_factory.mktemp(case)
+        stopping[case] = (folder / "job", *_stopping_run(census_slice, case, folder))
+    batch = {
+        "csv": trainer_args({"train": bad, "eval": census_slice["eval"]}, roots["csv"] / "job",
+                            "--export-format", "csv", "--max-bad-rows", "2"),
+        "example": trainer_args(census_slice, roots["example"] / "job", "--num-epochs", "1",
+                                "--export-format", "EXAMPLE"),
+        **{case: args for case, (_, args, _) in stopping.items()},
     }
-    procs = {name: subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-             for name, (args, env) in commands.items()}
-    done = {}
+    vertex_args = trainer_args(census_slice, None, "--num-epochs", "3", "--hypertune-metric", "auc",
+                               "--first_layer_size=32", "--num_layers=2", "--export-format", "JSON")
+    proc = subprocess.Popen(vertex_args, cwd=REPO_ROOT, env=vertex_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
-        for name, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=200)
-            done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-            assert proc.returncode == 0, f"{name}: {stderr[-3000:]}"
+        outs = run_trainers(batch, tmp_path_factory.mktemp("runs"))
+        stdout, stderr = proc.communicate(timeout=200)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:  # a failed or timed-out sibling: leave no trainer behind
-                proc.kill()
-                proc.wait()
+        if proc.poll() is None:  # a failed or timed-out batch: leave no trainer behind
+            proc.kill()
+            proc.wait()
+    done = {"vertex": subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), **outs}
+    for name in ("vertex", "csv", "example"):
+        assert done[name].returncode == 0, f"{name}: {done[name].stderr[-3000:]}"
     return {"vertex": (vertex, done["vertex"], None), "csv": (roots["csv"], done["csv"], bad),
-            "example": (roots["example"], done["example"], None)}
+            "example": (roots["example"], done["example"], None),
+            "stopped": {case: (job, expected, done[case]) for case, (job, _, expected) in stopping.items()}}
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +204,9 @@ def test_missing_data_file(tmp_path, census_slice):
     assert not (tmp_path / "job").exists()
 
 
+STOPPING = ["malformed", "implausible", "diverged"]
+
+
 def _stopping_run(census_slice, case: str, folder) -> tuple[list[str], object]:
     """A run the trainer refuses or stops, its files under ``folder`` (job dir folder/job): (command line, the
     bad data file or None)."""
@@ -220,11 +229,10 @@ def _stopping_run(census_slice, case: str, folder) -> tuple[list[str], object]:
 
 
 @pytest.fixture(scope="module")
-def stopped(tmp_path_factory, census_slice) -> dict[str, tuple]:
-    """The three runs below in one process (tests/trainer/cli_batch.py: TensorFlow imported once, not three
-    times): {case: (job dir, bad data file, CompletedProcess)}."""
-    return run_cases(["malformed", "implausible", "diverged"], functools.partial(_stopping_run, census_slice),
-                     tmp_path_factory)
+def stopped(runs) -> dict[str, tuple]:
+    """The three runs below, from the module's batch (``runs``): {case: (job dir, bad data file or None,
+    CompletedProcess)}."""
+    return runs["stopped"]
 
 
 def test_malformed_row_stops_before_writing(stopped):
