@@ -386,8 +386,10 @@ def test_a_missing_image_is_built_once_then_reused(repo, tmp_path, monkeypatch):
         # The job runs that image, and is created only after the build succeeded.
         (job,) = server.fake.created()
         assert job.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == image
-        order = [r.path for r in server.fake.requests if r.method == "POST" and "/models" not in r.path]
-        assert order[0].endswith("/builds") and order[-1].endswith("/customJobs")  # (then its registration)
+        # (then its registration and its Experiments record)
+        order = [r.path for r in server.fake.requests
+                 if r.method == "POST" and "/models" not in r.path and "/metadataStores" not in r.path]
+        assert order[0].endswith("/builds") and order[-1].endswith("/customJobs")
         assert "build QUEUED" in out and "build SUCCESS" in out and f"trainer image: built {image}" in out
 
         # Same code again: found in Artifact Registry, nothing uploaded or built.

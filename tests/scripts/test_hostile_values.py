@@ -65,7 +65,8 @@ ROWS = [
     # A legacy script's label key: refused in the converted definition, whose field path holds the key.
     ("convert-label-key", "script", "--labels", False),
     ("follow", lambda v: ["--follow", v], "--follow: RESOURCE_NAME", False),
-    ("report", lambda v: ["report", v], "report: RESOURCE_NAME", False),
+    ("report", lambda v: ["report", v], "report: PATH", False),  # not projects/...: a local run's folder
+    ("report-resource", lambda v: ["report", f"projects/{v}"], "report: RESOURCE_NAME", False),
     ("serve", lambda v: ["serve", f"/nonexistent/{v}"], "run_job.py serve: error: /nonexistent/", False),
     ("unrecognized", lambda v: [CPU, "--dry-run", v], "unrecognized arguments", False),
     ("convert-var", lambda v: ["convert", LEGACY, "--var", v], "--var", False),
