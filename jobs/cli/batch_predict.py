@@ -180,14 +180,19 @@ def _local(args, out: TextIO, err: TextIO, repo_root: Path) -> int:
     )
     print(f"{count} instances in {len(files)} file(s); starting the server on {args.model}", file=out,
           flush=True)
+    from jobs.local.launcher import sigterm_as_interrupt
+
     try:
-        summary = api.run_local_batch(args.model, files, folder, parameters=parameters,
-                                      batch_size=args.batch_size, repo_root=repo_root, out=out,
-                                      container=args.container)
+        with sigterm_as_interrupt():  # a supervisor's stop ends the batch as Ctrl-C does, server included
+            summary = api.run_local_batch(args.model, files, folder, parameters=parameters,
+                                          batch_size=args.batch_size, repo_root=repo_root, out=out,
+                                          container=args.container)
     except (api.BatchFailed, api.BuildError) as exc:
         print(f"run_job.py batch-predict: {exc}", file=err)
         return 1
     except KeyboardInterrupt:
+        print(f"run_job.py batch-predict: interrupted; the server is stopped and what was written so far "
+              f"stays in its prediction-* folder under {folder} (a new run writes a new folder)", file=err)
         return EXIT_INTERRUPTED
     print(summary.line(), file=out)
     return 0

@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -110,31 +109,23 @@ def run_args(engine: Engine, container: container_plan.Container) -> list[str]:
     return container.run_args(tuple(engine.run_flags), remove=not engine.rm_loses_status)
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 @contextmanager
 def session(engine: Engine, run: str) -> Iterator[None]:
     """SIGTERM as Ctrl-C while the run lasts (on the main thread), and the run's containers and networks
     removed at its end, however it ends."""
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
-    try:
-        swept = sweep(engine)
-        if swept:
-            print(f"removed what {len(swept)} earlier run(s) left behind when their command was killed: "
-                  f"{', '.join(swept)}", file=sys.stderr)
-        yield
-    finally:
+    with launcher.sigterm_as_interrupt():
         try:
-            clean(engine, run)
-        except EngineError as exc:  # said, not raised: the run's own outcome stands
-            print(f"warning: the containers of run {run} may not all be removed ({exc}); list them with: "
-                  f"{engine.name} ps --all --filter label={RUN_LABEL}={run}", file=sys.stderr)
+            swept = sweep(engine)
+            if swept:
+                print(f"removed what {len(swept)} earlier run(s) left behind when their command was killed: "
+                      f"{', '.join(swept)}", file=sys.stderr)
+            yield
         finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
+            try:
+                clean(engine, run)
+            except EngineError as exc:  # said, not raised: the run's own outcome stands
+                print(f"warning: the containers of run {run} may not all be removed ({exc}); list them with: "
+                      f"{engine.name} ps --all --filter label={RUN_LABEL}={run}", file=sys.stderr)
 
 
 @dataclass

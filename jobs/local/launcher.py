@@ -11,7 +11,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,3 +247,21 @@ def tail(path: Path, lines: int = 5) -> list[str]:
     except OSError:
         return []
     return text[-lines:]
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While it lasts, SIGTERM raises KeyboardInterrupt (on the main thread; elsewhere it changes nothing): a
+    supervisor's stop ends a command the way Ctrl-C does, with its one line, its status and its cleanup,
+    not with Python's silent default exit 143."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)

@@ -98,3 +98,37 @@ def test_a_signal_to_run_job_alone_stops_its_server(toy, tmp_path, sent):
             time.sleep(0.1)
         with pytest.raises(OSError):  # nothing answers on the port any more
             socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+
+
+def test_sigterm_to_a_local_batch_prediction_stops_it_and_its_server_in_one_line(toy, tmp_path):
+    """A supervisor's SIGTERM to `batch-predict --local` ends it as Ctrl-C does: its one line, exit 130,
+    and the server it started gone (it used to die with Python's silent 143)."""
+    import subprocess
+
+    from tests.helpers import subprocess_env
+
+    data = tmp_path / "root" / "gs" / "data" / "in" / "many.jsonl"
+    data.parent.mkdir(parents=True)
+    data.write_text("".join(f'{{"x": {i}.5, "name": "u{i}"}}\n' for i in range(400_000)))
+    proc = subprocess.Popen(
+        [sys.executable, str(RUN_JOB), "batch-predict", str(toy), "--local", "--local-root",
+         str(tmp_path / "root"), "--input", "gs://data/in/many.jsonl", "--output", "gs://out/batch/",
+         "--batch-size", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO_ROOT,
+    )
+    try:
+        for line in proc.stdout:  # the server is up and predictions are being written
+            if line.startswith("server ready"):
+                break
+        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        assert children, "no server process under run_job.py"
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Its own stderr is the server's log (the server shares it), then run_job.py's one line.
+    assert proc.returncode == 130, err[-3000:]
+    assert err.splitlines()[-1].startswith("run_job.py batch-predict: interrupted; the server is stopped")
+    assert "Traceback" not in err
+    assert not [pid for pid in children if alive(pid)]
