@@ -56,6 +56,7 @@ REEXPORTED = {
     "FollowInterrupted": "jobs.cloud.plan",  # what executing a plan can end with besides its job
     "FollowJob": "jobs.cloud.plan",
     "RegistrationFailed": "jobs.cloud.register",
+    "sigterm_as_interrupt": "jobs.local.launcher",  # SIGTERM ends a local command as Ctrl-C does
     "start_server": "jobs.local.server",  # the prediction server as a child process (serve, batch-predict)
     "model_problem": "jobs.local.server",
     "kill_server": "jobs.local.server",

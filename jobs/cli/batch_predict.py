@@ -180,10 +180,8 @@ def _local(args, out: TextIO, err: TextIO, repo_root: Path) -> int:
     )
     print(f"{count} instances in {len(files)} file(s); starting the server on {args.model}", file=out,
           flush=True)
-    from jobs.local.launcher import sigterm_as_interrupt
-
     try:
-        with sigterm_as_interrupt():  # a supervisor's stop ends the batch as Ctrl-C does, server included
+        with api.sigterm_as_interrupt():  # a supervisor's stop ends the batch as Ctrl-C does, server included
             summary = api.run_local_batch(args.model, files, folder, parameters=parameters,
                                           batch_size=args.batch_size, repo_root=repo_root, out=out,
                                           container=args.container)
