@@ -12,8 +12,9 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from typing import TextIO, TypeVar
 
+T = TypeVar("T")
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 # A write error on stdout (a full disk, a reader that went away): 1, a failure that is not bad input, as in
@@ -150,3 +151,19 @@ def cloud_failure(exc: BaseException, err: TextIO) -> int:
         )
     print(f"run_job.py: {type(exc).__name__}: {message}", file=err)
     return 1
+
+
+def guarded(action: Callable[[], T], err: TextIO) -> tuple[int, T | None]:
+    """``(0, action())``, or what a read-only command's failure exits with and nothing: bad input one line
+    and EXIT_BAD_INPUT, Ctrl-C EXIT_INTERRUPTED, a cloud/auth failure one line and 1 (``cloud_failure``)."""
+    from jobs.api import JobError
+
+    try:
+        return 0, action()
+    except JobError as exc:
+        print(str(exc), file=err)
+        return EXIT_BAD_INPUT, None
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED, None
+    except Exception as exc:  # noqa: BLE001 - cloud/auth failures: one line, no traceback
+        return cloud_failure(exc, err), None

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser, cloud_failure
+from jobs.cli.common import Parser, guarded
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,13 +51,6 @@ def main(argv: list[str], *, factory: Callable | None, out: TextIO, err: TextIO,
     args = build_parser().parse_args(argv)
     from jobs import api
 
-    try:
-        api.report_job(args.resource_name, factory, out, report_dir=args.report_dir, repo_root=repo_root)
-    except api.JobError as exc:
-        print(str(exc), file=err)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - cloud/auth failures: one line, no traceback
-        return cloud_failure(exc, err)
-    return 0
+    status, _ = guarded(lambda: api.report_job(args.resource_name, factory, out, report_dir=args.report_dir,
+                                               repo_root=repo_root), err)
+    return status

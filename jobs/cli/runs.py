@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from jobs.api import DEFAULT_ENV
-from jobs.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, Parser, cloud_failure
+from jobs.cli.common import Parser, guarded
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,23 +61,21 @@ def main(argv: list[str], *, factory: Callable | None, out: TextIO, err: TextIO,
     if args.local_root is not None and not args.local:
         parser.error("--local-root is where --local runs ran; add --local")
     env = args.env or DEFAULT_ENV
-    try:
-        if outputs is None:
-            outputs = api.load_outputs(env, args.outputs_file, args.job_file)
+
+    def listed() -> tuple[str, list[str]]:
+        known = outputs if outputs is not None else api.load_outputs(env, args.outputs_file, args.job_file)
         experiment, metric, goal, runs = api.list_runs(
-            args.job_file, env=env, overrides=args.overrides, outputs=outputs, repo_root=repo_root,
+            args.job_file, env=env, overrides=args.overrides, outputs=known, repo_root=repo_root,
             local_root=args.local_root, local=args.local, factory=factory,
             now=now or datetime.now(timezone.utc),
         )
-        lines = _compare(runs, args.compare, args.job_file, experiment) if args.compare else \
-            api.runs_table(runs, metric, goal)
-    except api.JobError as exc:
-        print(str(exc), file=err)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - cloud/auth failures: one line, no traceback
-        return cloud_failure(exc, err)
+        return experiment, (_compare(runs, args.compare, args.job_file, experiment) if args.compare else
+                            api.runs_table(runs, metric, goal))
+
+    status, result = guarded(listed, err)
+    if status:
+        return status
+    experiment, lines = result
     print(f"experiment {experiment}:", file=out)
     for line in lines:
         print(line, file=out)
